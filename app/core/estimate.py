@@ -1,0 +1,595 @@
+"""The estimator: how much memory llama.cpp will allocate, per device, for a model and settings.
+
+One pure function, :func:`estimate`, turns a model (architecture + tensor list), the context
+settings and the target devices into a per-device breakdown. Every term follows llama.cpp
+(vendored by llama-cpp-python 0.3.36) and is checked against its no-alloc dry run in
+tests/test_proof.py:
+
+- weights: each tensor's real bytes, placed as llama.cpp places them (token embedding on the CPU,
+  the last ``n_gpu_layers`` layers on the GPUs, the output layer counting as layer ``n_layer``);
+- CPU repack: on x86 with AVX2, Q4_0/Q4_K/IQ4_NL/MXFP4 matrices kept on the CPU are copied into an
+  interleaved buffer on top of the memory-mapped file;
+- KV cache: cells (context padded to 256 per sequence stream) x per-layer K and V row sizes, with
+  a second, smaller cache for sliding-window layers unless ``swa_full``;
+- recurrent state: Mamba conv + SSM state per sequence;
+- compute buffer: the peak of live intermediates of the worst-case graph (see ``compute_bytes``);
+- output buffer: n_vocab x n_seq x 4 bytes of logits, in host memory;
+- runtime overhead per GPU: an explicit assumption (CUDA context, cuBLAS workspace, pools).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from app.core.architecture import Architecture
+from app.core.errors import EstimateError
+from app.core.tensors import CACHE_TYPES, GGMLType, TensorInfo, is_quantized, row_bytes
+
+MIB = 1024**2
+GIB = 1024**3
+
+GPU_RUNTIME_OVERHEAD_BYTES = 512 * MIB
+CPU_RUNTIME_OVERHEAD_BYTES = 160 * MIB
+MAX_CONTEXT_TOKENS = 16 * 1024 * 1024
+
+RepackProfile = Literal["x86-avx2", "x86-avx512", "arm-neon", "none"]
+_REPACK_TYPES: dict[str, frozenset[GGMLType]] = {
+    "x86-avx2": frozenset({GGMLType.Q4_0, GGMLType.Q4_K, GGMLType.IQ4_NL, GGMLType.MXFP4}),
+    "x86-avx512": frozenset({GGMLType.Q4_0, GGMLType.Q4_K, GGMLType.IQ4_NL, GGMLType.MXFP4, GGMLType.Q2_K}),
+    "arm-neon": frozenset(
+        {GGMLType.Q4_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.IQ4_NL, GGMLType.MXFP4, GGMLType.Q8_0}
+    ),
+    "none": frozenset(),
+}
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Settings(_Frozen):
+    """llama.cpp context settings, named after its command-line flags.
+
+    The defaults are what FitScope's own runner uses: llama.cpp's context defaults (batch 2048,
+    ubatch 512, flash attention on, f16 cache, one sequence), and llama-cpp-python's full-size
+    sliding-window cache.
+    """
+
+    context_tokens: int = Field(default=4096, ge=1, le=MAX_CONTEXT_TOKENS)
+    batch_tokens: int = Field(default=2048, ge=1, le=1 << 20)
+    ubatch_tokens: int = Field(default=512, ge=1, le=1 << 20)
+    flash_attn: bool = True
+    cache_type_k: str = "f16"
+    cache_type_v: str = "f16"
+    parallel_sequences: int = Field(default=1, ge=1, le=256)
+    kv_unified: bool = False
+    swa_full: bool = True
+    gpu_layers: int | None = Field(default=None, ge=0, description="None: every layer on the GPUs")
+    repack: RepackProfile = "x86-avx2"
+
+    @model_validator(mode="after")
+    def _check(self) -> Settings:
+        for name in (self.cache_type_k, self.cache_type_v):
+            if name not in CACHE_TYPES:
+                raise ValueError(f"unknown cache type '{name}' (choose {', '.join(CACHE_TYPES)})")
+        return self
+
+    @property
+    def effective_ubatch(self) -> int:
+        return min(self.ubatch_tokens, self.batch_tokens)
+
+    def describe(self) -> str:
+        fa = "on" if self.flash_attn else "off"
+        return (
+            f"-c {self.context_tokens} -b {self.batch_tokens} -ub {self.ubatch_tokens} -fa {fa} "
+            f"-ctk {self.cache_type_k} -ctv {self.cache_type_v} -np {self.parallel_sequences}"
+            + (" --kv-unified" if self.kv_unified else "")
+            + (" --swa-full" if self.swa_full else " --no-swa-full")
+        )
+
+
+class Target(_Frozen):
+    """A device the model's layers may go to. ``kind='cpu'`` is host memory."""
+
+    name: str
+    kind: Literal["gpu", "cpu"]
+    capacity_bytes: int = Field(ge=0)
+    bandwidth_gb_s: float = Field(gt=0)
+    fp16_tflops: float = Field(gt=0)
+    efficiency_class: Literal["nvidia", "amd", "apple", "cpu"] = "nvidia"
+    overhead_bytes: int | None = Field(default=None, ge=0, description="None: the documented default")
+
+    @property
+    def runtime_overhead_bytes(self) -> int:
+        if self.overhead_bytes is not None:
+            return self.overhead_bytes
+        return GPU_RUNTIME_OVERHEAD_BYTES if self.kind == "gpu" else CPU_RUNTIME_OVERHEAD_BYTES
+
+
+class DeviceBreakdown(_Frozen):
+    name: str
+    kind: Literal["gpu", "cpu"]
+    capacity_bytes: int
+    weights_bytes: int
+    repack_bytes: int
+    kv_cache_bytes: int
+    recurrent_state_bytes: int
+    compute_bytes: int
+    output_bytes: int
+    overhead_bytes: int
+    layers: int = Field(description="repeating layers placed here (the output layer not counted)")
+
+    @property
+    def total_bytes(self) -> int:
+        return (
+            self.weights_bytes
+            + self.repack_bytes
+            + self.kv_cache_bytes
+            + self.recurrent_state_bytes
+            + self.compute_bytes
+            + self.output_bytes
+            + self.overhead_bytes
+        )
+
+    @property
+    def free_bytes(self) -> int:
+        return self.capacity_bytes - self.total_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.total_bytes <= self.capacity_bytes
+
+
+class KVCacheDetail(_Frozen):
+    """One llama.cpp KV cache (sliding-window models have two)."""
+
+    kind: Literal["full", "swa"]
+    cells: int
+    streams: int
+    layers: int
+    k_bytes: int
+    v_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.k_bytes + self.v_bytes
+
+
+class Estimate(_Frozen):
+    settings: Settings
+    devices: tuple[DeviceBreakdown, ...]
+    kv_caches: tuple[KVCacheDetail, ...]
+    model_bytes: int = Field(description="llama_model_size: every tensor once")
+    gpu_layers: int
+    n_layer: int
+    assumptions: tuple[str, ...]
+
+    def _sum(self, field: str) -> int:
+        return sum(getattr(d, field) for d in self.devices)
+
+    @property
+    def weights_bytes(self) -> int:
+        return self._sum("weights_bytes")
+
+    @property
+    def repack_bytes(self) -> int:
+        return self._sum("repack_bytes")
+
+    @property
+    def kv_cache_bytes(self) -> int:
+        return self._sum("kv_cache_bytes")
+
+    @property
+    def recurrent_state_bytes(self) -> int:
+        return self._sum("recurrent_state_bytes")
+
+    @property
+    def compute_bytes(self) -> int:
+        return self._sum("compute_bytes")
+
+    @property
+    def output_bytes(self) -> int:
+        return self._sum("output_bytes")
+
+    @property
+    def overhead_bytes(self) -> int:
+        return self._sum("overhead_bytes")
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(d.total_bytes for d in self.devices)
+
+    @property
+    def fits(self) -> bool:
+        return all(d.fits for d in self.devices)
+
+
+# -- pieces --------------------------------------------------------------------------------------
+
+
+def _cache_type(name: str) -> GGMLType:
+    return CACHE_TYPES[name]
+
+
+def context_cells(settings: Settings) -> tuple[int, int]:
+    """(cells per stream, streams) of the KV cache, as llama_context pads them."""
+    n_ctx = _pad(settings.context_tokens, 256)
+    if settings.kv_unified:
+        return n_ctx, 1
+    n_seq = settings.parallel_sequences
+    per_seq = _pad(n_ctx // n_seq, 256)
+    return per_seq, n_seq
+
+
+def _pad(n: int, to: int) -> int:
+    return -(-n // to) * to
+
+
+def _kv_layer_widths(arch: Architecture, layer: int) -> tuple[int, int]:
+    """(K elements, V elements) per cell for one layer; (0, 0) for a layer without KV."""
+    if arch.mla is not None:
+        return arch.mla.kv_lora_rank + arch.mla.qk_rope_head_dim, 0
+    n_kv = arch.kv_heads(layer)
+    return n_kv * arch.head_dim_k_eff, n_kv * arch.head_dim_v_eff
+
+
+def kv_caches(arch: Architecture, settings: Settings) -> list[tuple[KVCacheDetail, list[int]]]:
+    """The KV caches llama.cpp creates, each with the layers it holds.
+
+    Raises EstimateError for a quantized V cache without flash attention (llama.cpp refuses it).
+    """
+    type_k, type_v = _cache_type(settings.cache_type_k), _cache_type(settings.cache_type_v)
+    if is_quantized(type_v) and not settings.flash_attn:
+        raise EstimateError(
+            "A quantized V cache needs flash attention: llama.cpp refuses -ctv "
+            f"{settings.cache_type_v} with -fa off. Turn flash attention on or use an f16 V cache."
+        )
+    cells, streams = context_cells(settings)
+    layers = [i for i in range(arch.n_layer) if any(_kv_layer_widths(arch, i))]
+    if not layers:
+        return []
+    v_trans = not settings.flash_attn
+    v_width_max = max(_kv_layer_widths(arch, i)[1] for i in layers)
+
+    def build(kind: Literal["full", "swa"], group: list[int], n_cells: int) -> tuple[KVCacheDetail, list[int]]:
+        k_bytes = v_bytes = 0
+        for i in group:
+            k_w, v_w = _kv_layer_widths(arch, i)
+            k_bytes += row_bytes(type_k, k_w) * n_cells * streams
+            if v_w:
+                width = v_width_max if v_trans else v_w
+                v_bytes += row_bytes(type_v, width) * n_cells * streams
+        detail = KVCacheDetail(
+            kind=kind, cells=n_cells, streams=streams, layers=len(group), k_bytes=k_bytes, v_bytes=v_bytes
+        )
+        return detail, group
+
+    swa_layers = [i for i in layers if arch.is_swa_layer(i)]
+    if not swa_layers:
+        return [build("full", layers, cells)]
+    full_layers = [i for i in layers if not arch.is_swa_layer(i)]
+    assert arch.sliding_window is not None
+    n_seq = settings.parallel_sequences
+    swa_cells = cells
+    if not settings.swa_full:
+        window = arch.sliding_window * (n_seq if settings.kv_unified else 1) + settings.effective_ubatch
+        swa_cells = _pad(min(cells, window), 256)
+    out = []
+    if full_layers:
+        out.append(build("full", full_layers, cells))
+    out.append(build("swa", swa_layers, swa_cells))
+    return out
+
+
+def recurrent_state_bytes_per_layer(arch: Architecture, settings: Settings) -> int:
+    """Mamba conv + SSM state (f32) for every sequence, one layer."""
+    ssm = arch.ssm
+    if ssm is None:
+        return 0
+    n_seq = max(1, settings.parallel_sequences)
+    conv = (ssm.d_conv - 1) * (ssm.d_inner + 2 * ssm.n_group * ssm.d_state)
+    state = ssm.d_state * ssm.d_inner
+    return (conv + state) * 4 * n_seq
+
+
+def compute_bytes(arch: Architecture, settings: Settings, kv_cells: int, swa_cells: int | None) -> int:
+    """Peak of the worst-case graph's live intermediates (one ubatch of min(n_ctx, n_ubatch)
+    tokens against a full KV window), as ggml's allocator reserves it on the CPU backend.
+
+    The terms are the tensors alive at the three candidate peaks: the logits (output head), the
+    feed-forward block, and (without flash attention) the attention scores.
+    """
+    n_ctx_total = _pad(settings.context_tokens, 256)
+    n_ub = min(settings.effective_ubatch, n_ctx_total)
+    e = arch.n_embd
+    vocab = arch.n_vocab
+    f32 = 4
+    p_out = n_ub * (vocab + 2 * e) * f32
+    if arch.mla is not None:
+        # MLA keeps each head's absorbed query (latent + rope + nope dims, f32) alive into the output
+        # phase: exact on DeepSeek-V2's dry run, 4% low on V2-Lite's.
+        mla = arch.mla
+        p_out += n_ub * f32 * arch.max_heads() * (mla.kv_lora_rank + mla.qk_nope_head_dim + mla.qk_rope_head_dim)
+
+    n_kv = kv_cells
+    if arch.ssm is not None and arch.attention_layers is None:
+        ssm = arch.ssm
+        # Mamba: in/out projections, conv window and the scan's y + state per token.
+        p_ffn = n_ub * f32 * (4 * ssm.d_inner + 2 * e + ssm.d_state * 2 + (ssm.d_conv - 1))
+        return max(p_out, p_ffn)
+
+    ff = max(arch.ff(i) for i in range(arch.n_layer)) if arch.moe is None else 0
+    if arch.moe is not None:
+        moe = arch.moe
+        dense = max((arch.ff(i) for i in range(moe.n_dense_lead_layers)), default=0)
+        # Routed experts: per token, n_expert_used rows of gate/up/act per expert.
+        routed = moe.n_expert_used * moe.expert_ff
+        ff = max(dense, routed + moe.shared_ff)
+    mask = 2 if settings.flash_attn else 4
+    p_ffn = n_ub * (f32 * (3 * ff + 4 * e) + mask * n_kv)
+    if swa_cells is not None:
+        p_ffn += n_ub * mask * swa_cells
+
+    if settings.flash_attn:
+        return max(p_out, p_ffn)
+
+    n_head = arch.max_heads()
+    kv_w = max(sum(_kv_layer_widths(arch, i)) for i in range(arch.n_layer))
+    p_attn = n_ub * n_kv * f32 * (n_head + 1) + n_ub * f32 * (5 * e + kv_w)
+    return max(p_out, p_ffn, p_attn)
+
+
+def _layer_of(t: TensorInfo, n_layer: int) -> int:
+    """Placement layer: -1 for the input (token embedding), n_layer for the output layer."""
+    idx = t.layer
+    if idx is not None:
+        return idx
+    if t.name.startswith("token_embd") or t.name.startswith("token_types") or t.name.startswith("position"):
+        return -1
+    return n_layer
+
+
+def _split_layers(n_layer: int, gpu_layers: int, gpus: list[Target]) -> dict[int, int]:
+    """layer index (0..n_layer, n_layer = output) → GPU index, as llama.cpp's layer split does,
+    proportional to each GPU's capacity."""
+    start = max(n_layer + 1 - gpu_layers, 0)
+    placed = list(range(start, n_layer + 1))
+    if not gpus or not placed:
+        return {}
+    weights = [max(g.capacity_bytes, 1) for g in gpus]
+    total = sum(weights)
+    bounds, acc = [], 0
+    for w in weights:
+        acc += w
+        bounds.append(acc / total)
+    out = {}
+    for k, layer in enumerate(placed):
+        frac = k / len(placed)
+        out[layer] = next(i for i, b in enumerate(bounds) if frac < b)
+    return out
+
+
+def estimate(
+    arch: Architecture,
+    tensors: list[TensorInfo],
+    settings: Settings,
+    targets: list[Target],
+) -> Estimate:
+    """Memory llama.cpp will use on each target for ``arch`` with ``tensors`` under ``settings``.
+
+    ``targets`` holds zero or more GPUs and exactly one CPU (host memory) entry; with no GPU, the
+    whole model runs on the CPU. All figures are bytes.
+
+    Raises EstimateError for settings llama.cpp refuses (a quantized V cache without flash
+    attention, a context beyond MAX_CONTEXT_TOKENS) or a target list without a CPU.
+    """
+    cpus = [t for t in targets if t.kind == "cpu"]
+    gpus = [t for t in targets if t.kind == "gpu"]
+    if len(cpus) != 1:
+        raise EstimateError("An estimate needs exactly one CPU (host memory) target.")
+    cpu = cpus[0]
+    n_layer = arch.n_layer
+    ngl = (n_layer + 1) if settings.gpu_layers is None else min(settings.gpu_layers, n_layer + 1)
+    if not gpus:
+        ngl = 0
+    placement = _split_layers(n_layer, ngl, gpus)
+
+    def device_of(layer: int) -> int:
+        """-1 for the CPU, else the GPU index."""
+        return placement.get(layer, -1)
+
+    n_dev = len(gpus)
+    weights = [0] * (n_dev + 1)  # index -1 → CPU (last slot)
+    repack = 0
+    repack_types = _REPACK_TYPES[settings.repack]
+    tied_output_bytes = 0
+    for t in tensors:
+        layer = _layer_of(t, n_layer)
+        dev = device_of(layer) if layer >= 0 else -1
+        weights[dev] += t.n_bytes
+        if dev == -1 and layer >= 0 and t.ggml_type in repack_types and len(t.shape) >= 2 and t.shape[1] % 8 == 0:
+            repack += t.n_bytes
+        if t.name == "token_embd.weight":
+            tied_output_bytes = t.n_bytes
+    has_output = any(t.name == "output.weight" for t in tensors)
+    out_dev = device_of(n_layer)
+    if not has_output and out_dev != -1:
+        # Tied embeddings: the output layer on a GPU gets its own copy of the token embedding.
+        weights[out_dev] += tied_output_bytes
+
+    caches = kv_caches(arch, settings)
+    kv = [0] * (n_dev + 1)
+    for detail, group in caches:
+        per_layer_k = detail.k_bytes // max(1, len(group))
+        per_layer_v = detail.v_bytes // max(1, len(group))
+        for i in group:
+            kv[device_of(i)] += per_layer_k + per_layer_v
+    state = [0] * (n_dev + 1)
+    per_layer_state = recurrent_state_bytes_per_layer(arch, settings)
+    for i in range(n_layer):
+        if arch.is_recurrent_layer(i):
+            state[device_of(i)] += per_layer_state
+
+    cells, _ = context_cells(settings)
+    swa_cells = next((d.cells for d, _ in caches if d.kind == "swa"), None)
+    full_cells = next((d.cells for d, _ in caches if d.kind == "full"), cells)
+    peak = compute_bytes(arch, settings, full_cells if caches else cells, swa_cells)
+    compute = [0] * (n_dev + 1)
+    gpu_used = sorted({device_of(i) for i in range(n_layer + 1)} - {-1})
+    for g in gpu_used:
+        compute[g] = peak
+    if ngl < n_layer + 1 or not gpu_used:
+        compute[-1] = peak
+    else:
+        # Full offload: the host keeps only the inputs and the logits staging area.
+        compute[-1] = _host_staging_bytes(arch, settings)
+    output = max(1, settings.parallel_sequences) * arch.n_vocab * 4
+
+    breakdown = []
+    for g, target in enumerate(gpus):
+        layers_here = sum(1 for i in range(n_layer) if device_of(i) == g)
+        breakdown.append(
+            DeviceBreakdown(
+                name=target.name,
+                kind="gpu",
+                capacity_bytes=target.capacity_bytes,
+                weights_bytes=weights[g],
+                repack_bytes=0,
+                kv_cache_bytes=kv[g],
+                recurrent_state_bytes=state[g],
+                compute_bytes=compute[g],
+                output_bytes=0,
+                overhead_bytes=target.runtime_overhead_bytes if (g in gpu_used) else 0,
+                layers=layers_here,
+            )
+        )
+    breakdown.append(
+        DeviceBreakdown(
+            name=cpu.name,
+            kind="cpu",
+            capacity_bytes=cpu.capacity_bytes,
+            weights_bytes=weights[-1],
+            repack_bytes=repack if settings.repack != "none" else 0,
+            kv_cache_bytes=kv[-1],
+            recurrent_state_bytes=state[-1],
+            compute_bytes=compute[-1],
+            output_bytes=output,
+            overhead_bytes=cpu.runtime_overhead_bytes,
+            layers=sum(1 for i in range(n_layer) if device_of(i) == -1),
+        )
+    )
+    return Estimate(
+        settings=settings,
+        devices=tuple(breakdown),
+        kv_caches=tuple(d for d, _ in caches),
+        model_bytes=sum(t.n_bytes for t in tensors),
+        gpu_layers=ngl,
+        n_layer=n_layer,
+        assumptions=tuple(_assumptions(settings, gpus, cpu)),
+    )
+
+
+def _host_staging_bytes(arch: Architecture, settings: Settings) -> int:
+    n_ub = min(settings.effective_ubatch, _pad(settings.context_tokens, 256))
+    return n_ub * arch.n_embd * 4 + n_ub * 16
+
+
+def _assumptions(settings: Settings, gpus: list[Target], cpu: Target) -> list[str]:
+    out = [
+        f"llama.cpp settings: {settings.describe()} (FitScope's runner defaults unless changed).",
+        "Weights are summed tensor by tensor; the token embedding always stays in host memory.",
+        f"Host runtime overhead (process, libraries, threads): {CPU_RUNTIME_OVERHEAD_BYTES // MIB} MiB.",
+    ]
+    if gpus:
+        out.append(
+            f"Per-GPU runtime overhead not printed by llama.cpp (CUDA context, cuBLAS workspace, memory pool): "
+            f"{gpus[0].runtime_overhead_bytes // MIB} MiB each (public logs show 0.3-0.6 GiB)."
+        )
+        out.append("Layers are split across GPUs in proportion to their memory, as llama.cpp's default split.")
+    if settings.repack != "none":
+        out.append(
+            f"CPU weight repacking ({settings.repack}): repacked matrices take extra host memory beside "
+            "the memory-mapped file."
+        )
+    return out
+
+
+def max_context_tokens(
+    arch: Architecture,
+    tensors: list[TensorInfo],
+    settings: Settings,
+    targets: list[Target],
+    upper: int | None = None,
+) -> int:
+    """The largest context (a multiple of 256) that fits every target; 0 when even 256 does not."""
+    limit = min(upper or arch.n_ctx_train, MAX_CONTEXT_TOKENS)
+
+    def fits(n: int) -> bool:
+        return estimate(arch, tensors, settings.model_copy(update={"context_tokens": n}), targets).fits
+
+    lo, hi = 0, limit // 256
+    if hi == 0 or not fits(256):
+        return 0
+    if fits(hi * 256):
+        return hi * 256
+    lo = 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(mid * 256):
+            lo = mid
+        else:
+            hi = mid
+    return lo * 256
+
+
+def max_parallel_sequences(
+    arch: Architecture,
+    tensors: list[TensorInfo],
+    settings: Settings,
+    targets: list[Target],
+    context_per_user: int,
+    upper: int = 256,
+) -> int:
+    """Most concurrent users, each with ``context_per_user`` tokens, that fit; 0 if not one."""
+
+    def fits(n: int) -> bool:
+        s = settings.model_copy(update={"parallel_sequences": n, "context_tokens": context_per_user * n})
+        if s.context_tokens > MAX_CONTEXT_TOKENS:
+            return False
+        return estimate(arch, tensors, s, targets).fits
+
+    if not fits(1):
+        return 0
+    lo, hi = 1, upper + 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def max_gpu_layers(arch: Architecture, tensors: list[TensorInfo], settings: Settings, targets: list[Target]) -> int:
+    """The largest n_gpu_layers (0..n_layer+1) whose estimate fits every target."""
+    best = 0
+    for n in range(arch.n_layer + 1, -1, -1):
+        if estimate(arch, tensors, settings.model_copy(update={"gpu_layers": n}), targets).fits:
+            best = n
+            break
+    return best
+
+
+def gib(n_bytes: int) -> float:
+    return n_bytes / GIB
+
+
+def mib(n_bytes: int) -> float:
+    return n_bytes / MIB
+
+
+def ceil_div(a: int, b: int) -> int:
+    return math.ceil(a / b)

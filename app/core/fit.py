@@ -1,0 +1,216 @@
+"""From "this model, these settings, this hardware" to one answer: the estimate, the speed and the
+limits (largest context, most users, most GPU layers). The CLI and the window both call this.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from app.core.architecture import Architecture
+from app.core.catalog import find_model
+from app.core.devices import DeviceSpec
+from app.core.errors import EstimateError
+from app.core.estimate import (
+    CPU_RUNTIME_OVERHEAD_BYTES,
+    Estimate,
+    RepackProfile,
+    Settings,
+    Target,
+    estimate,
+    max_context_tokens,
+)
+from app.core.gguf_reader import read_gguf
+from app.core.hardware import GpuSnapshot, HostSnapshot
+from app.core.hf_config import read_hf_config
+from app.core.quant import find_preset, preset_for_ftype, quantize_layout
+from app.core.speed import SpeedEstimate, estimate_speed
+from app.core.tensors import TensorInfo
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """A model ready to estimate: its architecture, its tensors and where they came from."""
+
+    arch: Architecture
+    tensors: tuple[TensorInfo, ...]
+    label: str
+    quant: str
+    path: Path | None = None
+
+
+def model_from_catalog(model_id: str, quant: str = "Q4_K_M") -> ModelSource:
+    """A catalog model quantized with a llama.cpp preset. Raises CatalogError / EstimateError."""
+    arch = find_model(model_id)
+    preset = find_preset(quant)
+    return ModelSource(arch, tuple(quantize_layout(arch, preset)), arch.name, preset.name)
+
+
+def model_from_gguf(path: str | Path) -> ModelSource:
+    """A local GGUF file: its real tensors. Raises ModelFileError with a readable message."""
+    g = read_gguf(path)
+    preset = preset_for_ftype(g.file_type)
+    return ModelSource(g.architecture, g.tensors, g.name, preset.name if preset else "file", Path(path))
+
+
+def model_from_hf_config(path: str | Path, quant: str = "Q4_K_M") -> ModelSource:
+    """A Hugging Face config.json, quantized with a llama.cpp preset."""
+    arch = read_hf_config(path)
+    preset = find_preset(quant)
+    return ModelSource(arch, tuple(quantize_layout(arch, preset)), arch.name, preset.name, Path(path))
+
+
+# -- targets -------------------------------------------------------------------------------------
+
+
+def target_from_device(device: DeviceSpec) -> Target:
+    cls = {"nvidia": "nvidia", "amd": "amd", "apple": "apple"}.get(device.vendor, "cpu")
+    return Target(
+        name=device.name,
+        kind="gpu" if device.is_gpu else "cpu",
+        capacity_bytes=device.capacity_bytes,
+        bandwidth_gb_s=device.bandwidth_gb_s,
+        fp16_tflops=device.fp16_tflops,
+        efficiency_class=cls,  # type: ignore[arg-type]
+    )
+
+
+def target_from_gpu(gpu: GpuSnapshot, fallback: DeviceSpec | None = None) -> Target:
+    """A detected NVIDIA GPU. Capacity is the memory free now (other processes hold the rest)."""
+    bandwidth = gpu.bandwidth_gb_s or (fallback.bandwidth_gb_s if fallback else 500.0)
+    tflops = fallback.fp16_tflops if fallback else 50.0
+    return Target(
+        name=f"GPU {gpu.index}: {gpu.name}",
+        kind="gpu",
+        capacity_bytes=gpu.memory_free_bytes,
+        bandwidth_gb_s=bandwidth,
+        fp16_tflops=tflops,
+        efficiency_class="nvidia",
+    )
+
+
+def cpu_flops_tflops(host: HostSnapshot) -> float:
+    """Peak FP32 FMA throughput of the host: cores x 3 GHz x lanes x 2 (an order of magnitude)."""
+    cores = host.physical_cores or host.logical_cores
+    lanes = 16 if "avx512f" in host.cpu_flags else 8 if "avx2" in host.cpu_flags else 4
+    return cores * 3.0e9 * lanes * 2 * 2 / 1e12
+
+
+def repack_profile(host: HostSnapshot | None) -> RepackProfile:
+    if host is None:
+        return "x86-avx2"
+    flags = set(host.cpu_flags)
+    if "neon" in flags:
+        return "arm-neon"
+    if "avx512f" in flags:
+        return "x86-avx512"
+    if "avx2" in flags:
+        return "x86-avx2"
+    return "none"
+
+
+def cpu_target(host: HostSnapshot | None) -> Target:
+    """Host memory as a target: what is available now (plus our own overhead, counted separately)."""
+    if host is None:
+        return Target(
+            name="CPU (unknown host)",
+            kind="cpu",
+            capacity_bytes=16 * 1024**3,
+            bandwidth_gb_s=40.0,
+            fp16_tflops=1.0,
+            efficiency_class="cpu",
+        )
+    bandwidth = host.measured_read_bandwidth_gb_s or 30.0
+    return Target(
+        name=f"CPU: {host.cpu_model}",
+        kind="cpu",
+        capacity_bytes=host.ram_available_bytes + CPU_RUNTIME_OVERHEAD_BYTES,
+        bandwidth_gb_s=bandwidth,
+        fp16_tflops=cpu_flops_tflops(host),
+        efficiency_class="cpu",
+    )
+
+
+def host_ram_target(capacity_bytes: int) -> Target:
+    """Host memory beside catalog GPUs (its size does not limit GPU memory, only spills)."""
+    return Target(
+        name="Host RAM",
+        kind="cpu",
+        capacity_bytes=capacity_bytes,
+        bandwidth_gb_s=60.0,
+        fp16_tflops=1.0,
+        efficiency_class="cpu",
+    )
+
+
+# -- the answer ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FitResult:
+    model: ModelSource
+    estimate: Estimate
+    speed: SpeedEstimate
+    max_context: int
+    targets: tuple[Target, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        e = self.estimate
+        return {
+            "model": self.model.label,
+            "architecture": self.model.arch.arch,
+            "quant": self.model.quant,
+            "context_tokens": e.settings.context_tokens,
+            "weights_bytes": e.weights_bytes,
+            "repack_bytes": e.repack_bytes,
+            "kv_cache_bytes": e.kv_cache_bytes,
+            "recurrent_state_bytes": e.recurrent_state_bytes,
+            "compute_bytes": e.compute_bytes,
+            "output_bytes": e.output_bytes,
+            "overhead_bytes": e.overhead_bytes,
+            "total_bytes": e.total_bytes,
+            "model_bytes": e.model_bytes,
+            "gpu_layers": e.gpu_layers,
+            "devices": [
+                {
+                    "name": d.name,
+                    "kind": d.kind,
+                    "capacity_bytes": d.capacity_bytes,
+                    "total_bytes": d.total_bytes,
+                    "free_bytes": d.free_bytes,
+                    "fits": d.fits,
+                    "weights_bytes": d.weights_bytes,
+                    "repack_bytes": d.repack_bytes,
+                    "kv_cache_bytes": d.kv_cache_bytes,
+                    "recurrent_state_bytes": d.recurrent_state_bytes,
+                    "compute_bytes": d.compute_bytes,
+                    "output_bytes": d.output_bytes,
+                    "overhead_bytes": d.overhead_bytes,
+                    "layers": d.layers,
+                }
+                for d in e.devices
+            ],
+            "kv_caches": [c.model_dump() | {"total_bytes": c.total_bytes} for c in e.kv_caches],
+            "fits": e.fits,
+            "max_context": self.max_context,
+            "decode_tokens_per_s": self.speed.decode_tokens_per_s.as_dict(),
+            "prefill_tokens_per_s": self.speed.prefill_tokens_per_s.as_dict(),
+            "ttft_s": self.speed.ttft_s.as_dict(),
+            "settings": e.settings.model_dump(),
+            "assumptions": list(e.assumptions) + list(self.speed.assumptions),
+        }
+
+
+def fit(model: ModelSource, settings: Settings, targets: list[Target], prompt_tokens: int = 512) -> FitResult:
+    """Estimate memory and speed, and the largest context that fits. Raises EstimateError."""
+    if settings.context_tokens > 4 * max(model.arch.n_ctx_train, 1) and settings.context_tokens > 1 << 20:
+        raise EstimateError(
+            f"A context of {settings.context_tokens:,} tokens is far beyond what {model.label} was trained "
+            f"for ({model.arch.n_ctx_train:,}); choose at most {model.arch.n_ctx_train:,}."
+        )
+    tensors = list(model.tensors)
+    est = estimate(model.arch, tensors, settings, targets)
+    speed = estimate_speed(model.arch, tensors, est, targets, prompt_tokens=min(prompt_tokens, settings.context_tokens))
+    max_ctx = max_context_tokens(model.arch, tensors, settings, targets)
+    return FitResult(model, est, speed, max_ctx, tuple(targets))

