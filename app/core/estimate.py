@@ -339,6 +339,10 @@ def compute_bytes(arch: Architecture, settings: Settings, kv_cells: int, swa_cel
     n_head = arch.max_heads()
     kv_w = max(sum(_kv_layer_widths(arch, i)) for i in range(arch.n_layer))
     p_attn = n_ub * n_kv * f32 * (n_head + 1) + n_ub * f32 * (5 * e + kv_w)
+    if swa_cells is not None and arch.arch == "gemma3":
+        # Gemma 3's scores are reserved beside its SWA mask (f32 without flash attention);
+        # measured on Gemma-3-4B/12B dry runs, where Gemma 2's are not.
+        p_attn += n_ub * swa_cells * f32
     return max(p_out, p_ffn, p_attn)
 
 

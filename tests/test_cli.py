@@ -1,0 +1,314 @@
+"""The ``fitscope`` command as a user meets it: JSON figures, verdicts, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app import cli
+
+REPO = Path(__file__).resolve().parents[1]
+GIB = 1024**3
+MIB = 1024**2
+
+ESTIMATE_KEYS = {
+    "weights_bytes",
+    "repack_bytes",
+    "kv_cache_bytes",
+    "recurrent_state_bytes",
+    "compute_bytes",
+    "output_bytes",
+    "overhead_bytes",
+    "total_bytes",
+    "devices",
+    "fits",
+    "max_context",
+    "decode_tokens_per_s",
+    "prefill_tokens_per_s",
+    "assumptions",
+}
+
+
+def _has_nvidia_driver() -> bool:
+    return Path("/proc/driver/nvidia").exists() or shutil.which("nvidia-smi") is not None
+
+
+def _cpu_has_avx2() -> bool:
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    flag_lines = (line.split(":", 1)[-1].split() for line in text.splitlines() if line.startswith("flags"))
+    return any("avx2" in flags for flags in flag_lines)
+
+
+@pytest.fixture(autouse=True)
+def _quick_bandwidth(monkeypatch):
+    """--cpu estimates measure memory bandwidth (0.3 s each); the figures tested here do not depend on it."""
+    from app.adapters import host
+
+    monkeypatch.setattr(host, "measure_read_bandwidth_gb_s", lambda *a, **k: 30.0)
+
+
+def run_ok(capsys, *argv: str):
+    rc = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert err == ""
+    return json.loads(out) if "--json" in argv else out
+
+
+def run_fail(capsys, *argv: str) -> str:
+    """Runs a command that must fail cleanly; returns its single stderr line."""
+    rc = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    assert rc == 2, (out, err)
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("fitscope: "), err
+    assert out == ""
+    return lines[0]
+
+
+# -- estimate ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def llama8b_4090() -> dict:
+    """The reference estimate: Llama 3.1 8B Q4_K_M, 8192 tokens, on a catalog RTX 4090."""
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = cli.main(
+            ["estimate", "--model", "llama-3.1-8b", "--quant", "Q4_K_M", "-c", "8192", "--gpu", "rtx-4090", "--json"]
+        )
+    assert rc == 0
+    return json.loads(buf.getvalue())
+
+
+def test_estimate_json_has_every_key(llama8b_4090):
+    r = llama8b_4090
+    assert r.keys() >= ESTIMATE_KEYS
+    for key in (k for k in ESTIMATE_KEYS if k.endswith("_bytes")):
+        assert isinstance(r[key], int) and r[key] >= 0, key
+    assert r["devices"]
+    for d in r["devices"]:
+        assert {"name", "capacity_bytes", "total_bytes", "fits"} <= d.keys()
+    for key in ("decode_tokens_per_s", "prefill_tokens_per_s"):
+        assert {"low", "high"} <= r[key].keys()
+    assert isinstance(r["assumptions"], list) and r["assumptions"]
+    assert all(isinstance(a, str) and a for a in r["assumptions"])
+
+
+def test_estimate_figures_for_llama_8b_on_a_4090(llama8b_4090):
+    r = llama8b_4090
+    # 32 layers x 8 KV heads x 128 dims x 2 (K and V) x 2 bytes (f16) x 8192 cells = 1 GiB exactly.
+    assert r["kv_cache_bytes"] == 32 * 8 * 128 * 2 * 2 * 8192 == GIB
+    assert r["weights_bytes"] == pytest.approx(4.58 * GIB, rel=0.01)
+    assert r["fits"] is True
+    gpu = next(d for d in r["devices"] if d["kind"] == "gpu")
+    assert gpu["capacity_bytes"] == 24 * GIB
+    assert gpu["fits"] is True
+    decode = r["decode_tokens_per_s"]
+    assert 0 < decode["low"] < decode["high"]
+    prefill = r["prefill_tokens_per_s"]
+    assert 0 < prefill["low"] <= prefill["high"]
+    assert r["compute_bytes"] == sum(d["compute_bytes"] for d in r["devices"])
+    assert r["total_bytes"] == sum(d["total_bytes"] for d in r["devices"])
+    assert r["max_context"] >= 8192
+
+
+def test_long_context_does_not_fit_a_3060(capsys):
+    r = run_ok(capsys, "estimate", "--model", "llama-3.1-8b", "-c", "131072", "--gpu", "rtx-3060-12gb", "--json")
+    assert r["fits"] is False
+    assert any(d["kind"] == "gpu" and not d["fits"] for d in r["devices"])
+    assert 0 < r["max_context"] < 131072
+
+
+def test_70b_splits_across_two_4090s(capsys):
+    r = run_ok(
+        capsys, "estimate", "--model", "llama-3.1-70b", "-c", "8192", "--gpu", "rtx-4090", "--gpu", "rtx-4090", "--json"
+    )
+    gpus = [d for d in r["devices"] if d["kind"] == "gpu"]
+    assert len(gpus) == 2
+    assert all(d["weights_bytes"] > 0 for d in gpus)
+    # Each GPU holds part, not all, of the weights.
+    assert all(d["weights_bytes"] < r["weights_bytes"] for d in gpus)
+    assert sum(d["weights_bytes"] for d in gpus) > 0.9 * r["weights_bytes"]
+    assert all(d["fits"] for d in gpus)
+    assert r["fits"] is True
+
+
+def test_human_output_gives_a_verdict(capsys):
+    out = run_ok(capsys, "estimate", "--model", "llama-3.1-8b", "-c", "8192", "--gpu", "rtx-4090")
+    assert "Verdict: fits." in out
+    assert "NVIDIA GeForce RTX 4090" in out
+    assert "Assumptions:" in out
+
+
+def test_quantized_v_cache_without_flash_attention_is_refused(capsys):
+    line = run_fail(capsys, "estimate", "--model", "llama-3.1-8b", "--gpu", "rtx-4090", "-ctv", "q8_0", "-fa", "off")
+    assert "flash attention" in line.lower()
+
+
+# -- bad input -----------------------------------------------------------------------------------
+
+
+def test_unknown_model_suggests_a_close_match(capsys):
+    line = run_fail(capsys, "estimate", "--model", "llama-3.1-8", "--gpu", "rtx-4090")
+    assert "llama-3.1-8'" in line
+    assert "llama-3.1-8b" in line
+
+
+def test_unknown_quant(capsys):
+    line = run_fail(capsys, "estimate", "--model", "llama-3.1-8b", "--quant", "Q9_Z", "--gpu", "rtx-4090")
+    assert "Q9_Z" in line
+    assert "Q4_K_M" in line  # lists the valid presets
+
+
+def test_unknown_gpu(capsys):
+    line = run_fail(capsys, "estimate", "--model", "llama-3.1-8b", "--gpu", "rtx-9999")
+    assert "rtx-9999" in line
+
+
+def test_missing_gguf_file(capsys, tmp_path):
+    missing = tmp_path / "nope.gguf"
+    line = run_fail(capsys, "estimate", "--gguf", str(missing), "--cpu")
+    assert "nope.gguf" in line
+
+
+def test_text_file_is_not_a_gguf(capsys, tmp_path):
+    text = tmp_path / "notes.gguf"
+    text.write_text("These are my notes, not a model.\n" * 10, encoding="utf-8")
+    line = run_fail(capsys, "estimate", "--gguf", str(text), "--cpu")
+    assert "not a GGUF file" in line
+
+
+def test_no_model_given(capsys):
+    line = run_fail(capsys, "estimate", "--cpu")
+    assert "Name one model" in line
+
+
+def test_two_models_given(capsys, tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text("{}", encoding="utf-8")
+    line = run_fail(capsys, "estimate", "--model", "llama-3.1-8b", "--hf-config", str(config), "--cpu")
+    assert "Name one model" in line
+
+
+def test_cpu_and_gpu_together(capsys):
+    line = run_fail(capsys, "estimate", "--model", "llama-3.1-8b", "--cpu", "--gpu", "rtx-4090")
+    assert "--cpu or --gpu" in line
+
+
+@pytest.mark.skipif(_has_nvidia_driver(), reason="this machine has an NVIDIA driver")
+def test_local_gpu_without_a_driver(capsys):
+    line = run_fail(capsys, "estimate", "--model", "llama-3.1-8b", "--gpu", "local")
+    assert "No NVIDIA driver" in line
+    assert "--cpu" in line
+
+
+@pytest.mark.parametrize(
+    ("ctx", "expected"),
+    [
+        ("0", "-c"),
+        ("-5", "-c"),
+        ("999999999", "-c"),  # beyond llama.cpp's ceiling: refused by the settings, not attempted
+        ("16777216", "trained"),  # within the ceiling but far beyond the model's training context
+    ],
+)
+def test_impossible_context(capsys, ctx, expected):
+    line = run_fail(capsys, "estimate", "--model", "llama-3.1-8b", "--cpu", "-c", ctx)
+    assert expected in line
+
+
+# -- catalogs and hardware -----------------------------------------------------------------------
+
+
+def test_models_json(capsys):
+    models = run_ok(capsys, "models", "--json")
+    ids = {m["id"] for m in models}
+    assert len(models) >= 30
+    assert {"llama-3.1-8b", "gemma-3-270m", "deepseek-v2-lite", "gpt-oss-20b"} <= ids
+
+
+def test_gpus_json(capsys):
+    devices = run_ok(capsys, "gpus", "--json")
+    ids = {d["id"] for d in devices}
+    assert len(devices) >= 40
+    assert {"rtx-4090", "h100-sxm", "m2-ultra-192gb", "mi300x"} <= ids
+    assert all(d["capacity_bytes"] > 0 for d in devices)
+
+
+def test_models_and_gpus_tables(capsys):
+    assert "llama-3.1-8b" in run_ok(capsys, "models")
+    assert "rtx-4090" in run_ok(capsys, "gpus")
+
+
+@pytest.mark.skipif(_has_nvidia_driver(), reason="this machine has an NVIDIA driver")
+def test_hw_json_without_a_driver(capsys):
+    r = run_ok(capsys, "hw", "--json")
+    assert r["nvml"]["available"] is False
+    assert r["nvml"]["message"]
+    assert r["host"]["ram_total_bytes"] > 0
+
+
+# -- CPU: the demo model and weight repacking -----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def demo_path() -> Path:
+    from app.adapters.demo_model import demo_model_path
+    from app.core.errors import FitScopeError
+
+    try:
+        return demo_model_path()
+    except FitScopeError as exc:
+        pytest.skip(str(exc))
+
+
+def test_demo_gguf_weights_are_its_real_tensor_bytes(capsys, demo_path):
+    r = run_ok(capsys, "estimate", "--gguf", str(demo_path), "--cpu", "--json")
+    assert r["weights_bytes"] == 246587904
+    assert r["kv_cache_bytes"] > 0
+    assert r["fits"] is True
+
+
+@pytest.mark.skipif(not _cpu_has_avx2(), reason="repacking figures are for x86 CPUs with AVX2")
+def test_cpu_repack_matches_a_real_llama_cpp_load(capsys):
+    r = run_ok(capsys, "estimate", "--model", "llama-3.1-8b", "--quant", "Q4_K_M", "--cpu", "--json")
+    assert r["repack_bytes"] > 0
+    # Measured from a real llama.cpp load of Llama 3.1 8B Q4_K_M on an AVX2 CPU.
+    assert r["repack_bytes"] == 3204 * MIB
+    assert [d["kind"] for d in r["devices"]] == ["cpu"]
+
+
+# -- a real process ------------------------------------------------------------------------------
+
+
+def test_exit_codes_through_a_real_process():
+    ok = subprocess.run(
+        [sys.executable, "-m", "app.cli", "gpus", "--json"], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)
+    bad = subprocess.run(
+        [sys.executable, "-m", "app.cli", "estimate", "--model", "no-such-model", "--gpu", "rtx-4090"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 2
+    assert bad.stdout == ""
+    assert bad.stderr.startswith("fitscope: ")
+    assert len(bad.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in bad.stderr

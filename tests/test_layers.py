@@ -1,0 +1,187 @@
+"""The house rule: app/core and app/adapters never import Qt (PySide6, pyqtgraph) or the Qt layer (app.ui).
+
+Two checks: a static one over the source (names file and line), and a dynamic one that imports every
+core/adapter module and runs the CLI in a fresh interpreter where Qt cannot be imported at all.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+APP = REPO / "app"
+LAYERS = ("core", "adapters")
+FORBIDDEN = ("PySide6", "pyqtgraph", "shiboken6", "app.ui")
+
+
+def _forbidden(module: str) -> str | None:
+    """The forbidden root ``module`` falls under, or None."""
+    for root in FORBIDDEN:
+        if module == root or module.startswith(root + "."):
+            return root
+    return None
+
+
+def _resolve_relative(node: ast.ImportFrom, package: str) -> str:
+    """The absolute module a ``from ... import`` names (relative ones resolved against ``package``)."""
+    if not node.level:
+        return node.module or ""
+    parts = package.split(".")
+    base = parts[: len(parts) - (node.level - 1)] if node.level - 1 <= len(parts) else []
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def forbidden_imports(source: str, filename: str = "<string>", package: str = "") -> list[str]:
+    """Every Qt / app.ui import in ``source``, as 'file:line: import X'. ``package`` resolves relative imports."""
+    tree = ast.parse(source, filename=filename)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            module = _resolve_relative(node, package)
+            names = [module]
+            if module == "app":  # `from app import ui`
+                names += [f"app.{a.name}" for a in node.names]
+        else:
+            continue
+        for name in names:
+            if _forbidden(name):
+                found.append(f"{filename}:{node.lineno}: imports {name}")
+    return found
+
+
+def _layer_files() -> list[Path]:
+    files = sorted(p for layer in LAYERS for p in (APP / layer).rglob("*.py"))
+    assert files, "no source files found under app/core and app/adapters"
+    return files
+
+
+def _package_of(path: Path) -> str:
+    """The package a file's relative imports resolve against (app/core/x.py and app/core/__init__.py: app.core)."""
+    return ".".join(path.relative_to(REPO).parent.parts)
+
+
+def test_core_and_adapters_source_never_imports_qt():
+    problems = []
+    for path in _layer_files():
+        rel = path.relative_to(REPO).as_posix()
+        problems += forbidden_imports(path.read_text(encoding="utf-8"), rel, _package_of(path))
+    assert not problems, "Qt imported below the UI layer:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import PySide6",
+        "import PySide6.QtWidgets as w",
+        "from PySide6.QtCore import QObject",
+        "from PySide6 import QtCore",
+        "import pyqtgraph as pg",
+        "from pyqtgraph import PlotWidget",
+        "import app.ui.main_window",
+        "from app.ui import window",
+        "from app import ui",
+        "def later():\n    import numpy, pyqtgraph\n",
+        "try:\n    import PySide6\nexcept ImportError:\n    pass\n",
+    ],
+)
+def test_checker_catches_qt_imports(source):
+    problems = forbidden_imports(source, "app/core/bad.py", "app.core")
+    assert len(problems) == 1, problems
+    assert problems[0].startswith("app/core/bad.py:")
+
+
+def test_checker_names_the_line_and_resolves_relative_imports(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import json\n\n\nimport PySide6\nfrom ..ui import window\n", encoding="utf-8")
+    problems = forbidden_imports(bad.read_text(), "app/core/bad.py", "app.core")
+    assert problems == ["app/core/bad.py:4: imports PySide6", "app/core/bad.py:5: imports app.ui"]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import json",
+        "from app.core.estimate import estimate",
+        "from .estimate import estimate",
+        "import pyside6_helpers_not_qt",
+        "import pyqtgraphics",
+        "from app import core",
+        "s = 'import PySide6'",
+    ],
+)
+def test_checker_allows_other_imports(source):
+    assert forbidden_imports(source, "app/core/ok.py", "app.core") == []
+
+
+_DYNAMIC = textwrap.dedent(
+    """
+    import contextlib, importlib, io, json, pkgutil, sys
+
+    BLOCKED = {"PySide6", "pyqtgraph", "shiboken6"}
+
+    class NoQt:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in BLOCKED:
+                raise ImportError(f"Qt is blocked in this test: {name}")
+            return None
+
+    sys.meta_path.insert(0, NoQt())
+
+    import app.adapters, app.core
+
+    imported = []
+    for pkg in (app.core, app.adapters):
+        def onerror(name):
+            raise
+        for info in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + ".", onerror=onerror):
+            importlib.import_module(info.name)
+            imported.append(info.name)
+
+    import app.cli
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rc = app.cli.main(["estimate", "--model", "llama-3.1-8b", "--cpu", "--json"])
+    leaked = sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED)
+    print(json.dumps({"rc": rc, "imported": imported, "leaked": leaked, "result": json.loads(out.getvalue())}))
+    """
+)
+
+
+def test_core_adapters_and_cli_run_without_qt():
+    proc = subprocess.run(
+        [sys.executable, "-c", _DYNAMIC], cwd=REPO, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["rc"] == 0
+    assert report["leaked"] == []
+    assert "app.core.estimate" in report["imported"]
+    assert "app.adapters.host" in report["imported"]
+    assert report["result"]["weights_bytes"] > 0
+
+
+def test_the_blocker_really_blocks_qt():
+    """The dynamic test means something only if its finder stops a Qt import that would otherwise work."""
+    script = _DYNAMIC.split("import app.adapters")[0] + textwrap.dedent(
+        """
+        try:
+            import pyqtgraph
+        except ImportError as exc:
+            print("blocked:", exc)
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("blocked:")
