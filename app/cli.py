@@ -192,7 +192,13 @@ def format_result(result) -> str:
     s = result.speed
     lines += [
         "",
-        f"Verdict: {'fits' if e.fits else 'does not fit'}. Largest context that fits: {result.max_context:,} tokens.",
+        f"Verdict: {'fits' if e.fits else 'does not fit'}. Largest context that fits: {result.max_context:,} tokens; "
+        f"concurrent users at {e.settings.context_tokens:,} tokens each: {result.max_users}"
+        + (
+            f"; GPU layers that fit: {result.max_gpu_layers} of {e.n_layer + 1}."
+            if result.max_gpu_layers is not None
+            else "."
+        ),
         f"Decode: {s.decode_tokens_per_s.low:.1f}-{s.decode_tokens_per_s.high:.1f} tokens/s; "
         f"prefill: {s.prefill_tokens_per_s.low:.0f}-{s.prefill_tokens_per_s.high:.0f} tokens/s; "
         f"time to first token ({s.prompt_tokens} tokens): {s.ttft_s.low:.2f}-{s.ttft_s.high:.2f} s.",

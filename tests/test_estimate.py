@@ -189,3 +189,29 @@ def test_settings_validation() -> None:
         Settings(cache_type_k="q3_k")
     with pytest.raises(EstimateError, match="CPU"):
         estimate(find_model("llama-3.2-1b"), [], Settings(), [_gpu("rtx-4090")])
+
+
+def test_serving_formats_carry_their_group_overhead() -> None:
+    from app.core.quant import find_serving_format, serving_weights_bytes
+
+    arch = find_model("llama-3.1-8b")
+    fp16 = serving_weights_bytes(arch, find_serving_format("FP16"))
+    awq = serving_weights_bytes(arch, find_serving_format("AWQ-4bit"))
+    # 8.03B parameters at 16 bits is ~14.96 GiB; AWQ keeps embeddings and head at 16 bits and adds
+    # one FP16 scale + 4-bit zero per 128 weights (4.156 bits per weight in linear layers).
+    assert fp16 / GIB == pytest.approx(14.96, rel=0.01)
+    linear = sum(t.n_elements for t in quantize_layout(arch, "F16") if t.name.startswith("blk.") and len(t.shape) > 1)
+    assert awq - (fp16 - linear * 2) == pytest.approx(linear * (4 + 20 / 128) / 8, rel=1e-6)
+
+
+def test_fit_reports_limits() -> None:
+    from app.core.fit import fit, model_from_catalog
+
+    model = model_from_catalog("llama-3.1-70b", "Q4_K_M")
+    targets = [_gpu("rtx-4090"), host_ram_target(128 * GIB)]
+    result = fit(model, Settings(context_tokens=8192), targets)
+    assert not result.estimate.fits
+    assert 0 < result.max_gpu_layers < 81
+    data = result.to_json()
+    assert data["max_gpu_layers"] == result.max_gpu_layers
+    assert data["compute_bytes"] == sum(d["compute_bytes"] for d in data["devices"])

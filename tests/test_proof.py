@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from app.adapters.llamacpp_probe import dry_run
-from app.adapters.proof import CASES, CPU_HOST, KNOWN_COMPUTE_GAPS, Case, compare_files, run_case
+from app.adapters.proof import CASES, CPU_HOST, KNOWN_COMPUTE_GAPS, Case, compare_files, measure, run_case
 from app.core.estimate import Settings, estimate
 from app.core.gguf_reader import read_gguf
 
@@ -70,16 +69,7 @@ def test_demo_model_matches_llama_cpp(demo_gguf: Path, settings: Settings) -> No
     model = read_gguf(demo_gguf)
     tensors = list(model.tensors)
     est = estimate(model.architecture, tensors, settings.model_copy(update={"repack": "none"}), [CPU_HOST])
-    measured = dry_run(
-        demo_gguf,
-        n_ctx=settings.context_tokens,
-        n_ubatch=settings.ubatch_tokens,
-        flash_attn=settings.flash_attn,
-        type_k=settings.cache_type_k,
-        type_v=settings.cache_type_v,
-        n_seq_max=settings.parallel_sequences,
-        swa_full=settings.swa_full,
-    )
+    measured = measure(demo_gguf, settings)
     rows = compare_files(tensors, est, measured)
     bad = [f"{r.component} {r.estimated_bytes} vs {r.measured_bytes}" for r in rows if not r.ok]
     assert not bad

@@ -132,6 +132,22 @@ def compare_files(tensors: list[TensorInfo], est: Estimate, measured: DryRunResu
     return [Row(name, e, m, tolerance(m)) for name, (e, m) in pairs.items()]
 
 
+def measure(path: Path, settings: Settings) -> DryRunResult:
+    """llama.cpp's dry run of ``path`` with the same settings the estimator was given."""
+    return dry_run(
+        path,
+        n_ctx=settings.context_tokens,
+        n_batch=settings.batch_tokens,
+        n_ubatch=settings.ubatch_tokens,
+        flash_attn=settings.flash_attn,
+        type_k=settings.cache_type_k,
+        type_v=settings.cache_type_v,
+        n_seq_max=settings.parallel_sequences,
+        swa_full=settings.swa_full,
+        kv_unified=settings.kv_unified,
+    )
+
+
 def run_case(case: Case, workdir: Path) -> Comparison:
     """Estimate and dry-run one case; the synthetic file is cached in ``workdir``."""
     arch = find_model(case.model_id)
@@ -141,17 +157,7 @@ def run_case(case: Case, workdir: Path) -> Comparison:
         write_sparse_gguf(path, arch, case.quant, tensors)
     settings = case.settings()
     est = estimate(arch, tensors, settings.model_copy(update={"repack": "none"}), [CPU_HOST])
-    measured = dry_run(
-        path,
-        n_ctx=case.context,
-        n_ubatch=case.ubatch,
-        flash_attn=case.flash_attn,
-        type_k=case.cache_k,
-        type_v=case.cache_v,
-        n_seq_max=case.parallel,
-        swa_full=case.swa_full,
-        kv_unified=case.kv_unified,
-    )
+    measured = measure(path, settings)
     rows = compare_files(tensors, est, measured)
     gap_key = _family(case.model_id, arch.arch)
     known = None

@@ -20,6 +20,8 @@ from app.core.estimate import (
     Target,
     estimate,
     max_context_tokens,
+    max_gpu_layers,
+    max_parallel_sequences,
 )
 from app.core.gguf_reader import read_gguf
 from app.core.hardware import GpuSnapshot, HostSnapshot
@@ -153,6 +155,8 @@ class FitResult:
     estimate: Estimate
     speed: SpeedEstimate
     max_context: int
+    max_users: int
+    max_gpu_layers: int | None
     targets: tuple[Target, ...]
 
     def to_json(self) -> dict[str, Any]:
@@ -194,6 +198,8 @@ class FitResult:
             "kv_caches": [c.model_dump() | {"total_bytes": c.total_bytes} for c in e.kv_caches],
             "fits": e.fits,
             "max_context": self.max_context,
+            "max_users_at_context": self.max_users,
+            "max_gpu_layers": self.max_gpu_layers,
             "decode_tokens_per_s": self.speed.decode_tokens_per_s.as_dict(),
             "prefill_tokens_per_s": self.speed.prefill_tokens_per_s.as_dict(),
             "ttft_s": self.speed.ttft_s.as_dict(),
@@ -213,4 +219,15 @@ def fit(model: ModelSource, settings: Settings, targets: list[Target], prompt_to
     est = estimate(model.arch, tensors, settings, targets)
     speed = estimate_speed(model.arch, tensors, est, targets, prompt_tokens=min(prompt_tokens, settings.context_tokens))
     max_ctx = max_context_tokens(model.arch, tensors, settings, targets)
-    return FitResult(model, est, speed, max_ctx, tuple(targets))
+    # Users who each get the chosen context (per-sequence context = -c, as llama-server's slots).
+    users = max_parallel_sequences(
+        model.arch,
+        tensors,
+        settings.model_copy(update={"kv_unified": False}),
+        targets,
+        settings.context_tokens,
+        upper=64,
+    )
+    has_gpu = any(t.kind == "gpu" for t in targets)
+    layers = max_gpu_layers(model.arch, tensors, settings, targets) if has_gpu else None
+    return FitResult(model, est, speed, max_ctx, users, layers, tuple(targets))
