@@ -215,3 +215,14 @@ def test_fit_reports_limits() -> None:
     data = result.to_json()
     assert data["max_gpu_layers"] == result.max_gpu_layers
     assert data["compute_bytes"] == sum(d["compute_bytes"] for d in data["devices"])
+
+
+def test_demo_model_repack_matches_a_real_load(demo_gguf) -> None:
+    from app.core.fit import cpu_target, model_from_gguf
+
+    model = model_from_gguf(demo_gguf)
+    est = estimate(model.arch, list(model.tensors), Settings(repack="x86-avx2"), [cpu_target(None)])
+    # A real (allocating) llama.cpp load of this file prints "CPU_REPACK model buffer size = 12.66 MiB":
+    # its 27 Q4_K matrices, copied beside the memory-mapped file.
+    assert est.repack_bytes == 12.65625 * MIB
+    assert estimate(model.arch, list(model.tensors), Settings(repack="none"), [cpu_target(None)]).repack_bytes == 0
