@@ -19,7 +19,6 @@ tests/test_proof.py:
 
 from __future__ import annotations
 
-import math
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -585,15 +584,3 @@ def max_gpu_layers(arch: Architecture, tensors: list[TensorInfo], settings: Sett
             best = n
             break
     return best
-
-
-def gib(n_bytes: int) -> float:
-    return n_bytes / GIB
-
-
-def mib(n_bytes: int) -> float:
-    return n_bytes / MIB
-
-
-def ceil_div(a: int, b: int) -> int:
-    return math.ceil(a / b)
