@@ -164,6 +164,9 @@ class Estimate(_Frozen):
     model_bytes: int = Field(description="llama_model_size: every tensor once")
     gpu_layers: int
     n_layer: int
+    layer_devices: tuple[int, ...] = Field(
+        description="for layers 0..n_layer (n_layer = the output layer): the index in ``devices`` holding it"
+    )
     assumptions: tuple[str, ...]
 
     def _sum(self, field: str) -> int:
@@ -491,6 +494,7 @@ def estimate(
         model_bytes=sum(t.n_bytes for t in tensors),
         gpu_layers=ngl,
         n_layer=n_layer,
+        layer_devices=tuple(device_of(i) % len(breakdown) for i in range(n_layer + 1)),
         assumptions=tuple(_assumptions(settings, gpus, cpu)),
     )
 

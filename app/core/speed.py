@@ -68,23 +68,9 @@ def active_bytes_by_device(arch: Architecture, tensors: list[TensorInfo], est: E
     """Weight bytes read per decoded token on each device of ``est`` (same order)."""
     n_layer = arch.n_layer
     share = arch.moe.n_expert_used / arch.moe.n_expert if arch.moe else 1.0
-    gpu_count = sum(1 for d in est.devices if d.kind == "gpu")
-    # Rebuild the same placement the estimator used: the last gpu_layers layers on the GPUs.
-    start = max(n_layer + 1 - est.gpu_layers, 0) if gpu_count else n_layer + 2
-    gpu_layer_counts = [d.layers for d in est.devices if d.kind == "gpu"]
     out = [0.0] * len(est.devices)
-    cpu_index = len(est.devices) - 1
     tied = not any(t.name == "output.weight" for t in tensors)
-
-    def device_for(layer: int) -> int:
-        if layer < start or layer < 0:
-            return cpu_index
-        k = layer - start
-        for g, count in enumerate(gpu_layer_counts):
-            if k < count:
-                return g
-            k -= count
-        return len(gpu_layer_counts) - 1 if gpu_layer_counts else cpu_index
+    device_for = est.layer_devices.__getitem__
 
     for t in tensors:
         layer = t.layer
