@@ -19,6 +19,8 @@ tests/test_proof.py:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -378,9 +380,88 @@ def _split_layers(n_layer: int, gpu_layers: int, gpus: list[Target]) -> dict[int
     return out
 
 
+@dataclass(frozen=True)
+class TensorTotals:
+    """A model's tensors summed per placement layer (0..n_layer, n_layer = the output layer).
+
+    ``input_bytes`` is what always stays in host memory (token embedding and the like);
+    ``repack_bytes[profile][layer]`` is what the CPU backend would repack if that layer ran on the
+    CPU; ``active_layer_bytes`` and ``active_params`` are what one decoded token reads (routed
+    share of MoE experts; a tied embedding is read whole by the output head).
+    """
+
+    model_bytes: int
+    input_bytes: int
+    layer_bytes: tuple[int, ...]
+    repack_bytes: dict[str, tuple[int, ...]]
+    token_embd_bytes: int
+    has_output: bool
+    active_layer_bytes: tuple[float, ...]
+    active_params: float
+
+
+_TOTALS_CACHE: dict[int, tuple[Sequence[TensorInfo], int, TensorTotals]] = {}
+_TOTALS_CACHE_SIZE = 128
+
+
+def tensor_totals(arch: Architecture, tensors: Sequence[TensorInfo]) -> TensorTotals:
+    """Per-layer sums of ``tensors``. A tuple's sums are remembered (it cannot change), so that
+    the many estimates behind one chart walk each tensor list once."""
+    key = id(tensors)
+    hit = _TOTALS_CACHE.get(key)
+    if hit is not None and hit[0] is tensors and hit[1] == arch.n_layer:
+        return hit[2]
+    totals = _sum_tensors(arch, tensors)
+    if isinstance(tensors, tuple):
+        if len(_TOTALS_CACHE) >= _TOTALS_CACHE_SIZE:
+            _TOTALS_CACHE.pop(next(iter(_TOTALS_CACHE)))
+        _TOTALS_CACHE[key] = (tensors, arch.n_layer, totals)
+    return totals
+
+
+def _sum_tensors(arch: Architecture, tensors: Sequence[TensorInfo]) -> TensorTotals:
+    n_layer = arch.n_layer
+    share = arch.moe.n_expert_used / arch.moe.n_expert if arch.moe else 1.0
+    layer_bytes = [0] * (n_layer + 1)
+    repack = {name: [0] * (n_layer + 1) for name in _REPACK_TYPES}
+    active = [0.0] * (n_layer + 1)
+    input_bytes = token_embd = 0
+    has_output = any(t.name == "output.weight" for t in tensors)
+    params = 0.0
+    for t in tensors:
+        layer = _layer_of(t, n_layer)
+        expert = "_exps." in t.name
+        if t.name == "token_embd.weight":
+            token_embd = t.n_bytes
+            if not has_output:
+                active[n_layer] += t.n_bytes
+                params += t.n_elements
+        else:
+            active[n_layer if t.layer is None else t.layer] += t.n_bytes * (share if expert else 1.0)
+            params += t.n_elements * (share if expert else 1.0)
+        if layer < 0:
+            input_bytes += t.n_bytes
+            continue
+        layer_bytes[layer] += t.n_bytes
+        if len(t.shape) >= 2 and t.shape[1] % 8 == 0:
+            for name, types in _REPACK_TYPES.items():
+                if t.ggml_type in types:
+                    repack[name][layer] += t.n_bytes
+    return TensorTotals(
+        model_bytes=sum(layer_bytes) + input_bytes,
+        input_bytes=input_bytes,
+        layer_bytes=tuple(layer_bytes),
+        repack_bytes={name: tuple(v) for name, v in repack.items()},
+        token_embd_bytes=token_embd,
+        has_output=has_output,
+        active_layer_bytes=tuple(active),
+        active_params=params,
+    )
+
+
 def estimate(
     arch: Architecture,
-    tensors: list[TensorInfo],
+    tensors: Sequence[TensorInfo],
     settings: Settings,
     targets: list[Target],
 ) -> Estimate:
@@ -408,23 +489,20 @@ def estimate(
         return placement.get(layer, -1)
 
     n_dev = len(gpus)
+    totals = tensor_totals(arch, tensors)
     weights = [0] * (n_dev + 1)  # index -1 → CPU (last slot)
     repack = 0
-    repack_types = _REPACK_TYPES[settings.repack]
-    tied_output_bytes = 0
-    for t in tensors:
-        layer = _layer_of(t, n_layer)
-        dev = device_of(layer) if layer >= 0 else -1
-        weights[dev] += t.n_bytes
-        if dev == -1 and layer >= 0 and t.ggml_type in repack_types and len(t.shape) >= 2 and t.shape[1] % 8 == 0:
-            repack += t.n_bytes
-        if t.name == "token_embd.weight":
-            tied_output_bytes = t.n_bytes
-    has_output = any(t.name == "output.weight" for t in tensors)
+    repack_by_layer = totals.repack_bytes[settings.repack]
+    weights[-1] += totals.input_bytes
+    for layer in range(n_layer + 1):
+        dev = device_of(layer)
+        weights[dev] += totals.layer_bytes[layer]
+        if dev == -1:
+            repack += repack_by_layer[layer]
     out_dev = device_of(n_layer)
-    if not has_output and out_dev != -1:
+    if not totals.has_output and out_dev != -1:
         # Tied embeddings: the output layer on a GPU gets its own copy of the token embedding.
-        weights[out_dev] += tied_output_bytes
+        weights[out_dev] += totals.token_embd_bytes
 
     caches = kv_caches(arch, settings)
     kv = [0] * (n_dev + 1)
@@ -491,7 +569,7 @@ def estimate(
         settings=settings,
         devices=tuple(breakdown),
         kv_caches=tuple(d for d, _ in caches),
-        model_bytes=sum(t.n_bytes for t in tensors),
+        model_bytes=totals.model_bytes,
         gpu_layers=ngl,
         n_layer=n_layer,
         layer_devices=tuple(device_of(i) % len(breakdown) for i in range(n_layer + 1)),
@@ -526,7 +604,7 @@ def _assumptions(settings: Settings, gpus: list[Target], cpu: Target) -> list[st
 
 def max_context_tokens(
     arch: Architecture,
-    tensors: list[TensorInfo],
+    tensors: Sequence[TensorInfo],
     settings: Settings,
     targets: list[Target],
     upper: int | None = None,
@@ -554,7 +632,7 @@ def max_context_tokens(
 
 def max_parallel_sequences(
     arch: Architecture,
-    tensors: list[TensorInfo],
+    tensors: Sequence[TensorInfo],
     settings: Settings,
     targets: list[Target],
     context_per_user: int,
@@ -580,7 +658,7 @@ def max_parallel_sequences(
     return lo
 
 
-def max_gpu_layers(arch: Architecture, tensors: list[TensorInfo], settings: Settings, targets: list[Target]) -> int:
+def max_gpu_layers(arch: Architecture, tensors: Sequence[TensorInfo], settings: Settings, targets: list[Target]) -> int:
     """The largest n_gpu_layers (0..n_layer+1) whose estimate fits every target."""
     best = 0
     for n in range(arch.n_layer + 1, -1, -1):

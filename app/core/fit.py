@@ -215,7 +215,7 @@ def fit(model: ModelSource, settings: Settings, targets: list[Target], prompt_to
             f"A context of {settings.context_tokens:,} tokens is far beyond what {model.label} was trained "
             f"for ({model.arch.n_ctx_train:,}); choose at most {model.arch.n_ctx_train:,}."
         )
-    tensors = list(model.tensors)
+    tensors = model.tensors
     est = estimate(model.arch, tensors, settings, targets)
     speed = estimate_speed(model.arch, tensors, est, targets, prompt_tokens=min(prompt_tokens, settings.context_tokens))
     max_ctx = max_context_tokens(model.arch, tensors, settings, targets)

@@ -425,9 +425,8 @@ def _tensor_infos(shown: str, raw: list[_RawTensor]) -> tuple[TensorInfo, ...]:
             raise ModelFileError(
                 f"{shown} is corrupt: tensor '{t.name}' claims the shape {list(t.dims)} at offset {t.offset:,}."
             )
-        info = TensorInfo(t.name, GGMLType(t.type_id), tuple(t.dims) or (1,))
         try:
-            info.n_bytes  # noqa: B018 - validates the row width against the block size
+            info = TensorInfo(t.name, GGMLType(t.type_id), tuple(t.dims) or (1,))
         except ValueError as exc:
             raise ModelFileError(f"{shown} is corrupt: tensor '{t.name}' {list(t.dims)}: {exc}.") from None
         infos.append(info)

@@ -12,10 +12,11 @@ for llama.cpp in public benchmarks; a later measurement on the user's machine na
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from app.core.architecture import Architecture
-from app.core.estimate import Estimate, Settings, Target
+from app.core.estimate import Estimate, Settings, Target, tensor_totals
 from app.core.tensors import TensorInfo
 
 # Share of the bandwidth roofline llama.cpp reaches in decode, by device class.
@@ -60,41 +61,17 @@ class SpeedEstimate:
     assumptions: tuple[str, ...]
 
 
-def _is_expert(t: TensorInfo) -> bool:
-    return "_exps." in t.name
-
-
-def active_bytes_by_device(arch: Architecture, tensors: list[TensorInfo], est: Estimate) -> list[float]:
+def active_bytes_by_device(arch: Architecture, tensors: Sequence[TensorInfo], est: Estimate) -> list[float]:
     """Weight bytes read per decoded token on each device of ``est`` (same order)."""
-    n_layer = arch.n_layer
-    share = arch.moe.n_expert_used / arch.moe.n_expert if arch.moe else 1.0
     out = [0.0] * len(est.devices)
-    tied = not any(t.name == "output.weight" for t in tensors)
-    device_for = est.layer_devices.__getitem__
-
-    for t in tensors:
-        layer = t.layer
-        if t.name == "token_embd.weight":
-            if tied:  # read whole by the output head
-                out[device_for(n_layer)] += t.n_bytes
-            continue
-        if layer is None:
-            layer = n_layer
-        weight = t.n_bytes * (share if _is_expert(t) else 1.0)
-        out[device_for(layer)] += weight
+    for layer, n_bytes in enumerate(tensor_totals(arch, tensors).active_layer_bytes):
+        out[est.layer_devices[layer]] += n_bytes
     return out
 
 
-def active_params(arch: Architecture, tensors: list[TensorInfo]) -> float:
+def active_params(arch: Architecture, tensors: Sequence[TensorInfo]) -> float:
     """Parameters touched per token (routed share of experts; embedding lookup excluded)."""
-    share = arch.moe.n_expert_used / arch.moe.n_expert if arch.moe else 1.0
-    total = 0.0
-    tied = not any(t.name == "output.weight" for t in tensors)
-    for t in tensors:
-        if t.name == "token_embd.weight" and not tied:
-            continue
-        total += t.n_elements * (share if _is_expert(t) else 1.0)
-    return total
+    return tensor_totals(arch, tensors).active_params
 
 
 def kv_bytes_per_token(est: Estimate) -> float:
@@ -109,7 +86,7 @@ def kv_bytes_per_token(est: Estimate) -> float:
 
 def estimate_speed(
     arch: Architecture,
-    tensors: list[TensorInfo],
+    tensors: Sequence[TensorInfo],
     est: Estimate,
     targets: list[Target],
     prompt_tokens: int = 512,

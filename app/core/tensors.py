@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum
 from math import prod
 
@@ -108,24 +108,25 @@ def row_bytes(ggml_type: GGMLType, n_elements: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class TensorInfo:
-    """One tensor: its GGUF name, storage type and shape (ggml order: ne[0] is the row width)."""
+    """One tensor: its GGUF name, storage type and shape (ggml order: ne[0] is the row width).
+
+    ``n_bytes`` and ``layer`` (the block index of ``blk.N.*`` tensors, else None) are worked out
+    once here, because the estimator reads them for every tensor on every slider step. Raises
+    ValueError when the row width does not fit the type's block size.
+    """
 
     name: str
     ggml_type: GGMLType
     shape: tuple[int, ...]
+    n_bytes: int = field(init=False, repr=False, compare=False)
+    layer: int | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        rows = prod(self.shape[1:]) if len(self.shape) > 1 else 1
+        object.__setattr__(self, "n_bytes", rows * row_bytes(self.ggml_type, self.shape[0]))
+        layer = int(self.name.split(".", 2)[1]) if self.name.startswith("blk.") else None
+        object.__setattr__(self, "layer", layer)
 
     @property
     def n_elements(self) -> int:
         return prod(self.shape)
-
-    @property
-    def n_bytes(self) -> int:
-        rows = prod(self.shape[1:]) if len(self.shape) > 1 else 1
-        return rows * row_bytes(self.ggml_type, self.shape[0])
-
-    @property
-    def layer(self) -> int | None:
-        """The block index for ``blk.N.*`` tensors, else None."""
-        if not self.name.startswith("blk."):
-            return None
-        return int(self.name.split(".", 2)[1])
