@@ -19,6 +19,7 @@ tests/test_proof.py:
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -35,6 +36,7 @@ GIB = 1024**3
 GPU_RUNTIME_OVERHEAD_BYTES = 512 * MIB
 CPU_RUNTIME_OVERHEAD_BYTES = 160 * MIB
 MAX_CONTEXT_TOKENS = 16 * 1024 * 1024
+_TOTALS_CACHE_SIZE = 128  # models remembered by the per-object caches below
 
 RepackProfile = Literal["x86-avx2", "x86-avx512", "arm-neon", "none"]
 _REPACK_TYPES: dict[str, frozenset[GGMLType]] = {
@@ -240,6 +242,21 @@ def _kv_layer_widths(arch: Architecture, layer: int) -> tuple[int, int]:
     return n_kv * arch.head_dim_k_eff, n_kv * arch.head_dim_v_eff
 
 
+_WIDTHS_CACHE: dict[int, tuple[Architecture, tuple[tuple[int, int], ...]]] = {}
+
+
+def _all_kv_widths(arch: Architecture) -> tuple[tuple[int, int], ...]:
+    """``_kv_layer_widths`` of every layer, remembered per architecture object (they are frozen)."""
+    hit = _WIDTHS_CACHE.get(id(arch))
+    if hit is not None and hit[0] is arch:
+        return hit[1]
+    widths = tuple(_kv_layer_widths(arch, i) for i in range(arch.n_layer))
+    if len(_WIDTHS_CACHE) >= _TOTALS_CACHE_SIZE:
+        _WIDTHS_CACHE.pop(next(iter(_WIDTHS_CACHE)))
+    _WIDTHS_CACHE[id(arch)] = (arch, widths)
+    return widths
+
+
 def kv_caches(arch: Architecture, settings: Settings) -> list[tuple[KVCacheDetail, list[int]]]:
     """The KV caches llama.cpp creates, each with the layers it holds.
 
@@ -252,16 +269,17 @@ def kv_caches(arch: Architecture, settings: Settings) -> list[tuple[KVCacheDetai
             f"{settings.cache_type_v} with -fa off. Turn flash attention on or use an f16 V cache."
         )
     cells, streams = context_cells(settings)
-    layers = [i for i in range(arch.n_layer) if any(_kv_layer_widths(arch, i))]
+    widths = _all_kv_widths(arch)
+    layers = [i for i in range(arch.n_layer) if any(widths[i])]
     if not layers:
         return []
     v_trans = not settings.flash_attn
-    v_width_max = max(_kv_layer_widths(arch, i)[1] for i in layers)
+    v_width_max = max(widths[i][1] for i in layers)
 
     def build(kind: Literal["full", "swa"], group: list[int], n_cells: int) -> tuple[KVCacheDetail, list[int]]:
         k_bytes = v_bytes = 0
         for i in group:
-            k_w, v_w = _kv_layer_widths(arch, i)
+            k_w, v_w = widths[i]
             k_bytes += row_bytes(type_k, k_w) * n_cells * streams
             if v_w:
                 width = v_width_max if v_trans else v_w
@@ -341,7 +359,7 @@ def compute_bytes(arch: Architecture, settings: Settings, kv_cells: int, swa_cel
         return max(p_out, p_ffn)
 
     n_head = arch.max_heads()
-    kv_w = max(sum(_kv_layer_widths(arch, i)) for i in range(arch.n_layer))
+    kv_w = max((sum(w) for w in _all_kv_widths(arch)), default=0)
     p_attn = n_ub * n_kv * f32 * (n_head + 1) + n_ub * f32 * (5 * e + kv_w)
     if swa_cells is not None and arch.arch == "gemma3":
         # Gemma 3's scores are reserved beside its SWA mask (f32 without flash attention);
@@ -401,7 +419,6 @@ class TensorTotals:
 
 
 _TOTALS_CACHE: dict[int, tuple[Sequence[TensorInfo], int, TensorTotals]] = {}
-_TOTALS_CACHE_SIZE = 128
 
 
 def tensor_totals(arch: Architecture, tensors: Sequence[TensorInfo]) -> TensorTotals:
@@ -484,9 +501,10 @@ def estimate(
         ngl = 0
     placement = _split_layers(n_layer, ngl, gpus)
 
-    def device_of(layer: int) -> int:
-        """-1 for the CPU, else the GPU index."""
-        return placement.get(layer, -1)
+    # For layers 0..n_layer (n_layer = the output layer): -1 for the CPU, else the GPU index.
+    layer_dev = [placement.get(i, -1) for i in range(n_layer + 1)]
+    device_of = layer_dev.__getitem__
+    layer_counts = Counter(layer_dev[:n_layer])
 
     n_dev = len(gpus)
     totals = tensor_totals(arch, tensors)
@@ -522,7 +540,7 @@ def estimate(
     full_cells = next((d.cells for d, _ in caches if d.kind == "full"), cells)
     peak = compute_bytes(arch, settings, full_cells if caches else cells, swa_cells)
     compute = [0] * (n_dev + 1)
-    gpu_used = sorted({device_of(i) for i in range(n_layer + 1)} - {-1})
+    gpu_used = sorted(set(layer_dev) - {-1})
     for g in gpu_used:
         compute[g] = peak
     if ngl < n_layer + 1 or not gpu_used:
@@ -534,7 +552,7 @@ def estimate(
 
     breakdown = []
     for g, target in enumerate(gpus):
-        layers_here = sum(1 for i in range(n_layer) if device_of(i) == g)
+        layers_here = layer_counts[g]
         breakdown.append(
             DeviceBreakdown(
                 name=target.name,
@@ -562,7 +580,7 @@ def estimate(
             compute_bytes=compute[-1],
             output_bytes=output,
             overhead_bytes=cpu.runtime_overhead_bytes,
-            layers=sum(1 for i in range(n_layer) if device_of(i) == -1),
+            layers=layer_counts[-1],
         )
     )
     return Estimate(
@@ -572,7 +590,7 @@ def estimate(
         model_bytes=totals.model_bytes,
         gpu_layers=ngl,
         n_layer=n_layer,
-        layer_devices=tuple(device_of(i) % len(breakdown) for i in range(n_layer + 1)),
+        layer_devices=tuple(d % len(breakdown) for d in layer_dev),
         assumptions=tuple(_assumptions(settings, gpus, cpu)),
     )
 
@@ -659,10 +677,27 @@ def max_parallel_sequences(
 
 
 def max_gpu_layers(arch: Architecture, tensors: Sequence[TensorInfo], settings: Settings, targets: list[Target]) -> int:
-    """The largest n_gpu_layers (0..n_layer+1) whose estimate fits every target."""
-    best = 0
-    for n in range(arch.n_layer + 1, -1, -1):
-        if estimate(arch, tensors, settings.model_copy(update={"gpu_layers": n}), targets).fits:
-            best = n
-            break
-    return best
+    """The largest n_gpu_layers (0..n_layer+1) whose estimate fits every target; 0 when none does.
+
+    GPU use only grows with n_gpu_layers and host use only shrinks, so the layers that fit form
+    one run: the answer is the largest count whose GPUs fit, when the host fits there too.
+    """
+
+    def at(n: int) -> Estimate:
+        return estimate(arch, tensors, settings.model_copy(update={"gpu_layers": n}), targets)
+
+    def gpus_fit(e: Estimate) -> bool:
+        return all(d.fits for d in e.devices if d.kind == "gpu")
+
+    top = arch.n_layer + 1
+    best = at(top)
+    if gpus_fit(best):
+        return top if best.fits else 0
+    lo, hi = 0, top  # gpus fit at lo (nothing on them), not at hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if gpus_fit(at(mid)):
+            lo = mid
+        else:
+            hi = mid
+    return lo if at(lo).fits else 0

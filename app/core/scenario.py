@@ -1,0 +1,647 @@
+"""What the window shows, worked out without Qt: one request (model, hardware, controls) in, one
+view (the estimate, the verdict in plain words, the data of every chart, the comparison) out.
+
+The window calls :meth:`Evaluator.evaluate` on a worker thread for every change. Whatever does
+not depend on the chosen context (the memory-against-context curve, users against context, the
+largest context, the quantized tensor lists) is cached, so a context-slider step costs one
+estimate per quantization preset and per compared machine, about a millisecond each.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from app.core.catalog import find_device, load_devices
+from app.core.devices import DeviceSpec
+from app.core.errors import EstimateError, FitScopeError
+from app.core.estimate import (
+    GIB,
+    MAX_CONTEXT_TOKENS,
+    Estimate,
+    Settings,
+    Target,
+    estimate,
+    max_context_tokens,
+    max_gpu_layers,
+    max_parallel_sequences,
+)
+from app.core.fit import (
+    ModelSource,
+    cpu_target,
+    host_ram_target,
+    model_from_catalog,
+    model_from_gguf,
+    model_from_hf_config,
+    repack_profile,
+    target_from_device,
+    target_from_gpu,
+)
+from app.core.hardware import GpuSnapshot, HostSnapshot
+from app.core.quant import PRESETS, QuantPreset, quantize_layout
+from app.core.speed import Range, SpeedEstimate, estimate_speed
+from app.core.tensors import TensorInfo
+
+MIN_CONTEXT_TOKENS = 512
+MAX_USERS = 64
+WORDS_PER_TOKEN = 0.75  # English prose, as commonly quoted for BPE tokenizers
+AMBER_HEADROOM = 0.10  # under 10% of the memory left: it fits, but only just
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class HardwareChoice(_Frozen):
+    """Where the model should run: this machine (its GPUs, or its CPU only) or a catalog device."""
+
+    kind: Literal["local", "cpu", "catalog"] = "local"
+    device_id: str | None = None
+    count: int = Field(default=1, ge=1, le=8)
+    host_ram_gib: float | None = Field(
+        default=None, gt=0, le=65536, description="host memory beside catalog GPUs; None: this machine's"
+    )
+
+    def label(self, machine: Machine | None = None) -> str:
+        if self.kind == "cpu":
+            return "This machine's CPU"
+        if self.kind == "local":
+            if machine is not None and machine.gpus:
+                names = {g.name for g in machine.gpus}
+                one = names.pop() if len(names) == 1 else "GPUs"
+                return (
+                    f"This machine ({len(machine.gpus)}x {one})" if len(machine.gpus) > 1 else f"This machine ({one})"
+                )
+            return "This machine"
+        device = find_device(self.device_id or "")
+        return f"{self.count}x {device.name}" if self.count > 1 else device.name
+
+
+class ModelChoice(_Frozen):
+    """The model: the built-in demo, a catalog entry (quantized with ``quant``), a GGUF file or a
+    Hugging Face config.json (quantized with ``quant``)."""
+
+    kind: Literal["demo", "catalog", "gguf", "hf_config"] = "demo"
+    ref: str = ""
+    quant: str = "Q4_K_M"
+
+
+class Controls(_Frozen):
+    """The knobs, named for people: ``context_tokens`` is what each user gets; llama.cpp's ``-c`` is
+    that times ``users`` (its ``-np`` slots). ``gpu_layers=None`` means "auto": the most that fit."""
+
+    context_tokens: int = Field(default=4096, ge=1, le=MAX_CONTEXT_TOKENS)
+    users: int = Field(default=1, ge=1, le=MAX_USERS)
+    cache_type_k: str = "f16"
+    cache_type_v: str = "f16"
+    flash_attn: bool = True
+    gpu_layers: int | None = Field(default=None, ge=0)
+
+    def settings(self, repack: str = "x86-avx2", gpu_layers: int | None = None) -> Settings:
+        """llama.cpp's settings for these controls. Raises EstimateError for values it refuses."""
+        try:
+            return Settings(
+                context_tokens=min(self.context_tokens * self.users, MAX_CONTEXT_TOKENS),
+                parallel_sequences=self.users,
+                cache_type_k=self.cache_type_k,
+                cache_type_v=self.cache_type_v,
+                flash_attn=self.flash_attn,
+                gpu_layers=gpu_layers,
+                repack=repack,  # type: ignore[arg-type]
+            )
+        except ValidationError as exc:
+            raise EstimateError(exc.errors()[0]["msg"]) from None
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What was detected here: NVIDIA GPUs (empty without a driver) and the host."""
+
+    gpus: tuple[GpuSnapshot, ...] = ()
+    host: HostSnapshot | None = None
+    gpu_message: str = ""
+
+
+# -- hardware ------------------------------------------------------------------------------------
+
+
+def _simplify(name: str) -> str:
+    name = name.lower().replace("geforce", "").replace("nvidia", "").replace("tesla", "")
+    return re.sub(r"[^a-z0-9]+", "", name)
+
+
+def match_catalog_device(gpu_name: str, memory_bytes: int | None = None) -> DeviceSpec | None:
+    """The catalog entry for a GPU name as NVML reports it ("NVIDIA GeForce RTX 4090"), or None.
+    When several entries share the name (A100 40/80 GB), the one closest in memory wins."""
+    key = _simplify(gpu_name)
+    hits = [d for d in load_devices() if d.vendor == "nvidia" and _simplify(d.name) in key]
+    if not hits:
+        return None
+    longest = max(len(_simplify(d.name)) for d in hits)
+    hits = [d for d in hits if len(_simplify(d.name)) == longest] or hits
+    if memory_bytes:
+        hits.sort(key=lambda d: abs(d.memory_gib * GIB - memory_bytes))
+    return hits[0]
+
+
+def resolve_targets(choice: HardwareChoice, machine: Machine) -> list[Target]:
+    """The estimator's targets for a hardware choice. Raises CatalogError for an unknown device."""
+    host = machine.host
+    if choice.kind == "cpu" or (choice.kind == "local" and not machine.gpus):
+        return [cpu_target(host)]
+    if choice.kind == "local":
+        gpus = [target_from_gpu(g, match_catalog_device(g.name, g.memory_total_bytes)) for g in machine.gpus]
+        ram = host.ram_total_bytes if host else 16 * GIB
+        return [*gpus, host_ram_target(ram)]
+    device = find_device(choice.device_id or "")
+    base = target_from_device(device)
+    if not device.is_gpu:
+        return [base]
+    gpus = [
+        base.model_copy(update={"name": f"{base.name} #{i + 1}"}) if choice.count > 1 else base
+        for i in range(choice.count)
+    ]
+    if device.memory_kind == "unified":
+        # One memory pool: what the GPU may not take is what the host side has.
+        host_bytes = int(device.memory_gib * GIB) - device.capacity_bytes
+    elif choice.host_ram_gib is not None:
+        host_bytes = int(choice.host_ram_gib * GIB)
+    else:
+        host_bytes = host.ram_total_bytes if host else 64 * GIB
+    return [*gpus, host_ram_target(host_bytes)]
+
+
+# -- requests and views --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Request:
+    model: ModelChoice
+    hardware: HardwareChoice
+    controls: Controls
+    machine: Machine
+    compare: tuple[HardwareChoice, ...] = ()
+    prompt_tokens: int = 512
+
+
+@dataclass(frozen=True)
+class Verdict:
+    level: Literal["green", "amber", "red"]
+    headline: str
+    sentences: tuple[str, ...]
+
+    @property
+    def text(self) -> str:
+        return " ".join((self.headline, *self.sentences))
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The memory that limits: the GPUs together when layers are on them, else host memory."""
+
+    label: str
+    used_bytes: int
+    capacity_bytes: int
+    weights_bytes: int
+    kv_cache_bytes: int
+    compute_bytes: int
+    overhead_bytes: int
+
+    @property
+    def free_bytes(self) -> int:
+        return self.capacity_bytes - self.used_bytes
+
+
+@dataclass(frozen=True)
+class ContextCurve:
+    """Memory of the limiting device against context per user (bytes, same length as ``contexts``)."""
+
+    label: str
+    contexts: tuple[int, ...]
+    weights_bytes: tuple[int, ...]
+    kv_cache_bytes: tuple[int, ...]
+    compute_bytes: tuple[int, ...]
+    overhead_bytes: tuple[int, ...]
+    capacity_bytes: int
+    max_context_tokens: int
+
+
+@dataclass(frozen=True)
+class LadderRow:
+    preset: str
+    ppl_increase: float | None
+    description: str
+    budget_bytes: int
+    capacity_bytes: int
+    fits: bool
+    gpu_layers: int
+    decode_tokens_per_s: Range
+    current: bool
+
+
+@dataclass(frozen=True)
+class ConcurrencyCurve:
+    contexts: tuple[int, ...]
+    users: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class CompareRow:
+    label: str
+    budget_bytes: int
+    capacity_bytes: int
+    fits: bool
+    gpu_layers: int | None
+    n_layer: int
+    decode_tokens_per_s: Range | None
+    price_usd: float | None
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class View:
+    """Everything the window shows for one request. ``error`` is set (and the rest may be empty)
+    when the settings are impossible; the message says why in plain words."""
+
+    request: Request
+    model: ModelSource | None
+    targets: tuple[Target, ...]
+    estimate: Estimate | None
+    speed: SpeedEstimate | None
+    budget: Budget | None
+    gpu_layers: int | None
+    max_context_tokens: int
+    max_users: int
+    verdict: Verdict
+    context_curve: ContextCurve | None
+    ladder: tuple[LadderRow, ...]
+    ladder_note: str
+    concurrency: ConcurrencyCurve | None
+    comparison: tuple[CompareRow, ...]
+    assumptions: tuple[str, ...] = field(default=())
+    error: str = ""
+
+    @property
+    def hardware_label(self) -> str:
+        return self.request.hardware.label(self.request.machine)
+
+
+# -- plain words ---------------------------------------------------------------------------------
+
+
+def gib(n_bytes: float) -> str:
+    return f"{n_bytes / GIB:,.1f} GiB"
+
+
+def budget_of(est: Estimate) -> Budget:
+    gpus = [d for d in est.devices if d.kind == "gpu" and (d.layers or d.weights_bytes)]
+    chosen = gpus or [d for d in est.devices if d.kind == "cpu"]
+    label = chosen[0].name if len(chosen) == 1 else f"{len(chosen)} GPUs together"
+
+    def total(*names: str) -> int:
+        return sum(getattr(d, n) for d in chosen for n in names)
+
+    return Budget(
+        label=label,
+        used_bytes=total("total_bytes"),
+        capacity_bytes=total("capacity_bytes"),
+        weights_bytes=total("weights_bytes", "repack_bytes"),
+        kv_cache_bytes=total("kv_cache_bytes", "recurrent_state_bytes"),
+        compute_bytes=total("compute_bytes", "output_bytes"),
+        overhead_bytes=total("overhead_bytes"),
+    )
+
+
+def _percent(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.0f}%" if whole > 0 else "-"
+
+
+def _speed_words(decode: Range) -> str:
+    lo, hi = decode.low, decode.high
+    if hi <= 0:
+        return ""
+    if hi < 1:
+        return f"Expect under one token a second ({lo:.2f}-{hi:.2f} tokens/s): too slow for a conversation."
+    r = lambda x: f"{x:,.0f}" if x >= 10 else f"{x:.1f}"  # noqa: E731
+    w_lo, w_hi = lo * WORDS_PER_TOKEN, hi * WORDS_PER_TOKEN
+    return f"Expect about {r(lo)}-{r(hi)} tokens/s (roughly {r(w_lo)}-{r(w_hi)} words a second)."
+
+
+def make_verdict(
+    est: Estimate,
+    speed: SpeedEstimate,
+    controls: Controls,
+    max_context: int,
+    smaller_quant: str | None,
+) -> Verdict:
+    """The answer in plain words, with a light: green (fits with room), amber (fits with under 10%
+    to spare, or only partly on the GPU), red (does not fit)."""
+    budget = budget_of(est)
+    convo = (
+        f"remembering the conversation ({controls.context_tokens:,} tokens)"
+        if controls.users == 1
+        else f"remembering {controls.users} conversations of {controls.context_tokens:,} tokens each"
+    )
+    shares = (
+        f"The model itself takes {_percent(budget.weights_bytes, budget.capacity_bytes)} of the memory; "
+        f"{convo} takes {_percent(budget.kv_cache_bytes, budget.capacity_bytes)}."
+    )
+    if not est.fits:
+        over = [d for d in est.devices if not d.fits]
+        worst = max(over, key=lambda d: -d.free_bytes)
+        headline = (
+            f"Does not fit: {worst.name} needs {gib(worst.total_bytes)} but has {gib(worst.capacity_bytes)} "
+            f"({gib(-worst.free_bytes)} short)."
+        )
+        shares = f"The model itself needs {gib(budget.weights_bytes)}; {convo} needs {gib(budget.kv_cache_bytes)}."
+        advice = []
+        if max_context >= MIN_CONTEXT_TOKENS and max_context < controls.context_tokens:
+            advice.append(f"The largest context that fits is {max_context:,} tokens per user.")
+        if smaller_quant:
+            advice.append(f"A smaller quantization, {smaller_quant}, would fit at this context.")
+        if not advice:
+            advice.append("Choose a smaller model, or hardware with more memory.")
+        return Verdict("red", headline, (shares, *advice))
+    gpu_devices = [d for d in est.devices if d.kind == "gpu"]
+    partial = gpu_devices and est.gpu_layers < est.n_layer + 1
+    speed_text = _speed_words(speed.decode_tokens_per_s)
+    if partial:
+        headline = (
+            f"Runs, but only {est.gpu_layers} of {est.n_layer + 1} layers fit on the GPU"
+            f"{'s' if len(gpu_devices) > 1 else ''}; the rest run on the CPU, which is much slower."
+        )
+        return Verdict("amber", headline, tuple(s for s in (shares, speed_text) if s))
+    level: Literal["green", "amber"] = "green"
+    headline = f"Fits, with {gib(budget.free_bytes)} to spare."
+    if budget.free_bytes < AMBER_HEADROOM * budget.capacity_bytes:
+        level = "amber"
+        share = _percent(budget.free_bytes, budget.capacity_bytes)
+        headline = f"Fits, but only just: {gib(budget.free_bytes)} to spare ({share})."
+    return Verdict(level, headline, tuple(s for s in (shares, speed_text) if s))
+
+
+# -- the evaluator -------------------------------------------------------------------------------
+
+
+def context_grid(n_ctx_train: int, points_per_octave: int = 4) -> tuple[int, ...]:
+    """Context lengths from 512 to the trained context, evenly spaced on a log scale."""
+    top = max(MIN_CONTEXT_TOKENS, min(n_ctx_train, MAX_CONTEXT_TOKENS))
+    octaves = math.log2(top / MIN_CONTEXT_TOKENS)
+    n = max(2, int(round(octaves * points_per_octave)) + 1)
+    out = sorted({int(round(MIN_CONTEXT_TOKENS * 2 ** (octaves * i / (n - 1)))) for i in range(n)})
+    out[-1] = top
+    return tuple(out)
+
+
+class Evaluator:
+    """Turns requests into views, remembering what a context change does not alter. Not thread
+    safe: the window keeps one per worker thread."""
+
+    def __init__(self) -> None:
+        self._models: dict[ModelChoice, ModelSource] = {}
+        self._ladder_tensors: dict[tuple[str, str], tuple[TensorInfo, ...] | str] = {}
+        self._curves: dict[tuple, tuple[ContextCurve, ConcurrencyCurve, int]] = {}
+
+    # Model loading is the slow, failing part (files); the window calls it first to report errors.
+    def model(self, choice: ModelChoice, demo_path: str | None = None) -> ModelSource:
+        """The model for a choice. Raises ModelFileError / CatalogError / EstimateError."""
+        cached = self._models.get(choice)
+        if cached is not None:
+            return cached
+        if choice.kind == "catalog":
+            source = model_from_catalog(choice.ref, choice.quant)
+        elif choice.kind == "hf_config":
+            source = model_from_hf_config(choice.ref, choice.quant)
+        else:
+            path = choice.ref if choice.kind == "gguf" else (demo_path or choice.ref)
+            if not path:
+                raise FitScopeError("The demo model is not available; pick a catalog model or open a GGUF file.")
+            source = model_from_gguf(path)
+        if len(self._models) > 32:
+            self._models.pop(next(iter(self._models)))
+        self._models[choice] = source
+        return source
+
+    def _preset_tensors(self, model: ModelSource, preset: QuantPreset) -> tuple[TensorInfo, ...] | str:
+        key = (model.arch.id + "|" + model.label + "|" + str(model.path), preset.name)
+        hit = self._ladder_tensors.get(key)
+        if hit is None:
+            if model.quant == preset.name:
+                hit = model.tensors
+            else:
+                try:
+                    hit = tuple(quantize_layout(model.arch, preset))
+                except (EstimateError, FitScopeError, ValueError, KeyError) as exc:
+                    hit = str(exc)
+            self._ladder_tensors[key] = hit
+        return hit
+
+    def evaluate(self, request: Request, demo_path: str | None = None) -> View:
+        """The view for a request. Raises FitScopeError only when the model cannot be loaded."""
+        model = self.model(request.model, demo_path)
+        machine = request.machine
+        targets = resolve_targets(request.hardware, machine)
+        repack = repack_profile(machine.host)
+        c = request.controls
+        try:
+            est, layers = self._placed(model.arch, model.tensors, c, targets, repack)
+        except EstimateError as exc:
+            return _error_view(request, model, targets, str(exc))
+        speed = estimate_speed(
+            model.arch,
+            model.tensors,
+            est,
+            targets,
+            prompt_tokens=min(request.prompt_tokens, est.settings.context_tokens),
+        )
+        curve, concurrency, max_ctx = self._context_curves(model, c, targets, repack, est.gpu_layers)
+        users = max_parallel_sequences(
+            model.arch,
+            model.tensors,
+            est.settings.model_copy(update={"kv_unified": False}),
+            targets,
+            c.context_tokens,
+            upper=MAX_USERS,
+        )
+        ladder, note = self._ladder(model, c, targets, repack)
+        smaller = None
+        if not est.fits:
+            # The best-quality preset that fits where the current one does not.
+            fitting = [r for r in ladder if r.fits and r.budget_bytes < budget_of(est).used_bytes]
+            smaller = fitting[-1].preset if fitting else None
+        verdict = make_verdict(est, speed, c, max_ctx, smaller)
+        comparison = tuple(self._compare_row(model, c, choice, machine, repack) for choice in request.compare)
+        return View(
+            request=request,
+            model=model,
+            targets=tuple(targets),
+            estimate=est,
+            speed=speed,
+            budget=budget_of(est),
+            gpu_layers=layers,
+            max_context_tokens=max_ctx,
+            max_users=users,
+            verdict=verdict,
+            context_curve=curve,
+            ladder=ladder,
+            ladder_note=note,
+            concurrency=concurrency,
+            comparison=comparison,
+            assumptions=tuple(est.assumptions) + tuple(speed.assumptions),
+        )
+
+    @staticmethod
+    def _placed(
+        arch, tensors: Sequence[TensorInfo], c: Controls, targets: list[Target], repack: str
+    ) -> tuple[Estimate, int | None]:
+        """The estimate with the asked GPU layers, or with the most that fit ("auto")."""
+        has_gpu = any(t.kind == "gpu" for t in targets)
+        settings = c.settings(repack)
+        if c.gpu_layers is not None or not has_gpu:
+            layers = c.gpu_layers if has_gpu else None
+            return estimate(arch, tensors, settings.model_copy(update={"gpu_layers": layers}), targets), layers
+        full = estimate(arch, tensors, settings, targets)
+        if full.fits:
+            return full, arch.n_layer + 1
+        best = max_gpu_layers(arch, tensors, settings, targets)
+        if best == 0:
+            return full, arch.n_layer + 1  # nothing fits: show the full-offload picture
+        return estimate(arch, tensors, settings.model_copy(update={"gpu_layers": best}), targets), best
+
+    def _context_curves(
+        self, model: ModelSource, c: Controls, targets: list[Target], repack: str, gpu_layers: int
+    ) -> tuple[ContextCurve, ConcurrencyCurve, int]:
+        key = (id(model), model.label, c.model_copy(update={"context_tokens": 1}), tuple(targets), repack, gpu_layers)
+        hit = self._curves.get(key)
+        if hit is not None:
+            return hit
+        arch, tensors = model.arch, model.tensors
+        base = c.settings(repack, gpu_layers=gpu_layers)
+        grid = context_grid(arch.n_ctx_train)
+        budgets = []
+        for n in grid:
+            s = base.model_copy(update={"context_tokens": min(n * c.users, MAX_CONTEXT_TOKENS)})
+            budgets.append(budget_of(estimate(arch, tensors, s, targets)))
+        per_user_limit = (
+            max_context_tokens(arch, tensors, base, targets, upper=min(arch.n_ctx_train * c.users, MAX_CONTEXT_TOKENS))
+            // c.users
+        )
+        first = budgets[0]
+        curve = ContextCurve(
+            label=first.label,
+            contexts=grid,
+            weights_bytes=tuple(b.weights_bytes for b in budgets),
+            kv_cache_bytes=tuple(b.kv_cache_bytes for b in budgets),
+            compute_bytes=tuple(b.compute_bytes for b in budgets),
+            overhead_bytes=tuple(b.overhead_bytes for b in budgets),
+            capacity_bytes=first.capacity_bytes,
+            max_context_tokens=per_user_limit,
+        )
+        users_grid = context_grid(arch.n_ctx_train, points_per_octave=2)
+        no_unified = base.model_copy(update={"kv_unified": False})
+        users = tuple(
+            max_parallel_sequences(arch, tensors, no_unified, targets, n, upper=MAX_USERS) for n in users_grid
+        )
+        result = (curve, ConcurrencyCurve(users_grid, users), per_user_limit)
+        if len(self._curves) > 64:
+            self._curves.pop(next(iter(self._curves)))
+        self._curves[key] = result
+        return result
+
+    def _ladder(
+        self, model: ModelSource, c: Controls, targets: list[Target], repack: str
+    ) -> tuple[tuple[LadderRow, ...], str]:
+        rows = []
+        failures = []
+        for preset in PRESETS:
+            if preset.name in ("F32", "MXFP4_MOE") and preset.name != model.quant:
+                continue
+            tensors = self._preset_tensors(model, preset)
+            if isinstance(tensors, str):
+                failures.append(preset.name)
+                continue
+            try:
+                est, layers = self._placed(model.arch, tensors, c, targets, repack)
+            except EstimateError:
+                continue
+            speed = estimate_speed(
+                model.arch, tensors, est, targets, prompt_tokens=min(512, est.settings.context_tokens)
+            )
+            b = budget_of(est)
+            rows.append(
+                LadderRow(
+                    preset=preset.name,
+                    ppl_increase=preset.ppl_increase,
+                    description=preset.description,
+                    budget_bytes=b.used_bytes,
+                    capacity_bytes=b.capacity_bytes,
+                    fits=est.fits,
+                    gpu_layers=est.gpu_layers,
+                    decode_tokens_per_s=speed.decode_tokens_per_s,
+                    current=preset.name == model.quant,
+                )
+            )
+        rows.sort(key=lambda r: r.budget_bytes)
+        note = ""
+        if model.quant not in {r.preset for r in rows} and model.path is not None:
+            note = f"This file's quantization ({model.quant}) is not a llama.cpp preset; the ladder shows the presets."
+        if failures and not rows:
+            note = f"The quantization ladder is not available for the {model.arch.arch} architecture."
+        return tuple(rows), note
+
+    def _compare_row(
+        self, model: ModelSource, c: Controls, choice: HardwareChoice, machine: Machine, repack: str
+    ) -> CompareRow:
+        try:
+            label = choice.label(machine)
+            targets = resolve_targets(choice, machine)
+            est, _ = self._placed(model.arch, model.tensors, c, targets, repack)
+            speed = estimate_speed(
+                model.arch, model.tensors, est, targets, prompt_tokens=min(512, est.settings.context_tokens)
+            )
+        except FitScopeError as exc:
+            return CompareRow(
+                choice.device_id or choice.kind, 0, 0, False, None, model.arch.n_layer, None, None, str(exc)
+            )
+        price = None
+        if choice.kind == "catalog":
+            device = find_device(choice.device_id or "")
+            price = device.price_usd * choice.count if device.price_usd else None
+        b = budget_of(est)
+        has_gpu = any(t.kind == "gpu" for t in targets)
+        return CompareRow(
+            label=label,
+            budget_bytes=b.used_bytes,
+            capacity_bytes=b.capacity_bytes,
+            fits=est.fits,
+            gpu_layers=est.gpu_layers if has_gpu else None,
+            n_layer=model.arch.n_layer,
+            decode_tokens_per_s=speed.decode_tokens_per_s,
+            price_usd=price,
+        )
+
+
+def _error_view(request: Request, model: ModelSource, targets: list[Target], message: str) -> View:
+    return View(
+        request=request,
+        model=model,
+        targets=tuple(targets),
+        estimate=None,
+        speed=None,
+        budget=None,
+        gpu_layers=None,
+        max_context_tokens=0,
+        max_users=0,
+        verdict=Verdict("red", "These settings are not possible.", (message,)),
+        context_curve=None,
+        ladder=(),
+        ladder_note="",
+        concurrency=None,
+        comparison=(),
+        error=message,
+    )
