@@ -72,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     hw.add_argument("--json", action="store_true")
     demo = sub.add_parser("demo", help="estimate the built-in demo model (Gemma 3 270M Q4_K_M) on this machine")
     demo.add_argument("--json", action="store_true")
+    win = sub.add_parser("window", help="open the desktop window (what `fitscope` alone does)")
+    win.add_argument("path", nargs="?", help="a .gguf model or a config.json to open")
+    win.add_argument("--demo", action="store_true", help="start on the built-in demo model")
     return parser
 
 
@@ -277,14 +280,31 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return cmd_estimate(ns)
 
 
-COMMANDS = {"estimate": cmd_estimate, "models": cmd_models, "gpus": cmd_gpus, "hw": cmd_hw, "demo": cmd_demo}
+def cmd_window(args: argparse.Namespace) -> int:
+    try:
+        from app.ui.app import run_window
+    except ImportError as exc:
+        raise FitScopeError(
+            f"The window needs PySide6 and pyqtgraph ({exc}); the other commands work without them."
+        ) from exc
+    return run_window(open_path=args.path, demo=args.demo)
+
+
+COMMANDS = {
+    "estimate": cmd_estimate,
+    "models": cmd_models,
+    "gpus": cmd_gpus,
+    "hw": cmd_hw,
+    "demo": cmd_demo,
+    "window": cmd_window,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
-        args = parser.parse_args(["demo"])
+        args = parser.parse_args(["window"])
     try:
         return COMMANDS[args.command](args)
     except FitScopeError as exc:

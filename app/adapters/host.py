@@ -114,9 +114,7 @@ def parse_cpuinfo(text: str) -> tuple[str | None, tuple[str, ...]]:
 
 def _sysctl(name: str) -> str | None:
     try:
-        result = subprocess.run(
-            ["sysctl", "-n", name], capture_output=True, text=True, timeout=2, check=False
-        )
+        result = subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, timeout=2, check=False)
     except (OSError, subprocess.SubprocessError):
         return None
     value = result.stdout.strip()
@@ -131,9 +129,7 @@ def _macos_cpu() -> tuple[str | None, tuple[str, ...]]:
             if _sysctl(f"hw.optional.arm.{feature}") == "1":
                 tokens.append(feature)
         return model, _normalise_flags(tokens)
-    features = " ".join(
-        filter(None, (_sysctl("machdep.cpu.features"), _sysctl("machdep.cpu.leaf7_features")))
-    )
+    features = " ".join(filter(None, (_sysctl("machdep.cpu.features"), _sysctl("machdep.cpu.leaf7_features"))))
     return model, _normalise_flags(features.split())
 
 

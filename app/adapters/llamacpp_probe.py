@@ -229,9 +229,7 @@ _RE_RECURRENT = re.compile(
 )
 _RE_CREATING = re.compile(r"creating\s+(non-SWA|SWA|indexer) KV cache")
 _RE_OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
-_RE_GRAPH = re.compile(
-    r"graph(?: \(pp bs=\d+, tg bs=\d+\))?: nodes = (\d+)(?: / (\d+))?, splits = (\d+)(?: / (\d+))?"
-)
+_RE_GRAPH = re.compile(r"graph(?: \(pp bs=\d+, tg bs=\d+\))?: nodes = (\d+)(?: / (\d+))?, splits = (\d+)(?: / (\d+))?")
 _RE_GRAPH_NODES_OLD = re.compile(r"graph nodes\s*=\s*(\d+)")
 _RE_GRAPH_SPLITS_OLD = re.compile(r"graph splits\s*=\s*(\d+)")
 _RE_CPARAM = re.compile(r"^llama_context: (n_ctx|n_ctx_seq|n_batch|n_ubatch|n_seq_max)\s*=\s*(\d+)\s*$")
@@ -242,9 +240,7 @@ _RE_FA_RESOLVED = re.compile(
 _RE_NO_ALLOC = re.compile(r"print_info: no_alloc\s*=\s*(\d)")
 _RE_PERF = {
     "load": re.compile(r"llama_perf_context_print:\s+load time =\s*([0-9.]+) ms"),
-    "prompt_eval": re.compile(
-        r"llama_perf_context_print: prompt eval time =\s*([0-9.]+) ms /\s*(\d+) tokens"
-    ),
+    "prompt_eval": re.compile(r"llama_perf_context_print: prompt eval time =\s*([0-9.]+) ms /\s*(\d+) tokens"),
     "eval": re.compile(r"llama_perf_context_print:\s+eval time =\s*([0-9.]+) ms /\s*(\d+) runs"),
     "total": re.compile(r"llama_perf_context_print:\s+total time =\s*([0-9.]+) ms /\s*(\d+) tokens"),
     "reused": re.compile(r"llama_perf_context_print:\s+graphs reused =\s*(\d+)"),
@@ -545,9 +541,7 @@ def dry_run(
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO_ROOT), env.get("PYTHONPATH", "")) if p)
     cmd = _build_command(str(path), settings)
     try:
-        proc = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=timeout_s, env=env, stdin=subprocess.DEVNULL
-        )
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired as exc:
         raise ProbeError(
             f"llama.cpp took longer than {timeout_s:g} s to probe {path} ({_describe_settings(settings)}); "
@@ -589,10 +583,7 @@ def dry_run(
             hint = " Is it a GGUF model file?" if "magic" in reason or "header" in reason else ""
             message = f"llama.cpp could not load {path}: {reason}.{hint}"
         elif payload.get("stage") == "create_context":
-            message = (
-                f"llama.cpp refused to create a context for {path} with "
-                f"{_describe_settings(settings)}: {reason}."
-            )
+            message = f"llama.cpp refused to create a context for {path} with {_describe_settings(settings)}: {reason}."
         else:
             message = f"The llama.cpp probe of {path} failed: {reason}."
         raise ProbeError(message, path=str(path), reason=reason, log=log)

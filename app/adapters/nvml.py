@@ -198,9 +198,7 @@ class NvmlMonitor:
                 return self._status_locked()
         except Exception as error:  # noqa: BLE001 - documented never to raise
             _log.exception("Reading the NVIDIA GPUs failed")
-            return NvmlStatus(
-                available=False, message=f"Reading the NVIDIA GPUs failed ({error}): {_FALLBACK}"
-            )
+            return NvmlStatus(available=False, message=f"Reading the NVIDIA GPUs failed ({error}): {_FALLBACK}")
 
     def _status_locked(self) -> NvmlStatus:
         if not self._ensure_init():
@@ -248,15 +246,11 @@ class NvmlMonitor:
 
         bus_width = _positive_int(self._query("bus width", lambda: api.nvmlDeviceGetMemoryBusWidth(handle)))
         mem_clock = _positive_int(
-            self._query(
-                "max memory clock", lambda: api.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM)
-            )
+            self._query("max memory clock", lambda: api.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM))
         )
         capability = self._query("compute capability", lambda: api.nvmlDeviceGetCudaComputeCapability(handle))
         power_mw = _positive_int(self._query("power usage", lambda: api.nvmlDeviceGetPowerUsage(handle)))
-        limit_mw = _positive_int(
-            self._query("power limit", lambda: api.nvmlDeviceGetEnforcedPowerLimit(handle))
-        )
+        limit_mw = _positive_int(self._query("power limit", lambda: api.nvmlDeviceGetEnforcedPowerLimit(handle)))
         cuda = self._query("CUDA version", api.nvmlSystemGetCudaDriverVersion_v2)
 
         return GpuSnapshot(
@@ -299,8 +293,7 @@ class NvmlMonitor:
             if known is None or (used is not None and used > known):
                 memory_by_pid[pid] = used
         return tuple(
-            GpuProcess(pid=pid, name=_process_name(pid), used_memory_bytes=used)
-            for pid, used in memory_by_pid.items()
+            GpuProcess(pid=pid, name=_process_name(pid), used_memory_bytes=used) for pid, used in memory_by_pid.items()
         )
 
 

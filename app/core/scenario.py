@@ -104,9 +104,15 @@ class Controls(_Frozen):
 
     def settings(self, repack: str = "x86-avx2", gpu_layers: int | None = None) -> Settings:
         """llama.cpp's settings for these controls. Raises EstimateError for values it refuses."""
+        total = self.context_tokens * self.users
+        if total > MAX_CONTEXT_TOKENS:
+            raise EstimateError(
+                f"{self.users} users x {self.context_tokens:,} tokens is a llama.cpp context of {total:,} tokens, "
+                f"beyond the {MAX_CONTEXT_TOKENS:,} FitScope estimates; lower the context or the users."
+            )
         try:
             return Settings(
-                context_tokens=min(self.context_tokens * self.users, MAX_CONTEXT_TOKENS),
+                context_tokens=total,
                 parallel_sequences=self.users,
                 cache_type_k=self.cache_type_k,
                 cache_type_v=self.cache_type_v,
@@ -338,6 +344,7 @@ def make_verdict(
     controls: Controls,
     max_context: int,
     smaller_quant: str | None,
+    n_ctx_train: int = 0,
 ) -> Verdict:
     """The answer in plain words, with a light: green (fits with room), amber (fits with under 10%
     to spare, or only partly on the GPU), red (does not fit)."""
@@ -370,19 +377,32 @@ def make_verdict(
     gpu_devices = [d for d in est.devices if d.kind == "gpu"]
     partial = gpu_devices and est.gpu_layers < est.n_layer + 1
     speed_text = _speed_words(speed.decode_tokens_per_s)
-    if partial:
-        headline = (
-            f"Runs, but only {est.gpu_layers} of {est.n_layer + 1} layers fit on the GPU"
-            f"{'s' if len(gpu_devices) > 1 else ''}; the rest run on the CPU, which is much slower."
+    beyond = ""
+    if n_ctx_train and controls.context_tokens > n_ctx_train:
+        beyond = (
+            f"That is beyond the {n_ctx_train:,} tokens the model was trained on: answers degrade there unless "
+            "the model supports context extension."
         )
-        return Verdict("amber", headline, tuple(s for s in (shares, speed_text) if s))
+    if partial:
+        gpus = "GPUs" if len(gpu_devices) > 1 else "GPU"
+        if controls.gpu_layers is None:
+            headline = (
+                f"Runs, but only {est.gpu_layers} of {est.n_layer + 1} layers fit on the {gpus}; "
+                "the rest run on the CPU, which is much slower."
+            )
+        else:
+            headline = (
+                f"Fits with {est.gpu_layers} of {est.n_layer + 1} layers on the {gpus}, as chosen; "
+                "the rest run on the CPU, which is much slower."
+            )
+        return Verdict("amber", headline, tuple(s for s in (shares, speed_text, beyond) if s))
     level: Literal["green", "amber"] = "green"
     headline = f"Fits, with {gib(budget.free_bytes)} to spare."
     if budget.free_bytes < AMBER_HEADROOM * budget.capacity_bytes:
         level = "amber"
         share = _percent(budget.free_bytes, budget.capacity_bytes)
         headline = f"Fits, but only just: {gib(budget.free_bytes)} to spare ({share})."
-    return Verdict(level, headline, tuple(s for s in (shares, speed_text) if s))
+    return Verdict(level, headline, tuple(s for s in (shares, speed_text, beyond) if s))
 
 
 # -- the evaluator -------------------------------------------------------------------------------
@@ -474,7 +494,7 @@ class Evaluator:
             # The best-quality preset that fits where the current one does not.
             fitting = [r for r in ladder if r.fits and r.budget_bytes < budget_of(est).used_bytes]
             smaller = fitting[-1].preset if fitting else None
-        verdict = make_verdict(est, speed, c, max_ctx, smaller)
+        verdict = make_verdict(est, speed, c, max_ctx, smaller, model.arch.n_ctx_train)
         comparison = tuple(self._compare_row(model, c, choice, machine, repack) for choice in request.compare)
         return View(
             request=request,
@@ -510,7 +530,10 @@ class Evaluator:
             return full, arch.n_layer + 1
         best = max_gpu_layers(arch, tensors, settings, targets)
         if best == 0:
-            return full, arch.n_layer + 1  # nothing fits: show the full-offload picture
+            on_cpu = estimate(arch, tensors, settings.model_copy(update={"gpu_layers": 0}), targets)
+            # Everything on the CPU may still fit (a GPU busy with other programs); else show the
+            # full-offload picture, which says how far the GPU is from enough.
+            return (on_cpu, 0) if on_cpu.fits else (full, arch.n_layer + 1)
         return estimate(arch, tensors, settings.model_copy(update={"gpu_layers": best}), targets), best
 
     def _context_curves(

@@ -1,0 +1,54 @@
+"""Start the window: the QApplication, the real services (NVML, host, demo model), the saved settings."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pyqtgraph as pg
+from PySide6.QtGui import QIcon
+from PySide6.QtWidgets import QApplication
+
+from app.adapters.demo_model import demo_model_path
+from app.adapters.host import detect_host
+from app.adapters.nvml import default_monitor
+from app.adapters.paths import preferences_path
+from app.core.catalog import RESOURCES_DIR
+from app.core.prefs import load_preferences
+from app.core.scenario import ModelChoice
+from app.ui.window import MainWindow, Services
+
+
+def real_services(prefs_path: Path | None = None) -> Services:
+    monitor = default_monitor()
+    return Services(
+        nvml_status=monitor.status,
+        detect_host=lambda measure: detect_host(measure_bandwidth=measure),
+        demo_path=demo_model_path,
+        prefs_path=prefs_path or preferences_path(),
+    )
+
+
+def create_window(services: Services, open_path: str | None = None, model: ModelChoice | None = None) -> MainWindow:
+    prefs, note = load_preferences(services.prefs_path)
+    if model is not None:
+        prefs = prefs.model_copy(update={"model": model})
+    window = MainWindow(services, prefs, note)
+    if open_path:
+        window.open_path(open_path)
+    return window
+
+
+def run_window(argv: Sequence[str] | None = None, open_path: str | None = None, demo: bool = False) -> int:
+    """Open the window and run until it closes. Returns the exit code."""
+    pg.setConfigOptions(antialias=True)
+    app = QApplication.instance() or QApplication(list(argv or sys.argv[:1]))
+    app.setApplicationName("FitScope")
+    app.setOrganizationName("FitScope")
+    icon = RESOURCES_DIR / "icons" / "fitscope.svg"
+    if icon.exists():
+        app.setWindowIcon(QIcon(str(icon)))
+    window = create_window(real_services(), open_path, ModelChoice() if demo else None)
+    window.show()
+    return app.exec()

@@ -1,0 +1,401 @@
+"""The four charts. Each is a ``pg.PlotWidget`` with a narrow ``set_data``; its items are created
+once and updated in place. Every chart keeps what it was last given in ``shown`` (bytes, tokens)
+and answers ``hover_text(x, y)`` with exact figures, shown as a tooltip under the mouse.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pyqtgraph as pg
+from PySide6.QtCore import QPointF, Qt
+from PySide6.QtGui import QColor, QCursor, QFont, QPalette
+from PySide6.QtWidgets import QToolTip, QWidget
+
+from app.core.estimate import GIB
+from app.core.scenario import ConcurrencyCurve, ContextCurve, LadderRow
+
+COLORS = {
+    "weights": "#4e79a7",
+    "kv": "#f28e2b",
+    "compute": "#59a14f",
+    "overhead": "#9c9c9c",
+    "capacity": "#d23c3c",
+    "fits": "#2e9d4a",
+    "current": "#f28e2b",
+    "muted": "#b8b8b8",
+}
+PARTS = (
+    ("weights", "Weights"),
+    ("kv", "KV cache (conversation memory)"),
+    ("compute", "Compute buffers"),
+    ("overhead", "Runtime overhead"),
+)
+
+
+def legend_html() -> str:
+    """One legend for all the charts, as rich text for a QLabel."""
+    items = [f'<span style="color:{COLORS[key]}">&#9632;</span>&nbsp;{label}' for key, label in PARTS]
+    items.append(f'<span style="color:{COLORS["capacity"]}"><b>- - -</b></span>&nbsp;Memory the device has')
+    items.append(f'<span style="color:{COLORS["current"]}">&#9632;</span>&nbsp;Your choice')
+    return " &nbsp;&nbsp; ".join(items)
+
+
+def _gib(n_bytes: float) -> float:
+    return n_bytes / GIB
+
+
+def context_label(tokens: int) -> str:
+    if tokens >= 1024 and tokens % 1024 == 0:
+        return f"{tokens // 1024}K"
+    return f"{tokens:,}"
+
+
+def _log2_ticks(lo: int, hi: int) -> list[tuple[float, str]]:
+    ticks = []
+    v = 512
+    while v <= hi * 1.001:
+        if v >= lo * 0.999:
+            ticks.append((math.log2(v), context_label(v)))
+        v *= 2
+    return ticks
+
+
+class Chart(pg.PlotWidget):
+    """Common look (follows the palette), hover tooltips and a presentation scale."""
+
+    def __init__(self, title: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent=parent)
+        self._title = title
+        self.setMenuEnabled(False)
+        self.hideButtons()
+        self.setMouseEnabled(x=False, y=False)
+        self.plotItem.setTitle(title)
+        self.plotItem.showGrid(x=False, y=True, alpha=0.2)
+        self.last_hover_text: str | None = None
+        self.scene().sigMouseMoved.connect(self._on_mouse_moved)
+        self.apply_palette(self.palette(), 1.0)
+
+    def hover_text(self, x: float, y: float) -> str | None:  # pragma: no cover - overridden
+        return None
+
+    def _on_mouse_moved(self, scene_pos: QPointF) -> None:
+        if not self.plotItem.vb.sceneBoundingRect().contains(scene_pos):
+            QToolTip.hideText()
+            return
+        p = self.plotItem.vb.mapSceneToView(scene_pos)
+        text = self.hover_text(p.x(), p.y())
+        self.last_hover_text = text
+        if text:
+            QToolTip.showText(QCursor.pos(), text, self)
+        else:
+            QToolTip.hideText()
+
+    def apply_palette(self, palette: QPalette, scale: float) -> None:
+        """Colours from the system palette (light or dark) and type size for presentation mode."""
+        bg = palette.color(QPalette.ColorRole.Base)
+        fg = palette.color(QPalette.ColorRole.Text)
+        self.setBackground(bg)
+        font = QFont(self.font())
+        font.setPointSizeF(max(7.0, font.pointSizeF() * scale))
+        for name in ("left", "bottom"):
+            axis = self.plotItem.getAxis(name)
+            axis.setPen(pg.mkPen(fg))
+            axis.setTextPen(pg.mkPen(fg))
+            axis.setTickFont(font)
+            axis.label.setFont(font)
+        self.plotItem.setTitle(self._title, color=fg.name(), size=f"{int(11 * scale)}pt")
+        self._fg = fg
+        self._scale = scale
+        self._font = font
+        self._restyle()
+
+    def _restyle(self) -> None:
+        """Re-apply text colours and fonts to items the subclass owns."""
+
+
+def _text(color: QColor | str = "#000000", anchor: tuple[float, float] = (0.5, 1.0)) -> pg.TextItem:
+    item = pg.TextItem("", color=color, anchor=anchor)
+    return item
+
+
+@dataclass(frozen=True)
+class DeviceBar:
+    name: str
+    weights_bytes: int
+    kv_cache_bytes: int
+    compute_bytes: int
+    overhead_bytes: int
+    capacity_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.weights_bytes + self.kv_cache_bytes + self.compute_bytes + self.overhead_bytes
+
+
+class SplitChart(Chart):
+    """One stacked bar per device (weights, KV cache, compute, overhead) against its capacity."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__("Where the memory goes", parent)
+        self.plotItem.setLabel("left", "GiB")
+        self.bars = {}
+        for key, _label in PARTS:
+            bar = pg.BarGraphItem(x=[], height=[], width=0.55, brush=COLORS[key], pen=pg.mkPen(None))
+            self.plotItem.addItem(bar)
+            self.bars[key] = bar
+        self.capacity = pg.PlotDataItem(
+            [], [], connect="pairs", pen=pg.mkPen(COLORS["capacity"], width=3, style=Qt.PenStyle.DashLine)
+        )
+        self.plotItem.addItem(self.capacity)
+        self.labels: list[pg.TextItem] = []
+        self.shown: list[DeviceBar] = []
+
+    def set_data(self, devices: Sequence[DeviceBar]) -> None:
+        self.shown = list(devices)
+        xs = list(range(len(devices)))
+        base = [0.0] * len(devices)
+        for key, field in (
+            ("weights", "weights_bytes"),
+            ("kv", "kv_cache_bytes"),
+            ("compute", "compute_bytes"),
+            ("overhead", "overhead_bytes"),
+        ):
+            heights = [_gib(getattr(d, field)) for d in devices]
+            self.bars[key].setOpts(x=xs, height=heights, y0=list(base), width=0.55)
+            base = [b + h for b, h in zip(base, heights, strict=True)]
+        cx, cy = [], []
+        for i, d in enumerate(devices):
+            cx += [i - 0.38, i + 0.38]
+            cy += [_gib(d.capacity_bytes)] * 2
+        self.capacity.setData(cx, cy)
+        while len(self.labels) < len(devices):
+            item = _text(self._fg)
+            self.plotItem.addItem(item)
+            self.labels.append(item)
+        for i, item in enumerate(self.labels):
+            if i < len(devices):
+                d = devices[i]
+                item.setText(f"{_gib(d.total_bytes):.1f} of {_gib(d.capacity_bytes):.1f} GiB")
+                item.setPos(i, max(_gib(d.total_bytes), _gib(d.capacity_bytes)))
+                item.setVisible(True)
+            else:
+                item.setVisible(False)
+        self.plotItem.getAxis("bottom").setTicks([[(i, d.name) for i, d in enumerate(devices)]])
+        top = max([max(_gib(d.total_bytes), _gib(d.capacity_bytes)) for d in devices] or [1.0])
+        self.plotItem.setXRange(-0.6, max(len(devices) - 0.4, 0.6), padding=0)
+        self.plotItem.setYRange(0, top * 1.22, padding=0)
+
+    def _restyle(self) -> None:
+        for item in getattr(self, "labels", []):
+            item.setColor(self._fg)
+            item.setFont(self._font)
+
+    def hover_text(self, x: float, y: float) -> str | None:
+        i = round(x)
+        if not 0 <= i < len(self.shown) or abs(x - i) > 0.4:
+            return None
+        d = self.shown[i]
+        free = d.capacity_bytes - d.total_bytes
+        return (
+            f"{d.name}\n"
+            f"Weights: {_gib(d.weights_bytes):.2f} GiB\n"
+            f"KV cache: {_gib(d.kv_cache_bytes):.2f} GiB\n"
+            f"Compute buffers: {_gib(d.compute_bytes):.2f} GiB\n"
+            f"Runtime overhead: {_gib(d.overhead_bytes):.2f} GiB\n"
+            f"Total: {_gib(d.total_bytes):.2f} of {_gib(d.capacity_bytes):.2f} GiB "
+            + (f"({_gib(free):.2f} GiB free)" if free >= 0 else f"({_gib(-free):.2f} GiB short)")
+        )
+
+
+class ContextChart(Chart):
+    """Memory against context per user: stacked areas, the capacity, the chosen and largest context."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__("Memory as the conversation grows", parent)
+        self.plotItem.setLabel("left", "GiB")
+        self.plotItem.setLabel("bottom", "context per user (tokens)")
+        self.curves = [pg.PlotDataItem([], [], pen=pg.mkPen(None)) for _ in range(len(PARTS) + 1)]
+        for c in self.curves:
+            self.plotItem.addItem(c)
+        self.fills = []
+        for i, (key, _label) in enumerate(PARTS):
+            color = QColor(COLORS[key])
+            color.setAlpha(200)
+            fill = pg.FillBetweenItem(self.curves[i], self.curves[i + 1], brush=color)
+            self.plotItem.addItem(fill)
+            self.fills.append(fill)
+        pen = pg.mkPen(COLORS["capacity"], width=2, style=Qt.PenStyle.DashLine)
+        self.capacity = pg.InfiniteLine(angle=0, pen=pen, label="capacity", labelOpts={"position": 0.08})
+        self.chosen = pg.InfiniteLine(angle=90, pen=pg.mkPen(COLORS["current"], width=2), label="your context")
+        fits_pen = pg.mkPen(COLORS["fits"], width=2, style=Qt.PenStyle.DotLine)
+        self.largest = pg.InfiniteLine(angle=90, pen=fits_pen, label="largest that fits", labelOpts={"position": 0.75})
+        for item in (self.capacity, self.chosen, self.largest):
+            self.plotItem.addItem(item)
+        self.shown: ContextCurve | None = None
+        self.chosen_tokens = 0
+
+    def set_data(self, curve: ContextCurve, chosen_tokens: int) -> None:
+        self.shown = curve
+        xs = [math.log2(n) for n in curve.contexts]
+        acc = [0.0] * len(xs)
+        self.curves[0].setData(xs, acc)
+        for i, series in enumerate(
+            (curve.weights_bytes, curve.kv_cache_bytes, curve.compute_bytes, curve.overhead_bytes), start=1
+        ):
+            acc = [a + _gib(v) for a, v in zip(acc, series, strict=True)]
+            self.curves[i].setData(xs, acc)
+        self.capacity.setValue(_gib(curve.capacity_bytes))
+        self.largest.setVisible(curve.max_context_tokens > 0)
+        if curve.max_context_tokens > 0:
+            self.largest.setValue(math.log2(curve.max_context_tokens))
+        self.set_chosen(chosen_tokens)
+        self.plotItem.getAxis("bottom").setTicks([_log2_ticks(curve.contexts[0], curve.contexts[-1])])
+        top = max(max(acc, default=0.0), _gib(curve.capacity_bytes))
+        self.plotItem.setYRange(0, top * 1.1, padding=0)
+        self.plotItem.setXRange(xs[0], xs[-1], padding=0.02)
+
+    def set_chosen(self, chosen_tokens: int) -> None:
+        self.chosen_tokens = chosen_tokens
+        self.chosen.setValue(math.log2(max(chosen_tokens, 1)))
+
+    def hover_text(self, x: float, y: float) -> str | None:
+        c = self.shown
+        if c is None:
+            return None
+        i = min(range(len(c.contexts)), key=lambda k: abs(math.log2(c.contexts[k]) - x))
+        total = c.weights_bytes[i] + c.kv_cache_bytes[i] + c.compute_bytes[i] + c.overhead_bytes[i]
+        return (
+            f"{c.contexts[i]:,} tokens per user on {c.label}\n"
+            f"Weights: {_gib(c.weights_bytes[i]):.2f} GiB\n"
+            f"KV cache: {_gib(c.kv_cache_bytes[i]):.2f} GiB\n"
+            f"Compute buffers: {_gib(c.compute_bytes[i]):.2f} GiB\n"
+            f"Runtime overhead: {_gib(c.overhead_bytes[i]):.2f} GiB\n"
+            f"Total: {_gib(total):.2f} of {_gib(c.capacity_bytes):.2f} GiB\n"
+            f"Largest context that fits: {c.max_context_tokens:,} tokens"
+        )
+
+
+class LadderChart(Chart):
+    """Every quantization preset: memory (bars), expected decode speed and published quality loss
+    (text beside each bar); the current choice highlighted, the ones that do not fit greyed."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__("Quantization ladder: memory, speed, quality", parent)
+        self.plotItem.setLabel("bottom", "GiB")
+        self.plotItem.showGrid(x=True, y=False, alpha=0.2)
+        self.bars = pg.BarGraphItem(x0=[], y=[], width=[], height=0.7, brushes=[], pen=pg.mkPen(None))
+        self.plotItem.addItem(self.bars)
+        pen = pg.mkPen(COLORS["capacity"], width=2, style=Qt.PenStyle.DashLine)
+        self.capacity = pg.InfiniteLine(angle=90, pen=pen, label="capacity", labelOpts={"position": 0.97})
+        self.plotItem.addItem(self.capacity)
+        self.plotItem.invertY(True)
+        self.labels: list[pg.TextItem] = []
+        self.shown: list[LadderRow] = []
+
+    def set_data(self, rows: Sequence[LadderRow]) -> None:
+        self.shown = list(rows)
+        ys = list(range(len(rows)))
+        widths = [_gib(r.budget_bytes) for r in rows]
+        brushes = [COLORS["current"] if r.current else (COLORS["weights"] if r.fits else COLORS["muted"]) for r in rows]
+        self.bars.setOpts(x0=[0.0] * len(rows), y=ys, width=widths, height=0.7, brushes=brushes)
+        capacity = _gib(rows[0].capacity_bytes) if rows else 0.0
+        self.capacity.setValue(capacity)
+        while len(self.labels) < len(rows):
+            item = _text(self._fg, anchor=(0.0, 0.5))
+            self.plotItem.addItem(item)
+            self.labels.append(item)
+        for i, item in enumerate(self.labels):
+            if i >= len(rows):
+                item.setVisible(False)
+                continue
+            r = rows[i]
+            item.setText(self._row_text(r))
+            item.setPos(widths[i], i)
+            item.setColor(self._fg if r.fits else QColor(COLORS["muted"]))
+            item.setVisible(True)
+        self.plotItem.getAxis("left").setTicks([[(i, r.preset) for i, r in enumerate(rows)]])
+        right = max(max(widths, default=1.0), capacity)
+        self.plotItem.setXRange(0, right * 1.9, padding=0)
+        self.plotItem.setYRange(-0.6, max(len(rows) - 0.4, 0.6), padding=0)
+
+    @staticmethod
+    def _row_text(r: LadderRow) -> str:
+        speed = r.decode_tokens_per_s
+        parts = [f" {_gib(r.budget_bytes):.1f} GiB", f"{speed.low:.0f}-{speed.high:.0f} tok/s"]
+        if r.ppl_increase is not None:
+            parts.append(f"ppl {r.ppl_increase:+.2f}")
+        if not r.fits:
+            parts.append("does not fit")
+        return " · ".join(parts)
+
+    def _restyle(self) -> None:
+        for item in getattr(self, "labels", []):
+            item.setFont(self._font)
+        if getattr(self, "shown", None):
+            self.set_data(self.shown)
+
+    def hover_text(self, x: float, y: float) -> str | None:
+        i = round(y)
+        if not 0 <= i < len(self.shown):
+            return None
+        r = self.shown[i]
+        quality = (
+            f"published perplexity increase {r.ppl_increase:+.4f}"
+            if r.ppl_increase is not None
+            else "no published perplexity figure"
+        )
+        speed = r.decode_tokens_per_s
+        return (
+            f"{r.preset}: {r.description}\n"
+            f"Memory: {_gib(r.budget_bytes):.2f} of {_gib(r.capacity_bytes):.2f} GiB"
+            + ("" if r.fits else " (does not fit)")
+            + f"\nDecode: {speed.low:.1f}-{speed.high:.1f} tokens/s\nQuality: {quality}"
+            + ("\n(your current choice)" if r.current else "")
+        )
+
+
+class ConcurrencyChart(Chart):
+    """How many users, each with the given context, fit at once."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__("How many users fit at once", parent)
+        self.plotItem.setLabel("left", "users")
+        self.plotItem.setLabel("bottom", "context per user (tokens)")
+        self.line = pg.PlotDataItem(
+            [], [], pen=pg.mkPen(COLORS["weights"], width=3), symbol="o", symbolSize=7, symbolBrush=COLORS["weights"]
+        )
+        self.plotItem.addItem(self.line)
+        self.point = pg.ScatterPlotItem(size=14, brush=COLORS["current"], pen=pg.mkPen("w", width=1.5))
+        self.plotItem.addItem(self.point)
+        self.chosen = pg.InfiniteLine(angle=90, pen=pg.mkPen(COLORS["current"], width=1))
+        self.plotItem.addItem(self.chosen)
+        self.shown: ConcurrencyCurve | None = None
+        self.chosen_point: tuple[int, int] = (0, 0)
+
+    def set_data(self, curve: ConcurrencyCurve, context_tokens: int, users: int, cap: int) -> None:
+        self.shown = curve
+        self._cap = cap
+        xs = [math.log2(n) for n in curve.contexts]
+        self.line.setData(xs, list(curve.users))
+        self.set_chosen(context_tokens, users)
+        self.plotItem.getAxis("bottom").setTicks([_log2_ticks(curve.contexts[0], curve.contexts[-1])])
+        self.plotItem.setXRange(xs[0], xs[-1], padding=0.03)
+        self.plotItem.setYRange(0, max(max(curve.users, default=1), users, 1) * 1.12, padding=0)
+
+    def set_chosen(self, context_tokens: int, users: int) -> None:
+        self.chosen_point = (context_tokens, users)
+        x = math.log2(max(context_tokens, 1))
+        self.point.setData([x], [users])
+        self.chosen.setValue(x)
+
+    def hover_text(self, x: float, y: float) -> str | None:
+        c = self.shown
+        if c is None:
+            return None
+        i = min(range(len(c.contexts)), key=lambda k: abs(math.log2(c.contexts[k]) - x))
+        n = c.users[i]
+        more = "+" if n >= self._cap else ""
+        return f"{c.contexts[i]:,} tokens each: {n}{more} users fit at once"

@@ -1,0 +1,229 @@
+"""The window's panels: the verdict banner, the detected hardware, and the context control."""
+
+from __future__ import annotations
+
+import math
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QFrame,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QSlider,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.core.estimate import GIB, MAX_CONTEXT_TOKENS
+from app.core.hardware import GpuSnapshot, HostSnapshot
+from app.core.scenario import MIN_CONTEXT_TOKENS, Verdict
+
+LIGHTS = {"green": "#2e9d4a", "amber": "#e0a100", "red": "#d23c3c"}
+LIGHT_WORDS = {"green": "Fits", "amber": "Tight", "red": "Does not fit"}
+
+
+class VerdictBanner(QFrame):
+    """The answer in plain words with a green / amber / red light."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.light = QLabel()
+        self.light.setFixedSize(28, 28)
+        self.light_word = QLabel()
+        self.light_word.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.headline = QLabel("Working it out…")
+        self.headline.setWordWrap(True)
+        self.headline.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.details = QLabel("")
+        self.details.setWordWrap(True)
+        self.details.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        left = QVBoxLayout()
+        left.addWidget(self.light, 0, Qt.AlignmentFlag.AlignHCenter)
+        left.addWidget(self.light_word)
+        left.addStretch(1)
+        text = QVBoxLayout()
+        text.addWidget(self.headline)
+        text.addWidget(self.details)
+        layout = QHBoxLayout(self)
+        layout.addLayout(left)
+        layout.addLayout(text, 1)
+        self.level = ""
+        self.set_scale(1.0)
+
+    def set_scale(self, scale: float) -> None:
+        base = self.font().pointSizeF()
+        self.headline.setStyleSheet(f"font-weight: 600; font-size: {base * 1.35 * scale:.1f}pt;")
+        self.details.setStyleSheet(f"font-size: {base * 1.05 * scale:.1f}pt;")
+        size = int(28 * scale)
+        self.light.setFixedSize(size, size)
+        self._paint_light()
+
+    def _paint_light(self) -> None:
+        color = LIGHTS.get(self.level, "#9c9c9c")
+        radius = self.light.width() // 2
+        self.light.setStyleSheet(f"background: {color}; border-radius: {radius}px;")
+
+    def set_verdict(self, verdict: Verdict) -> None:
+        self.level = verdict.level
+        self.headline.setText(verdict.headline)
+        self.details.setText(" ".join(verdict.sentences))
+        self.light_word.setText(LIGHT_WORDS[verdict.level])
+        self.light.setAccessibleName(f"{verdict.level} light")
+        self.setAccessibleDescription(verdict.text)
+        self._paint_light()
+
+    def set_message(self, level: str, headline: str, details: str = "") -> None:
+        self.level = level
+        self.headline.setText(headline)
+        self.details.setText(details)
+        self.light_word.setText(LIGHT_WORDS.get(level, ""))
+        self._paint_light()
+
+
+def _gib(n: float) -> str:
+    return f"{n / GIB:.1f} GiB"
+
+
+class HardwareView(QWidget):
+    """What this machine has: each NVIDIA GPU with a live memory bar, then the CPU and RAM."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._grid = QGridLayout(self)
+        self._grid.setContentsMargins(0, 0, 0, 0)
+        self.gpu_message = QLabel("")
+        self.gpu_message.setWordWrap(True)
+        self.host_label = QLabel("")
+        self.host_label.setWordWrap(True)
+        self.bars: list[QProgressBar] = []
+        self.gpu_labels: list[QLabel] = []
+        self._grid.addWidget(self.gpu_message, 0, 0, 1, 2)
+        self._grid.addWidget(self.host_label, 100, 0, 1, 2)
+
+    def set_gpus(self, gpus: tuple[GpuSnapshot, ...], message: str) -> None:
+        self.gpu_message.setVisible(not gpus)
+        self.gpu_message.setText(message or "No NVIDIA GPU found: FitScope estimates for the CPU and the catalog.")
+        while len(self.bars) < len(gpus):
+            row = len(self.bars) * 2 + 1
+            label = QLabel()
+            label.setWordWrap(True)
+            bar = QProgressBar()
+            bar.setRange(0, 1000)
+            bar.setTextVisible(True)
+            self._grid.addWidget(label, row, 0, 1, 2)
+            self._grid.addWidget(bar, row + 1, 0, 1, 2)
+            self.gpu_labels.append(label)
+            self.bars.append(bar)
+        for i, (label, bar) in enumerate(zip(self.gpu_labels, self.bars, strict=True)):
+            visible = i < len(gpus)
+            label.setVisible(visible)
+            bar.setVisible(visible)
+            if not visible:
+                continue
+            g = gpus[i]
+            extra = [f"{g.bandwidth_gb_s:,.0f} GB/s" if g.bandwidth_gb_s else "bandwidth unknown"]
+            if g.driver_version:
+                extra.append(f"driver {g.driver_version}")
+            if g.cuda_version:
+                extra.append(f"CUDA {g.cuda_version}")
+            label.setText(f"GPU {g.index}: {g.name} ({', '.join(extra)})")
+            total = max(g.memory_total_bytes, 1)
+            bar.setValue(int(1000 * g.memory_used_bytes / total))
+            bar.setFormat(
+                f"used {_gib(g.memory_used_bytes)} · free {_gib(g.memory_free_bytes)} of {_gib(g.memory_total_bytes)}"
+            )
+            bar.setToolTip("Refreshed every second from the NVIDIA driver (NVML).")
+
+    def set_host(self, host: HostSnapshot | None, measuring: bool) -> None:
+        if host is None:
+            self.host_label.setText("CPU: not detected")
+            return
+        cores = (
+            f"{host.physical_cores} cores / {host.logical_cores} threads"
+            if host.physical_cores
+            else (f"{host.logical_cores} threads")
+        )
+        if host.measured_read_bandwidth_gb_s:
+            bw = f"memory read {host.measured_read_bandwidth_gb_s:.0f} GB/s (measured)"
+        else:
+            bw = "measuring memory bandwidth…" if measuring else "memory bandwidth not measured"
+        self.host_label.setText(
+            f"CPU: {host.cpu_model}, {cores}\nRAM: {_gib(host.ram_available_bytes)} free of "
+            f"{_gib(host.ram_total_bytes)}; {bw}"
+        )
+
+
+STEPS_PER_OCTAVE = 16
+
+
+class ContextControl(QWidget):
+    """Context per user: a logarithmic slider from 512 tokens to the model's trained context, and
+    a box for typing an exact figure. Emits ``context_changed(tokens)`` when the user moves either."""
+
+    context_changed = Signal(int)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.slider = QSlider(Qt.Orientation.Horizontal)
+        self.slider.setSingleStep(1)
+        self.slider.setPageStep(STEPS_PER_OCTAVE)
+        self.slider.setAccessibleName("Context length slider")
+        self.spin = QSpinBox()
+        self.spin.setRange(1, MAX_CONTEXT_TOKENS)
+        self.spin.setSingleStep(256)
+        self.spin.setGroupSeparatorShown(True)
+        self.spin.setSuffix(" tokens")
+        self.spin.setAccessibleName("Context length in tokens")
+        self.spin.setKeyboardTracking(False)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.slider, 3)
+        layout.addWidget(self.spin, 2)
+        self._top = 4096
+        self.set_trained_context(4096)
+        self.slider.valueChanged.connect(self._slider_moved)
+        self.spin.valueChanged.connect(self._typed)
+
+    @staticmethod
+    def tokens_at(position: int) -> int:
+        tokens = MIN_CONTEXT_TOKENS * 2 ** (position / STEPS_PER_OCTAVE)
+        step = 256 if tokens >= 2048 else 64
+        return int(round(tokens / step) * step)
+
+    @staticmethod
+    def position_of(tokens: int) -> int:
+        return int(round(STEPS_PER_OCTAVE * math.log2(max(tokens, MIN_CONTEXT_TOKENS) / MIN_CONTEXT_TOKENS)))
+
+    def set_trained_context(self, n_ctx_train: int) -> None:
+        self._top = max(n_ctx_train, MIN_CONTEXT_TOKENS)
+        was = self.slider.blockSignals(True)
+        self.slider.setRange(0, self.position_of(self._top))
+        self.slider.setValue(self.position_of(self.spin.value()))
+        self.slider.blockSignals(was)
+        self.slider.setToolTip(f"512 to {self._top:,} tokens (the model's trained context); type any value beside")
+
+    def set_tokens(self, tokens: int) -> None:
+        for w, v in ((self.spin, tokens), (self.slider, self.position_of(tokens))):
+            was = w.blockSignals(True)
+            w.setValue(v)
+            w.blockSignals(was)
+
+    def tokens(self) -> int:
+        return self.spin.value()
+
+    def _slider_moved(self, position: int) -> None:
+        tokens = self._top if position >= self.slider.maximum() else self.tokens_at(position)
+        was = self.spin.blockSignals(True)
+        self.spin.setValue(tokens)
+        self.spin.blockSignals(was)
+        self.context_changed.emit(tokens)
+
+    def _typed(self, tokens: int) -> None:
+        was = self.slider.blockSignals(True)
+        self.slider.setValue(self.position_of(tokens))
+        self.slider.blockSignals(was)
+        self.context_changed.emit(tokens)

@@ -1,0 +1,963 @@
+"""The main window: hardware, model and controls on the left; the verdict and the charts on the right.
+
+Every change goes the same way: the widgets write the new choice into ``Preferences``, a request is
+sent to the estimate worker, and the returned ``View`` is shown everywhere at once
+(``view_changed`` fires after it is). Nothing slow runs on the GUI thread.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QSettings, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QGuiApplication, QKeySequence
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QCheckBox,
+    QComboBox,
+    QCompleter,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QGridLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QMainWindow,
+    QMessageBox,
+    QPlainTextEdit,
+    QPushButton,
+    QScrollArea,
+    QSpinBox,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.adapters.demo_model import DEMO_LICENSE, DEMO_MODEL_NAME
+from app.core import report
+from app.core.catalog import load_devices, load_models
+from app.core.errors import FitScopeError
+from app.core.estimate import GIB
+from app.core.hardware import HostSnapshot, NvmlStatus
+from app.core.prefs import MAX_COMPARED, Preferences, save_preferences
+from app.core.quant import PRESETS
+from app.core.scenario import (
+    MAX_USERS,
+    Controls,
+    Evaluator,
+    HardwareChoice,
+    Machine,
+    ModelChoice,
+    Request,
+    View,
+)
+from app.core.tensors import CACHE_TYPES
+from app.ui.charts import ConcurrencyChart, ContextChart, DeviceBar, LadderChart, SplitChart, legend_html
+from app.ui.panels import ContextControl, HardwareView, VerdictBanner
+from app.ui.worker import TaskRunner
+
+_log = logging.getLogger(__name__)
+
+PRESENTATION_SCALE = 1.6
+GPU_CHANGE_BYTES = 256 * 1024**2  # free GPU memory moving by less than this does not re-estimate
+
+
+@dataclass
+class Services:
+    """What the window needs from the outside world, passed in (tests pass fakes for NVML only)."""
+
+    nvml_status: Callable[[], NvmlStatus]
+    detect_host: Callable[[bool], HostSnapshot]
+    demo_path: Callable[[], Path]
+    prefs_path: Path
+    poll_interval_ms: int = 1000
+    measure_bandwidth: bool = True
+
+
+class MainWindow(QMainWindow):
+    view_changed = Signal(object)  # View, after it is on screen
+    error_shown = Signal(str)
+    machine_changed = Signal(object)  # Machine
+
+    def __init__(self, services: Services, prefs: Preferences, startup_note: str = "") -> None:
+        super().__init__()
+        self.setWindowTitle("FitScope: will this model run here, and how fast?")
+        self.setAcceptDrops(True)
+        self._services = services
+        self._prefs = prefs
+        self._evaluator = Evaluator()
+        self._demo_path: str | None = None
+        self._estimates = TaskRunner("estimate", self)
+        self._hardware = TaskRunner("nvml", self)
+        self._host_job = TaskRunner("host", self)
+        self._request_models: dict[int, ModelChoice] = {}
+        self._last_good_model: ModelChoice | None = None
+        self._applied_job = 0
+        self.view: View | None = None
+        self._measuring = services.measure_bandwidth
+        status = services.nvml_status()
+        self._nvml_message = status.message
+        self.machine = Machine(
+            gpus=status.gpus if status.available else (), host=services.detect_host(False), gpu_message=status.message
+        )
+        self._devices = {d.id: d for d in load_devices()}
+        self._models = load_models()
+        self._updating = False
+
+        self._build_ui()
+        self._build_menus()
+        self._apply_prefs_to_widgets()
+        self.hardware_view.set_gpus(self.machine.gpus, self._nvml_message)
+        self.hardware_view.set_host(self.machine.host, self._measuring)
+
+        self._estimates.finished.connect(self._on_view)
+        self._estimates.failed.connect(self._on_estimate_failed)
+        self._hardware.finished.connect(self._on_nvml)
+        self._host_job.finished.connect(self._on_host)
+        self._save_timer = QTimer(self, singleShot=True, interval=400)
+        self._save_timer.timeout.connect(self.save_preferences)
+        self._poll = QTimer(self, interval=services.poll_interval_ms)
+        self._poll.timeout.connect(self._poll_gpus)
+        if self.machine.gpus:
+            self._poll.start()
+        if services.measure_bandwidth:
+            self._host_job.submit(lambda: services.detect_host(True))
+        hints = QGuiApplication.styleHints()
+        hints.colorSchemeChanged.connect(lambda _scheme: self._apply_look())
+        self._restore_geometry()
+        self._apply_look()
+        if startup_note:
+            QTimer.singleShot(0, lambda: self.show_error(startup_note))
+        self.request_estimate()
+
+    # -- construction -------------------------------------------------------------------------
+
+    def _build_ui(self) -> None:
+        left = QWidget()
+        left_layout = QVBoxLayout(left)
+
+        hw_box = QGroupBox("&Hardware")
+        hw_layout = QVBoxLayout(hw_box)
+        self.hardware_view = HardwareView()
+        hw_layout.addWidget(self.hardware_view)
+        form = QFormLayout()
+        self.target_combo = self._device_combo(include_local=True)
+        self.target_combo.setAccessibleName("Hardware to estimate for")
+        self.count_spin = QSpinBox()
+        self.count_spin.setRange(1, 8)
+        self.count_spin.setSuffix(" GPU(s)")
+        self.host_ram_spin = QDoubleSpinBox()
+        self.host_ram_spin.setRange(0, 65536)
+        self.host_ram_spin.setDecimals(0)
+        self.host_ram_spin.setSuffix(" GiB")
+        self.host_ram_spin.setSpecialValueText("this machine's")
+        self.host_ram_spin.setToolTip(
+            "System memory beside the GPUs (holds the token embedding and any layers left on the CPU)"
+        )
+        row = QHBoxLayout()
+        row.addWidget(self.count_spin)
+        row.addWidget(QLabel("host RAM"))
+        row.addWidget(self.host_ram_spin)
+        form.addRow("Estimate &for", self.target_combo)
+        form.addRow("", row)
+        self.compare_combos: list[QComboBox] = []
+        self.compare_counts: list[QSpinBox] = []
+        for i in range(MAX_COMPARED - 1):
+            combo = self._device_combo(include_local=True, include_none=True)
+            combo.setAccessibleName(f"Compare with, choice {i + 1}")
+            count = QSpinBox()
+            count.setRange(1, 8)
+            count.setSuffix("x")
+            line = QHBoxLayout()
+            line.addWidget(combo, 1)
+            line.addWidget(count)
+            form.addRow(f"Compare with &{i + 1}" if i == 0 else f"Compare with {i + 1}", line)
+            self.compare_combos.append(combo)
+            self.compare_counts.append(count)
+        hw_layout.addLayout(form)
+        left_layout.addWidget(hw_box)
+
+        model_box = QGroupBox("&Model")
+        model_layout = QVBoxLayout(model_box)
+        self.model_search = QLineEdit()
+        self.model_search.setPlaceholderText("Search the catalog (Ctrl+F)")
+        self.model_search.setClearButtonEnabled(True)
+        self.model_list = QListWidget()
+        self.model_list.setMinimumHeight(120)
+        self.model_list.setAccessibleName("Model catalog")
+        self._fill_model_list()
+        buttons = QHBoxLayout()
+        self.open_button = QPushButton("&Open GGUF…")
+        self.import_button = QPushButton("Import &config.json…")
+        buttons.addWidget(self.open_button)
+        buttons.addWidget(self.import_button)
+        self.model_info = QLabel("")
+        self.model_info.setWordWrap(True)
+        self.model_info.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        model_layout.addWidget(self.model_search)
+        model_layout.addWidget(self.model_list, 1)
+        model_layout.addLayout(buttons)
+        model_layout.addWidget(self.model_info)
+        left_layout.addWidget(model_box, 1)
+
+        ctl_box = QGroupBox("&Settings")
+        ctl = QFormLayout(ctl_box)
+        self.context_control = ContextControl()
+        ctl.addRow("Conte&xt per user", self.context_control)
+        self.users_spin = QSpinBox()
+        self.users_spin.setRange(1, MAX_USERS)
+        self.users_spin.setAccessibleName("Concurrent users")
+        ctl.addRow("Concurrent &users", self.users_spin)
+        self.quant_combo = QComboBox()
+        for p in PRESETS:
+            self.quant_combo.addItem(p.name, p.name)
+        self.quant_combo.setAccessibleName("Weight quantization")
+        ctl.addRow("&Quantization", self.quant_combo)
+        self.advanced = QWidget()
+        adv = QFormLayout(self.advanced)
+        adv.setContentsMargins(0, 0, 0, 0)
+        self.ctk_combo = QComboBox()
+        self.ctv_combo = QComboBox()
+        for combo in (self.ctk_combo, self.ctv_combo):
+            for name in CACHE_TYPES:
+                combo.addItem(name, name)
+        self.ctk_combo.setAccessibleName("K cache type")
+        self.ctv_combo.setAccessibleName("V cache type")
+        adv.addRow("&K cache type", self.ctk_combo)
+        adv.addRow("&V cache type", self.ctv_combo)
+        self.fa_check = QCheckBox("Flash &attention")
+        self.fa_check.setToolTip("llama.cpp's -fa; a quantized V cache needs it")
+        adv.addRow("", self.fa_check)
+        self.ngl_spin = QSpinBox()
+        self.ngl_spin.setRange(-1, 1000)
+        self.ngl_spin.setSpecialValueText("auto (the most that fit)")
+        self.ngl_spin.setAccessibleName("GPU layers")
+        adv.addRow("&GPU layers", self.ngl_spin)
+        ctl.addRow(self.advanced)
+        left_layout.addWidget(ctl_box)
+
+        scroll = QScrollArea()
+        scroll.setWidget(left)
+        scroll.setWidgetResizable(True)
+        scroll.setMinimumWidth(360)
+
+        right = QWidget()
+        right_layout = QVBoxLayout(right)
+        self.banner = VerdictBanner()
+        right_layout.addWidget(self.banner)
+        self.tabs = QTabWidget()
+        charts_page = QWidget()
+        grid = QGridLayout(charts_page)
+        grid.setContentsMargins(0, 0, 0, 0)
+        self.split_chart = SplitChart()
+        self.context_chart = ContextChart()
+        self.ladder_chart = LadderChart()
+        self.concurrency_chart = ConcurrencyChart()
+        self.legend = QLabel(legend_html())
+        self.legend.setTextFormat(Qt.TextFormat.RichText)
+        grid.addWidget(self.legend, 0, 0, 1, 2)
+        grid.addWidget(self.split_chart, 1, 0)
+        grid.addWidget(self.context_chart, 2, 0)
+        grid.addWidget(self.concurrency_chart, 3, 0)
+        grid.addWidget(self.ladder_chart, 1, 1, 3, 1)
+        grid.setColumnStretch(0, 1)
+        grid.setColumnStretch(1, 1)
+        self.charts = {
+            "split": self.split_chart,
+            "context": self.context_chart,
+            "ladder": self.ladder_chart,
+            "concurrency": self.concurrency_chart,
+        }
+        self.tabs.addTab(charts_page, "C&harts")
+        self.compare_table = QTableWidget(0, 6)
+        self.compare_table.setHorizontalHeaderLabels(
+            ["Hardware", "Memory needed", "Memory there", "Fits", "Expected tokens/s", "Price (USD)"]
+        )
+        self._table_defaults(self.compare_table)
+        self.tabs.addTab(self.compare_table, "Com&pare hardware")
+        details = QWidget()
+        details_layout = QVBoxLayout(details)
+        self.breakdown_table = QTableWidget(0, 8)
+        self.breakdown_table.setHorizontalHeaderLabels(
+            ["Device", "Weights", "KV cache", "Compute", "Output", "Overhead", "Total", "Capacity"]
+        )
+        self._table_defaults(self.breakdown_table)
+        self.command_text = QPlainTextEdit()
+        self.command_text.setReadOnly(True)
+        self.command_text.setMaximumHeight(170)
+        self.assumptions_text = QPlainTextEdit()
+        self.assumptions_text.setReadOnly(True)
+        details_layout.addWidget(QLabel("Per device (GiB)"))
+        details_layout.addWidget(self.breakdown_table)
+        details_layout.addWidget(QLabel("The same settings for llama.cpp"))
+        details_layout.addWidget(self.command_text)
+        details_layout.addWidget(QLabel("Assumptions behind these figures"))
+        details_layout.addWidget(self.assumptions_text)
+        self.tabs.addTab(details, "&Details")
+        right_layout.addWidget(self.tabs, 1)
+
+        splitter = QSplitter()
+        splitter.addWidget(scroll)
+        splitter.addWidget(right)
+        splitter.setStretchFactor(1, 1)
+        self.splitter = splitter
+        self.setCentralWidget(splitter)
+        self.resize(1440, 900)
+        splitter.setSizes([400, 1040])
+
+        self.target_combo.activated.connect(self._hardware_edited)
+        self.count_spin.valueChanged.connect(self._hardware_edited)
+        self.host_ram_spin.valueChanged.connect(self._hardware_edited)
+        for combo, count in zip(self.compare_combos, self.compare_counts, strict=True):
+            combo.activated.connect(self._compare_edited)
+            count.valueChanged.connect(self._compare_edited)
+        self.model_search.textChanged.connect(self._filter_models)
+        self.model_list.currentItemChanged.connect(self._model_picked)
+        self.open_button.clicked.connect(self.open_gguf_dialog)
+        self.import_button.clicked.connect(self.import_config_dialog)
+        self.context_control.context_changed.connect(lambda v: self._controls_edited(context_tokens=v))
+        self.users_spin.valueChanged.connect(lambda v: self._controls_edited(users=v))
+        self.quant_combo.activated.connect(self._quant_picked)
+        self.ctk_combo.activated.connect(lambda _i: self._controls_edited(cache_type_k=self.ctk_combo.currentData()))
+        self.ctv_combo.activated.connect(lambda _i: self._controls_edited(cache_type_v=self.ctv_combo.currentData()))
+        self.fa_check.toggled.connect(lambda on: self._controls_edited(flash_attn=on))
+        self.ngl_spin.valueChanged.connect(lambda v: self._controls_edited(gpu_layers=None if v < 0 else v))
+
+    @staticmethod
+    def _table_defaults(table: QTableWidget) -> None:
+        table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        table.verticalHeader().setVisible(False)
+        table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        table.horizontalHeader().setStretchLastSection(True)
+
+    def _device_combo(self, include_local: bool, include_none: bool = False) -> QComboBox:
+        combo = QComboBox()
+        combo.setEditable(True)
+        combo.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
+        combo.completer().setFilterMode(Qt.MatchFlag.MatchContains)
+        combo.completer().setCompletionMode(QCompleter.CompletionMode.PopupCompletion)
+        if include_none:
+            combo.addItem("(nothing)", None)
+        if include_local:
+            combo.addItem("This machine", ("local", None))
+            combo.addItem("This machine's CPU only", ("cpu", None))
+        for d in self._devices.values():
+            price = f", ${d.price_usd:,.0f}" if d.price_usd else ""
+            combo.addItem(f"{d.name} ({d.memory_gib:g} GiB{price})", ("catalog", d.id))
+        return combo
+
+    def _fill_model_list(self) -> None:
+        item = QListWidgetItem(f"Demo: {DEMO_MODEL_NAME}")
+        item.setData(Qt.ItemDataRole.UserRole, ("demo", ""))
+        item.setToolTip(f"The built-in demo model. {DEMO_LICENSE}")
+        self.model_list.addItem(item)
+        for arch in self._models:
+            size = f"{arch.params_billions:g}B" if arch.params_billions else ""
+            item = QListWidgetItem(f"{arch.name}  {size}")
+            item.setData(Qt.ItemDataRole.UserRole, ("catalog", arch.id))
+            item.setToolTip(f"{arch.name}: {arch.arch}, {arch.n_layer} layers, trained context {arch.n_ctx_train:,}")
+            self.model_list.addItem(item)
+
+    def _build_menus(self) -> None:
+        def action(menu, text: str, slot, shortcut=None, checkable: bool = False) -> QAction:
+            act = QAction(text, self)
+            if shortcut is not None:
+                act.setShortcut(QKeySequence(shortcut))
+            act.setCheckable(checkable)
+            act.triggered.connect(slot)
+            menu.addAction(act)
+            return act
+
+        file_menu = self.menuBar().addMenu("&File")
+        action(file_menu, "&Open GGUF…", self.open_gguf_dialog, QKeySequence.StandardKey.Open)
+        action(file_menu, "&Import config.json…", self.import_config_dialog, "Ctrl+I")
+        file_menu.addSeparator()
+        action(file_menu, "&Export report (HTML)…", lambda: self._export_dialog("html"), "Ctrl+E")
+        action(file_menu, "Export charts as &PNG…", lambda: self._export_dialog("png"), "Ctrl+Shift+E")
+        action(file_menu, "Export estimate as &JSON…", lambda: self._export_dialog("json"))
+        action(file_menu, "Export estimate as &CSV…", lambda: self._export_dialog("csv"))
+        action(file_menu, "Copy llama.cpp &command", self.copy_command, "Ctrl+Shift+C")
+        file_menu.addSeparator()
+        action(file_menu, "&Quit", self.close, QKeySequence.StandardKey.Quit)
+        view_menu = self.menuBar().addMenu("&View")
+        self.presentation_action = action(view_menu, "&Presentation mode", self.set_presentation, "F5", checkable=True)
+        action(view_menu, "&Full screen", self._toggle_full_screen, QKeySequence.StandardKey.FullScreen)
+        action(view_menu, "Search &models", self._focus_search, QKeySequence.StandardKey.Find)
+        help_menu = self.menuBar().addMenu("&Help")
+        action(help_menu, "&How the estimate works", self._show_how)
+
+    # -- preferences <-> widgets --------------------------------------------------------------
+
+    def _apply_prefs_to_widgets(self) -> None:
+        self._updating = True
+        try:
+            p = self._prefs
+            self._select_combo(self.target_combo, (p.hardware.kind, p.hardware.device_id))
+            self.count_spin.setValue(p.hardware.count)
+            self.host_ram_spin.setValue(p.hardware.host_ram_gib or 0)
+            for i, combo in enumerate(self.compare_combos):
+                choice = p.compare[i] if i < len(p.compare) else None
+                self._select_combo(combo, (choice.kind, choice.device_id) if choice else None)
+                self.compare_counts[i].setValue(choice.count if choice else 1)
+            c = p.controls
+            self.context_control.set_tokens(c.context_tokens)
+            self.users_spin.setValue(c.users)
+            self._select_combo(self.ctk_combo, c.cache_type_k)
+            self._select_combo(self.ctv_combo, c.cache_type_v)
+            self.fa_check.setChecked(c.flash_attn)
+            self.ngl_spin.setValue(-1 if c.gpu_layers is None else c.gpu_layers)
+            self._select_combo(self.quant_combo, p.model.quant)
+            self._select_model_item(p.model)
+            self._update_hardware_widgets()
+            self._update_model_widgets()
+            self.presentation_action.setChecked(p.presentation)
+            self._set_presentation_widgets(p.presentation)
+        finally:
+            self._updating = False
+
+    @staticmethod
+    def _select_combo(combo: QComboBox, data: Any) -> None:
+        for i in range(combo.count()):
+            if combo.itemData(i) == data:
+                combo.setCurrentIndex(i)
+                return
+        combo.setCurrentIndex(0)
+
+    def _select_model_item(self, choice: ModelChoice) -> None:
+        was = self.model_list.blockSignals(True)
+        self.model_list.setCurrentRow(-1)
+        for i in range(self.model_list.count()):
+            if self.model_list.item(i).data(Qt.ItemDataRole.UserRole) == (choice.kind, choice.ref):
+                self.model_list.setCurrentRow(i)
+        self.model_list.blockSignals(was)
+
+    def _update_hardware_widgets(self) -> None:
+        hw = self._prefs.hardware
+        device = self._devices.get(hw.device_id or "")
+        multi = hw.kind == "catalog" and device is not None and device.memory_kind != "unified"
+        self.count_spin.setEnabled(multi)
+        self.host_ram_spin.setEnabled(multi)
+        has_gpu = (hw.kind == "local" and bool(self.machine.gpus)) or (hw.kind == "catalog")
+        self.ngl_spin.setEnabled(has_gpu)
+        self.ngl_spin.setToolTip("" if has_gpu else "No GPU in this choice: every layer runs on the CPU.")
+
+    def _update_model_widgets(self) -> None:
+        kind = self._prefs.model.kind
+        self.quant_combo.setEnabled(kind in ("catalog", "hf_config"))
+        self.quant_combo.setToolTip(
+            "" if self.quant_combo.isEnabled() else "A GGUF file's quantization is fixed; the ladder shows the others."
+        )
+
+    def _set_prefs(self, **update: Any) -> None:
+        self._prefs = self._prefs.model_copy(update=update)
+        self._save_timer.start()
+        self.request_estimate()
+
+    def _hardware_edited(self, *_args: Any) -> None:
+        if self._updating:
+            return
+        data = self.target_combo.currentData()
+        if data is None:
+            return
+        kind, device_id = data
+        ram = self.host_ram_spin.value() or None
+        choice = HardwareChoice(kind=kind, device_id=device_id, count=self.count_spin.value(), host_ram_gib=ram)
+        self._prefs = self._prefs.model_copy(update={"hardware": choice})
+        self._update_hardware_widgets()
+        self._set_prefs()
+
+    def _compare_edited(self, *_args: Any) -> None:
+        if self._updating:
+            return
+        choices = []
+        for combo, count in zip(self.compare_combos, self.compare_counts, strict=True):
+            data = combo.currentData()
+            if data:
+                choices.append(HardwareChoice(kind=data[0], device_id=data[1], count=count.value()))
+        self._set_prefs(compare=tuple(choices))
+
+    def _controls_edited(self, **update: Any) -> None:
+        if self._updating:
+            return
+        self._set_prefs(controls=self._prefs.controls.model_copy(update=update))
+
+    def _quant_picked(self, _index: int) -> None:
+        if self._updating or self._prefs.model.kind not in ("catalog", "hf_config"):
+            return
+        self._set_prefs(model=self._prefs.model.model_copy(update={"quant": self.quant_combo.currentData()}))
+
+    def _model_picked(self, current: QListWidgetItem | None, _previous: QListWidgetItem | None = None) -> None:
+        if self._updating or current is None:
+            return
+        kind, ref = current.data(Qt.ItemDataRole.UserRole)
+        self.choose_model(ModelChoice(kind=kind, ref=ref, quant=self.quant_combo.currentData() or "Q4_K_M"))
+
+    def _filter_models(self, text: str) -> None:
+        needle = text.strip().lower()
+        for i in range(self.model_list.count()):
+            item = self.model_list.item(i)
+            item.setHidden(bool(needle) and needle not in (item.text() + item.toolTip()).lower())
+
+    # -- public actions (menus, tests, screenshots) -------------------------------------------
+
+    def choose_model(self, choice: ModelChoice) -> None:
+        """Switch model; if it cannot be read, a message says why and the previous one stays."""
+        self._set_prefs(model=choice)
+        self._select_model_item(choice)
+        self._update_model_widgets()
+
+    def choose_hardware(self, choice: HardwareChoice) -> None:
+        self._prefs = self._prefs.model_copy(update={"hardware": choice})
+        self._apply_prefs_to_widgets()
+        self._set_prefs()
+
+    def set_controls(self, controls: Controls) -> None:
+        self._prefs = self._prefs.model_copy(update={"controls": controls})
+        self._apply_prefs_to_widgets()
+        self._set_prefs()
+
+    def open_gguf(self, path: str) -> None:
+        self.choose_model(ModelChoice(kind="gguf", ref=str(path)))
+        self._remember_file(path)
+
+    def import_config(self, path: str) -> None:
+        self.choose_model(ModelChoice(kind="hf_config", ref=str(path), quant=self.quant_combo.currentData()))
+        self._remember_file(path)
+
+    def _remember_file(self, path: str) -> None:
+        recent = tuple(dict.fromkeys((str(path), *self._prefs.recent_files)))[:10]
+        self._prefs = self._prefs.model_copy(update={"recent_files": recent})
+
+    def open_gguf_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open a GGUF model", "", "GGUF models (*.gguf);;All files (*)")
+        if path:
+            self.open_gguf(path)
+
+    def import_config_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Import a Hugging Face config.json", "", "config.json (*.json);;All files (*)"
+        )
+        if path:
+            self.import_config(path)
+
+    def _focus_search(self) -> None:
+        self.model_search.setFocus()
+        self.model_search.selectAll()
+
+    def _toggle_full_screen(self) -> None:
+        self.showNormal() if self.isFullScreen() else self.showFullScreen()
+
+    def set_presentation(self, on: bool) -> None:
+        """Large type and only the essential controls, for demos on a projector."""
+        self.presentation_action.setChecked(on)
+        self._set_presentation_widgets(on)
+        if self._prefs.presentation != on:
+            self._prefs = self._prefs.model_copy(update={"presentation": on})
+            self._save_timer.start()
+
+    def _set_presentation_widgets(self, on: bool) -> None:
+        self.advanced.setVisible(not on)
+        self.hardware_view.setVisible(not on)
+        for combo, count in zip(self.compare_combos, self.compare_counts, strict=True):
+            combo.setVisible(not on)
+            count.setVisible(not on)
+        self.tabs.setTabVisible(2, not on)
+        font = QGuiApplication.font()
+        if on:
+            font.setPointSizeF(font.pointSizeF() * PRESENTATION_SCALE)
+        self.centralWidget().setFont(font)
+        self._apply_look()
+
+    @property
+    def presentation(self) -> bool:
+        return self._prefs.presentation
+
+    def _apply_look(self) -> None:
+        scale = PRESENTATION_SCALE if self._prefs.presentation else 1.0
+        palette = self.palette()
+        for chart in self.charts.values():
+            chart.apply_palette(palette, scale)
+        self.banner.set_scale(scale)
+
+    def _show_how(self) -> None:
+        QMessageBox.information(
+            self,
+            "How the estimate works",
+            "FitScope adds up what llama.cpp allocates: the weights tensor by tensor, the KV cache (context x "
+            "layers x K/V width x cache type), the compute buffers of the largest graph, the output buffer and a "
+            "stated runtime overhead per GPU. Speed comes from memory bandwidth (decode) and compute (prefill), "
+            "with efficiency ranges observed for llama.cpp. The Details tab lists every assumption.",
+        )
+
+    def show_error(self, message: str) -> None:
+        """A message the user must see; the window stays usable (the box is not modal)."""
+        _log.warning("%s", message)
+        box = QMessageBox(QMessageBox.Icon.Warning, "FitScope", message, QMessageBox.StandardButton.Ok, self)
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        box.setWindowModality(Qt.WindowModality.NonModal)
+        box.show()
+        self.error_shown.emit(message)
+
+    # -- estimating ---------------------------------------------------------------------------
+
+    def current_request(self) -> Request:
+        p = self._prefs
+        return Request(model=p.model, hardware=p.hardware, controls=p.controls, machine=self.machine, compare=p.compare)
+
+    def request_estimate(self) -> int:
+        request = self.current_request()
+        evaluator = self._evaluator
+
+        def job() -> View:
+            demo = None
+            if request.model.kind == "demo":
+                if self._demo_path is None:
+                    self._demo_path = str(self._services.demo_path())
+                demo = self._demo_path
+            return evaluator.evaluate(request, demo)
+
+        job_id = self._estimates.submit(job)
+        self._request_models[job_id] = request.model
+        return job_id
+
+    @property
+    def busy(self) -> bool:
+        return self._estimates.busy
+
+    def _on_view(self, job_id: int, view: View) -> None:
+        self._request_models.pop(job_id, None)
+        if job_id < self._applied_job:
+            return
+        self._applied_job = job_id
+        self._last_good_model = view.request.model
+        self.show_view(view)
+
+    def _on_estimate_failed(self, job_id: int, message: str) -> None:
+        failed = self._request_models.pop(job_id, None)
+        fallback = self._last_good_model or ModelChoice()
+        if failed is not None and failed != fallback and failed == self._prefs.model:
+            self._prefs = self._prefs.model_copy(update={"model": fallback})
+            self._select_model_item(fallback)
+            self._update_model_widgets()
+            self.show_error(message)
+            self.request_estimate()
+            return
+        self.banner.set_message("red", "No estimate.", message)
+        self.show_error(message)
+
+    def show_view(self, view: View) -> None:
+        self.view = view
+        self.banner.set_verdict(view.verdict)
+        self._show_model_info(view)
+        est = view.estimate
+        if est is not None:
+            bars = [
+                DeviceBar(
+                    name=d.name,
+                    weights_bytes=d.weights_bytes + d.repack_bytes,
+                    kv_cache_bytes=d.kv_cache_bytes + d.recurrent_state_bytes,
+                    compute_bytes=d.compute_bytes + d.output_bytes,
+                    overhead_bytes=d.overhead_bytes,
+                    capacity_bytes=d.capacity_bytes,
+                )
+                for d in est.devices
+                if d.total_bytes or d.kind == "cpu"
+            ]
+            self.split_chart.set_data(bars)
+        c = view.request.controls
+        if view.context_curve is not None:
+            self.context_chart.set_data(view.context_curve, c.context_tokens)
+        if view.ladder:
+            self.ladder_chart.set_data(view.ladder)
+        if view.concurrency is not None:
+            self.concurrency_chart.set_data(view.concurrency, c.context_tokens, c.users, MAX_USERS)
+        self._show_tables(view)
+        self.view_changed.emit(view)
+
+    def _show_model_info(self, view: View) -> None:
+        m = view.model
+        if m is None:
+            return
+        arch = m.arch
+        kv = arch.n_head_kv if isinstance(arch.n_head_kv, int) else f"{min(arch.n_head_kv)}-{max(arch.n_head_kv)}"
+        params = f"{arch.params_billions:g} billion parameters" if arch.params_billions else "parameters unknown"
+        lines = [
+            f"<b>{m.label}</b> ({arch.arch}, {m.quant})",
+            f"{params}; {arch.n_layer} layers; {kv} KV heads; trained context {arch.n_ctx_train:,} tokens",
+        ]
+        if m.path is not None:
+            lines.append(f"File: {m.path}")
+        if view.request.model.kind == "demo":
+            lines.append(f"Built-in demo model. License: {DEMO_LICENSE}")
+        if view.ladder_note:
+            lines.append(view.ladder_note)
+        self.model_info.setText("<br>".join(_escape(line) if i else line for i, line in enumerate(lines)))
+        self.ngl_spin.setMaximum(arch.n_layer + 1)
+        self.context_control.set_trained_context(arch.n_ctx_train)
+        if m.quant in {p.name for p in PRESETS} and not self.quant_combo.isEnabled():
+            self._select_combo(self.quant_combo, m.quant)
+
+    def _show_tables(self, view: View) -> None:
+        rows = []
+        if view.estimate is not None:
+            for d in view.estimate.devices:
+                rows.append(
+                    [d.name]
+                    + [
+                        f"{v / GIB:.2f}"
+                        for v in (
+                            d.weights_bytes + d.repack_bytes,
+                            d.kv_cache_bytes + d.recurrent_state_bytes,
+                            d.compute_bytes,
+                            d.output_bytes,
+                            d.overhead_bytes,
+                            d.total_bytes,
+                            d.capacity_bytes,
+                        )
+                    ]
+                )
+        _fill(self.breakdown_table, rows)
+        compare = [self._compare_row_current(view)] if view.estimate is not None else []
+        for r in view.comparison:
+            if r.error:
+                compare.append([r.label, "-", "-", r.error, "-", "-"])
+                continue
+            compare.append(
+                _compare_cells(
+                    r.label,
+                    r.budget_bytes,
+                    r.capacity_bytes,
+                    r.fits,
+                    r.gpu_layers,
+                    r.n_layer,
+                    r.decode_tokens_per_s,
+                    r.price_usd,
+                )
+            )
+        _fill(self.compare_table, compare)
+        try:
+            self.command_text.setPlainText(report.copy_command_text(view))
+        except FitScopeError as exc:
+            self.command_text.setPlainText(str(exc))
+        self.assumptions_text.setPlainText("\n".join(f"• {a}" for a in view.assumptions) or view.error)
+
+    def _compare_row_current(self, view: View) -> list[str]:
+        assert view.estimate is not None and view.budget is not None
+        price = None
+        hw = view.request.hardware
+        if hw.kind == "catalog" and hw.device_id in self._devices:
+            d = self._devices[hw.device_id]
+            price = d.price_usd * hw.count if d.price_usd else None
+        has_gpu = any(t.kind == "gpu" for t in view.targets)
+        return _compare_cells(
+            view.hardware_label + " (current)",
+            view.budget.used_bytes,
+            view.budget.capacity_bytes,
+            view.estimate.fits,
+            view.estimate.gpu_layers if has_gpu else None,
+            view.estimate.n_layer,
+            view.speed.decode_tokens_per_s if view.speed else None,
+            price,
+        )
+
+    # -- hardware polling ---------------------------------------------------------------------
+
+    def _poll_gpus(self) -> None:
+        if not self._hardware.busy:
+            self._hardware.submit(self._services.nvml_status)
+
+    def _on_nvml(self, _job_id: int, status: NvmlStatus) -> None:
+        gpus = status.gpus if status.available else ()
+        self.hardware_view.set_gpus(gpus, status.message)
+        old = self.machine.gpus
+        moved = len(old) != len(gpus) or any(
+            abs(a.memory_free_bytes - b.memory_free_bytes) >= GPU_CHANGE_BYTES for a, b in zip(old, gpus, strict=False)
+        )
+        if moved:
+            self.machine = Machine(gpus=gpus, host=self.machine.host, gpu_message=status.message)
+            self.machine_changed.emit(self.machine)
+            if self._prefs.hardware.kind == "local" or any(c.kind == "local" for c in self._prefs.compare):
+                self.request_estimate()
+
+    def _on_host(self, _job_id: int, host: HostSnapshot) -> None:
+        self._measuring = False
+        self.machine = Machine(gpus=self.machine.gpus, host=host, gpu_message=self.machine.gpu_message)
+        self.hardware_view.set_host(host, False)
+        self.machine_changed.emit(self.machine)
+        self.request_estimate()
+
+    # -- export -------------------------------------------------------------------------------
+
+    def chart_png(self, name: str) -> bytes:
+        pixmap = self.charts[name].grab()
+        data = QByteArray()
+        buffer = QBuffer(data)
+        buffer.open(QIODevice.OpenModeFlag.WriteOnly)
+        pixmap.save(buffer, "PNG")
+        return bytes(data.data())
+
+    def export(self, kind: str, path: Path) -> list[Path]:
+        """Write the current view as ``kind`` (html, json, csv, png) to ``path`` (a folder for png).
+        Returns the files written. Raises FitScopeError when there is nothing to export or the disk
+        refuses."""
+        view = self.view
+        if view is None:
+            raise FitScopeError("There is no estimate to export yet.")
+        titles = {
+            "split": "Where the memory goes",
+            "context": "Memory against context",
+            "ladder": "Quantization ladder",
+            "concurrency": "Users at once",
+        }
+        try:
+            if kind == "png":
+                path.mkdir(parents=True, exist_ok=True)
+                written = []
+                for name in self.charts:
+                    target = path / f"fitscope-{name}.png"
+                    target.write_bytes(self.chart_png(name))
+                    written.append(target)
+                return written
+            if kind == "json":
+                path.write_text(json.dumps(report.report_json(view), indent=2), encoding="utf-8")
+            elif kind == "csv":
+                path.write_text(report.report_csv(view), encoding="utf-8")
+            elif kind == "html":
+                images = {titles[n]: self.chart_png(n) for n in self.charts}
+                path.write_text(report.report_html(view, images), encoding="utf-8")
+            else:
+                raise FitScopeError(f"Unknown export format '{kind}'.")
+        except OSError as exc:
+            raise FitScopeError(f"Could not write {path}: {exc.strerror or exc}.") from None
+        return [path]
+
+    def _export_dialog(self, kind: str) -> None:
+        if kind == "png":
+            folder = QFileDialog.getExistingDirectory(self, "Folder for the chart images")
+            target = Path(folder) if folder else None
+        else:
+            filters = {"html": "HTML report (*.html)", "json": "JSON (*.json)", "csv": "CSV (*.csv)"}
+            name, _ = QFileDialog.getSaveFileName(self, "Export", f"fitscope-estimate.{kind}", filters[kind])
+            target = Path(name) if name else None
+        if target is None:
+            return
+        try:
+            written = self.export(kind, target)
+        except FitScopeError as exc:
+            self.show_error(str(exc))
+            return
+        self.statusBar().showMessage(f"Saved {', '.join(str(p) for p in written)}", 8000)
+
+    def copy_command(self) -> str:
+        if self.view is None:
+            return ""
+        try:
+            text = report.copy_command_text(self.view)
+        except FitScopeError as exc:
+            self.show_error(str(exc))
+            return ""
+        QGuiApplication.clipboard().setText(text)
+        self.statusBar().showMessage("llama-server and llama-cpp-python settings copied to the clipboard", 6000)
+        return text
+
+    # -- drag and drop ------------------------------------------------------------------------
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802 - Qt's name
+        if event.mimeData().hasUrls() and any(u.isLocalFile() for u in event.mimeData().urls()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:  # noqa: N802 - Qt's name
+        paths = [u.toLocalFile() for u in event.mimeData().urls() if u.isLocalFile()]
+        if not paths:
+            return
+        event.acceptProposedAction()
+        self.open_path(paths[0])
+
+    def open_path(self, path: str) -> None:
+        """A dropped or named file: a .gguf model or a config.json."""
+        lower = path.lower()
+        if lower.endswith(".gguf"):
+            self.open_gguf(path)
+        elif lower.endswith(".json"):
+            self.import_config(path)
+        else:
+            self.show_error(f"{Path(path).name} is neither a .gguf model nor a config.json; FitScope opens those.")
+
+    # -- persistence --------------------------------------------------------------------------
+
+    @property
+    def preferences(self) -> Preferences:
+        return self._prefs
+
+    def save_preferences(self) -> None:
+        try:
+            save_preferences(self._prefs, self._services.prefs_path)
+        except OSError as exc:
+            _log.warning("could not save settings: %s", exc)
+
+    def _qsettings(self) -> QSettings:
+        return QSettings(str(self._services.prefs_path.parent / "window.ini"), QSettings.Format.IniFormat)
+
+    def _restore_geometry(self) -> None:
+        s = self._qsettings()
+        geometry = s.value("geometry")
+        if geometry is not None:
+            self.restoreGeometry(geometry)
+        splitter = s.value("splitter")
+        if splitter is not None:
+            self.splitter.restoreState(splitter)
+
+    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt's name
+        s = self._qsettings()
+        s.setValue("geometry", self.saveGeometry())
+        s.setValue("splitter", self.splitter.saveState())
+        s.sync()
+        self._save_timer.stop()
+        self.save_preferences()
+        self._poll.stop()
+        for runner in (self._estimates, self._hardware, self._host_job):
+            runner.close()
+        super().closeEvent(event)
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _fill(table: QTableWidget, rows: list[list[str]]) -> None:
+    table.setRowCount(len(rows))
+    for r, cells in enumerate(rows):
+        for c, text in enumerate(cells):
+            item = table.item(r, c)
+            if item is None:
+                table.setItem(r, c, QTableWidgetItem(text))
+            else:
+                item.setText(text)
+
+
+def _compare_cells(label, budget, capacity, fits, gpu_layers, n_layer, decode, price) -> list[str]:
+    fit_text = "yes" if fits else "no"
+    if fits and gpu_layers is not None and gpu_layers < n_layer + 1:
+        fit_text = f"partly ({gpu_layers} of {n_layer + 1} layers on GPU)"
+    speed = f"{decode.low:,.0f}-{decode.high:,.0f}" if decode else "-"
+    return [
+        label,
+        f"{budget / GIB:.1f} GiB",
+        f"{capacity / GIB:.1f} GiB",
+        fit_text,
+        speed,
+        f"${price:,.0f}" if price else "unknown",
+    ]

@@ -1,0 +1,91 @@
+"""One way to run work off the GUI thread: a plain function submitted to a one-thread pool, its
+result or its error delivered back on the GUI thread as a signal.
+
+Requests coalesce: while one job runs, only the newest waiting job is kept (dragging a slider
+queues one estimate, not fifty). Exceptions never cross threads as exceptions; they arrive as
+``failed(job_id, message)`` with a sentence a person can act on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from PySide6.QtCore import QObject, Signal, Slot
+
+from app.core.errors import FitScopeError
+
+_log = logging.getLogger(__name__)
+
+
+def error_message(exc: BaseException) -> str:
+    """What to tell the user about an exception from a job."""
+    if isinstance(exc, FitScopeError):
+        return str(exc)
+    if isinstance(exc, MemoryError):
+        return "FitScope ran out of memory while working this out."
+    return f"Something went wrong inside FitScope: {type(exc).__name__}: {exc}"
+
+
+class TaskRunner(QObject):
+    """Runs one job at a time on a worker thread; the newest waiting job replaces older ones."""
+
+    finished = Signal(int, object)  # job id, result
+    failed = Signal(int, str)  # job id, message
+    # Crosses from the worker thread carrying only the job id: Python objects in queued
+    # cross-thread signals are not safe in every PySide6 release; the future waits in _running.
+    _completed = Signal(int)
+
+    def __init__(self, name: str, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        self._next_id = 0
+        self._pending: tuple[int, Callable[[], Any]] | None = None
+        self._busy = False
+        self._closed = False
+        self._running: dict[int, Future] = {}
+        self._completed.connect(self._on_completed)
+
+    @property
+    def busy(self) -> bool:
+        return self._busy or self._pending is not None
+
+    def submit(self, job: Callable[[], Any]) -> int:
+        """Queue ``job``; returns its id (ids grow, so the newest result is the largest id)."""
+        self._next_id += 1
+        self._pending = (self._next_id, job)
+        if not self._busy:
+            self._start_pending()
+        return self._next_id
+
+    def _start_pending(self) -> None:
+        if self._pending is None or self._closed:
+            return
+        job_id, job = self._pending
+        self._pending = None
+        self._busy = True
+        future = self._pool.submit(job)
+        self._running[job_id] = future
+        future.add_done_callback(lambda _f, i=job_id: self._completed.emit(i))
+
+    @Slot(int)
+    def _on_completed(self, job_id: int) -> None:
+        future = self._running.pop(job_id)
+        self._busy = False
+        if not self._closed:
+            exc = future.exception()
+            if exc is None:
+                self.finished.emit(job_id, future.result())
+            else:
+                if not isinstance(exc, FitScopeError):
+                    _log.error("job failed", exc_info=exc)
+                self.failed.emit(job_id, error_message(exc))
+        self._start_pending()
+
+    def close(self) -> None:
+        """Drop waiting jobs and wait for the running one (estimates take milliseconds)."""
+        self._closed = True
+        self._pending = None
+        self._pool.shutdown(wait=True, cancel_futures=True)
