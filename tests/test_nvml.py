@@ -131,9 +131,7 @@ class FakeNvml:
     def nvmlDeviceGetMemoryInfo(self, handle: int) -> Any:
         self._check("nvmlDeviceGetMemoryInfo")
         gpu = self._gpu(handle)
-        return SimpleNamespace(
-            total=gpu.total_bytes, used=gpu.used_bytes, free=gpu.total_bytes - gpu.used_bytes
-        )
+        return SimpleNamespace(total=gpu.total_bytes, used=gpu.used_bytes, free=gpu.total_bytes - gpu.used_bytes)
 
     def nvmlDeviceGetMemoryBusWidth(self, handle: int) -> int:
         self._check("nvmlDeviceGetMemoryBusWidth")

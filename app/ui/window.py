@@ -268,6 +268,7 @@ class MainWindow(QMainWindow):
         self.concurrency_chart = ConcurrencyChart()
         self.legend = QLabel(legend_html())
         self.legend.setTextFormat(Qt.TextFormat.RichText)
+        self.legend.setWordWrap(True)
         grid.addWidget(self.legend, 0, 0, 1, 2)
         grid.addWidget(self.split_chart, 1, 0)
         grid.addWidget(self.context_chart, 2, 0)
@@ -350,13 +351,13 @@ class MainWindow(QMainWindow):
         combo.completer().setFilterMode(Qt.MatchFlag.MatchContains)
         combo.completer().setCompletionMode(QCompleter.CompletionMode.PopupCompletion)
         if include_none:
-            combo.addItem("(nothing)", None)
+            combo.addItem("(nothing)", "")
         if include_local:
-            combo.addItem("This machine", ("local", None))
-            combo.addItem("This machine's CPU only", ("cpu", None))
+            combo.addItem("This machine", "local")
+            combo.addItem("This machine's CPU only", "cpu")
         for d in self._devices.values():
             price = f", ${d.price_usd:,.0f}" if d.price_usd else ""
-            combo.addItem(f"{d.name} ({d.memory_gib:g} GiB{price})", ("catalog", d.id))
+            combo.addItem(f"{d.name} ({d.memory_gib:g} GiB{price})", f"catalog:{d.id}")
         return combo
 
     def _fill_model_list(self) -> None:
@@ -405,12 +406,12 @@ class MainWindow(QMainWindow):
         self._updating = True
         try:
             p = self._prefs
-            self._select_combo(self.target_combo, (p.hardware.kind, p.hardware.device_id))
+            self._select_combo(self.target_combo, hardware_key(p.hardware))
             self.count_spin.setValue(p.hardware.count)
             self.host_ram_spin.setValue(p.hardware.host_ram_gib or 0)
             for i, combo in enumerate(self.compare_combos):
                 choice = p.compare[i] if i < len(p.compare) else None
-                self._select_combo(combo, (choice.kind, choice.device_id) if choice else None)
+                self._select_combo(combo, hardware_key(choice) if choice else "")
                 self.compare_counts[i].setValue(choice.count if choice else 1)
             c = p.controls
             self.context_control.set_tokens(c.context_tokens)
@@ -470,11 +471,11 @@ class MainWindow(QMainWindow):
         if self._updating:
             return
         data = self.target_combo.currentData()
-        if data is None:
+        if not data:
             return
-        kind, device_id = data
+        kind, _, device_id = data.partition(":")
         ram = self.host_ram_spin.value() or None
-        choice = HardwareChoice(kind=kind, device_id=device_id, count=self.count_spin.value(), host_ram_gib=ram)
+        choice = HardwareChoice(kind=kind, device_id=device_id or None, count=self.count_spin.value(), host_ram_gib=ram)
         self._prefs = self._prefs.model_copy(update={"hardware": choice})
         self._update_hardware_widgets()
         self._set_prefs()
@@ -486,7 +487,8 @@ class MainWindow(QMainWindow):
         for combo, count in zip(self.compare_combos, self.compare_counts, strict=True):
             data = combo.currentData()
             if data:
-                choices.append(HardwareChoice(kind=data[0], device_id=data[1], count=count.value()))
+                kind, _, device_id = data.partition(":")
+                choices.append(HardwareChoice(kind=kind, device_id=device_id or None, count=count.value()))
         self._set_prefs(compare=tuple(choices))
 
     def _controls_edited(self, **update: Any) -> None:
@@ -694,8 +696,9 @@ class MainWindow(QMainWindow):
         arch = m.arch
         kv = arch.n_head_kv if isinstance(arch.n_head_kv, int) else f"{min(arch.n_head_kv)}-{max(arch.n_head_kv)}"
         params = f"{arch.params_billions:g} billion parameters" if arch.params_billions else "parameters unknown"
+        label = DEMO_MODEL_NAME if view.request.model.kind == "demo" else m.label
         lines = [
-            f"<b>{m.label}</b> ({arch.arch}, {m.quant})",
+            f"<b>{_escape(label)}</b> ({arch.arch}, {m.quant})",
             f"{params}; {arch.n_layer} layers; {kv} KV heads; trained context {arch.n_ctx_train:,} tokens",
         ]
         if m.path is not None:
@@ -931,6 +934,11 @@ class MainWindow(QMainWindow):
         for runner in (self._estimates, self._hardware, self._host_job):
             runner.close()
         super().closeEvent(event)
+
+
+def hardware_key(choice: HardwareChoice) -> str:
+    """The hardware combo boxes' item data: "local", "cpu" or "catalog:<device id>"."""
+    return f"catalog:{choice.device_id}" if choice.kind == "catalog" else choice.kind
 
 
 def _escape(text: str) -> str:
