@@ -132,9 +132,8 @@ def test_context_slider_moves_every_chart_and_the_verdict(qtbot, tmp_path):
     assert window.context_control.spin.value() == 16384
     arch = view.model.arch
     targets = catalog_targets("rtx-4090", 64 * GIB)
-    est = estimate(
-        arch, view.model.tensors, Settings(context_tokens=16384, repack=view.estimate.settings.repack), targets
-    )
+    tensors = fit.model_from_catalog("llama-3.1-8b", "Q4_K_M").tensors
+    est = estimate(arch, tensors, Settings(context_tokens=16384, repack=view.estimate.settings.repack), targets)
     # Llama 3.1 8B, f16 cache: 32 layers x 2 x 1024 x 2 bytes x 16384 cells = 2 GiB exactly.
     assert est.kv_cache_bytes == 2 * GIB
     gpu_bar = window.split_chart.shown[0]
@@ -165,7 +164,7 @@ def test_users_cache_types_quantization_and_gpu_layers(qtbot, tmp_path):
     view = settle(qtbot, window, lambda v: v.request.model.ref == "qwen2.5-7b" and v.estimate is not None)
     targets = catalog_targets("rtx-4090", 64 * GIB)
     repack = view.estimate.settings.repack
-    tensors = view.model.tensors
+    tensors = fit.model_from_catalog("qwen2.5-7b", "Q4_K_M").tensors
     arch = view.model.arch
 
     window.users_spin.setValue(4)

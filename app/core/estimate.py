@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -257,11 +258,43 @@ def _all_kv_widths(arch: Architecture) -> tuple[tuple[int, int], ...]:
     return widths
 
 
+_ARCH_MEMO: dict[tuple, tuple[Architecture, object]] = {}
+
+
+def _memo(arch: Architecture, key: tuple, make):
+    """``make()`` remembered per architecture object and ``key``: the sweeps behind one chart ask
+    the same per-layer questions thousands of times."""
+    full_key = (id(arch), *key)
+    hit = _ARCH_MEMO.get(full_key)
+    if hit is not None and hit[0] is arch:
+        return hit[1]
+    value = make()
+    if len(_ARCH_MEMO) >= 64 * _TOTALS_CACHE_SIZE:
+        _ARCH_MEMO.pop(next(iter(_ARCH_MEMO)))
+    _ARCH_MEMO[full_key] = (arch, value)
+    return value
+
+
 def kv_caches(arch: Architecture, settings: Settings) -> list[tuple[KVCacheDetail, list[int]]]:
-    """The KV caches llama.cpp creates, each with the layers it holds.
+    """The KV caches llama.cpp creates, each with the layers it holds (callers must not change them).
 
     Raises EstimateError for a quantized V cache without flash attention (llama.cpp refuses it).
     """
+    key = (
+        "kv",
+        settings.context_tokens,
+        settings.parallel_sequences,
+        settings.kv_unified,
+        settings.swa_full,
+        settings.flash_attn,
+        settings.cache_type_k,
+        settings.cache_type_v,
+        settings.effective_ubatch,
+    )
+    return _memo(arch, key, lambda: _kv_caches(arch, settings))
+
+
+def _kv_caches(arch: Architecture, settings: Settings) -> list[tuple[KVCacheDetail, list[int]]]:
     type_k, type_v = _cache_type(settings.cache_type_k), _cache_type(settings.cache_type_v)
     if is_quantized(type_v) and not settings.flash_attn:
         raise EstimateError(
@@ -343,7 +376,7 @@ def compute_bytes(arch: Architecture, settings: Settings, kv_cells: int, swa_cel
         p_ffn = n_ub * f32 * (4 * ssm.d_inner + 2 * e + ssm.d_state * 2 + (ssm.d_conv - 1))
         return max(p_out, p_ffn)
 
-    ff = max(arch.ff(i) for i in range(arch.n_layer)) if arch.moe is None else 0
+    ff = _memo(arch, ("ff",), lambda: max(arch.ff(i) for i in range(arch.n_layer))) if arch.moe is None else 0
     if arch.moe is not None:
         moe = arch.moe
         dense = max((arch.ff(i) for i in range(moe.n_dense_lead_layers)), default=0)
@@ -378,14 +411,27 @@ def _layer_of(t: TensorInfo, n_layer: int) -> int:
     return n_layer
 
 
-def _split_layers(n_layer: int, gpu_layers: int, gpus: list[Target]) -> dict[int, int]:
+@lru_cache(maxsize=4096)
+def _layer_devices(n_layer: int, gpu_layers: int, capacities: tuple[int, ...]) -> tuple[int, ...]:
+    """For layers 0..n_layer (n_layer = the output layer): -1 for the CPU, else the GPU index."""
+    placement = _split_layers(n_layer, gpu_layers, capacities)
+    return tuple(placement.get(i, -1) for i in range(n_layer + 1))
+
+
+@lru_cache(maxsize=4096)
+def _breakdown_indices(layer_dev: tuple[int, ...], n_devices: int) -> tuple[int, ...]:
+    """``layer_dev`` with the CPU (-1) as the last index of the breakdown."""
+    return tuple(d % n_devices for d in layer_dev)
+
+
+def _split_layers(n_layer: int, gpu_layers: int, capacities: tuple[int, ...]) -> dict[int, int]:
     """layer index (0..n_layer, n_layer = output) → GPU index, as llama.cpp's layer split does,
     proportional to each GPU's capacity."""
     start = max(n_layer + 1 - gpu_layers, 0)
     placed = list(range(start, n_layer + 1))
-    if not gpus or not placed:
+    if not capacities or not placed:
         return {}
-    weights = [max(g.capacity_bytes, 1) for g in gpus]
+    weights = [max(c, 1) for c in capacities]
     total = sum(weights)
     bounds, acc = [], 0
     for w in weights:
@@ -499,10 +545,7 @@ def estimate(
     ngl = (n_layer + 1) if settings.gpu_layers is None else min(settings.gpu_layers, n_layer + 1)
     if not gpus:
         ngl = 0
-    placement = _split_layers(n_layer, ngl, gpus)
-
-    # For layers 0..n_layer (n_layer = the output layer): -1 for the CPU, else the GPU index.
-    layer_dev = [placement.get(i, -1) for i in range(n_layer + 1)]
+    layer_dev = _layer_devices(n_layer, ngl, tuple(g.capacity_bytes for g in gpus))
     device_of = layer_dev.__getitem__
     layer_counts = Counter(layer_dev[:n_layer])
 
@@ -531,9 +574,9 @@ def estimate(
             kv[device_of(i)] += per_layer_k + per_layer_v
     state = [0] * (n_dev + 1)
     per_layer_state = recurrent_state_bytes_per_layer(arch, settings)
-    for i in range(n_layer):
-        if arch.is_recurrent_layer(i):
-            state[device_of(i)] += per_layer_state
+    recurrent = _memo(arch, ("recurrent",), lambda: [i for i in range(n_layer) if arch.is_recurrent_layer(i)])
+    for i in recurrent:
+        state[device_of(i)] += per_layer_state
 
     cells, _ = context_cells(settings)
     swa_cells = next((d.cells for d, _ in caches if d.kind == "swa"), None)
@@ -590,7 +633,7 @@ def estimate(
         model_bytes=totals.model_bytes,
         gpu_layers=ngl,
         n_layer=n_layer,
-        layer_devices=tuple(d % len(breakdown) for d in layer_dev),
+        layer_devices=_breakdown_indices(layer_dev, len(breakdown)),
         assumptions=tuple(_assumptions(settings, gpus, cpu)),
     )
 

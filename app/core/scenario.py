@@ -9,10 +9,12 @@ estimate per quantization preset and per compared machine, about a millisecond e
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -136,23 +138,41 @@ class Machine:
 # -- hardware ------------------------------------------------------------------------------------
 
 
-def _simplify(name: str) -> str:
-    name = name.lower().replace("geforce", "").replace("nvidia", "").replace("tesla", "")
-    return re.sub(r"[^a-z0-9]+", "", name)
+_NAME_NOISE = re.compile(r"\(.*?\)|\bnvidia\b|\bgeforce\b|\btesla\b|\b\d+\s*gb\b")
+
+
+def _name_tokens(name: str) -> list[str]:
+    return re.findall(r"[a-z0-9]+", _NAME_NOISE.sub(" ", name.lower()))
+
+
+def _token_matches(wanted: str, tokens: list[str]) -> bool:
+    # A word may carry a generation digit ("sxm" matches NVML's "sxm4"); a model number must match
+    # exactly ("l4" is not "l40", "l40" is not "l40s").
+    if not wanted.isalpha():
+        return wanted in tokens
+    return any(t == wanted or (t.startswith(wanted) and t[len(wanted) :].isdigit()) for t in tokens)
 
 
 def match_catalog_device(gpu_name: str, memory_bytes: int | None = None) -> DeviceSpec | None:
-    """The catalog entry for a GPU name as NVML reports it ("NVIDIA GeForce RTX 4090"), or None.
-    When several entries share the name (A100 40/80 GB), the one closest in memory wins."""
-    key = _simplify(gpu_name)
-    hits = [d for d in load_devices() if d.vendor == "nvidia" and _simplify(d.name) in key]
-    if not hits:
-        return None
-    longest = max(len(_simplify(d.name)) for d in hits)
-    hits = [d for d in hits if len(_simplify(d.name)) == longest] or hits
-    if memory_bytes:
-        hits.sort(key=lambda d: abs(d.memory_gib * GIB - memory_bytes))
-    return hits[0]
+    """The catalog entry for a GPU name as NVML reports it ("NVIDIA GeForce RTX 4060 Ti",
+    "NVIDIA A100-SXM4-80GB"), or None. Every word of the catalog name (memory sizes aside) should
+    appear in NVML's; the model number must. Ties (4060 Ti 8/16 GB) go to the closest memory size."""
+    tokens = _name_tokens(gpu_name)
+    best: tuple[tuple, DeviceSpec] | None = None
+    for d in load_devices():
+        if d.vendor != "nvidia":
+            continue
+        wanted = _name_tokens(d.name)
+        number = next((w for w in wanted if any(c.isdigit() for c in w)), None)
+        if number is None or not _token_matches(number, tokens):
+            continue
+        matched = sum(_token_matches(w, tokens) for w in wanted)
+        # Memory in 4 GiB steps: NVML reports a little less than the box says.
+        gap = round(abs(d.memory_gib * GIB - memory_bytes) / (4 * GIB)) if memory_bytes else 0
+        score = (matched == len(wanted), -gap, matched)
+        if best is None or score > best[0]:
+            best = (score, d)
+    return best[1] if best else None
 
 
 def resolve_targets(choice: HardwareChoice, machine: Machine) -> list[Target]:
@@ -295,6 +315,13 @@ class View:
     @property
     def hardware_label(self) -> str:
         return self.request.hardware.label(self.request.machine)
+
+    def portable(self) -> View:
+        """This view without the model's tensor list (thousands of entries nothing downstream of the
+        evaluator reads), for sending between processes."""
+        if self.model is None or not self.model.tensors:
+            return self
+        return dataclasses.replace(self, model=dataclasses.replace(self.model, tensors=()))
 
 
 # -- plain words ---------------------------------------------------------------------------------
@@ -668,3 +695,21 @@ def _error_view(request: Request, model: ModelSource, targets: list[Target], mes
         comparison=(),
         error=message,
     )
+
+
+# -- one evaluator per worker process ------------------------------------------------------------
+
+_PROCESS_EVALUATOR: Evaluator | None = None
+_DEMO_PATH: str | None = None
+
+
+def evaluate_in_worker(request: Request, demo_path: Callable[[], Path] | None = None) -> View:
+    """:meth:`Evaluator.evaluate` with this process's evaluator (its caches live as long as the
+    process), returning a :meth:`View.portable` view. ``demo_path`` is called once, when the demo
+    model is first asked for."""
+    global _PROCESS_EVALUATOR, _DEMO_PATH
+    if _PROCESS_EVALUATOR is None:
+        _PROCESS_EVALUATOR = Evaluator()
+    if request.model.kind == "demo" and _DEMO_PATH is None and demo_path is not None:
+        _DEMO_PATH = str(demo_path())
+    return _PROCESS_EVALUATOR.evaluate(request, _DEMO_PATH).portable()

@@ -31,6 +31,11 @@ def real_services(prefs_path: Path | None = None) -> Services:
 
 
 def create_window(services: Services, open_path: str | None = None, model: ModelChoice | None = None) -> MainWindow:
+    # Estimates run on a worker thread in pure Python. Every Qt callback on the GUI thread must take
+    # the GIL back from it, waiting up to the switch interval each time (5 ms by default); at 1 ms
+    # the window stays responsive while the worker loses little.
+    sys.setswitchinterval(0.001)
+    pg.setConfigOptions(antialias=True)
     prefs, note = load_preferences(services.prefs_path)
     if model is not None:
         prefs = prefs.model_copy(update={"model": model})
@@ -42,7 +47,6 @@ def create_window(services: Services, open_path: str | None = None, model: Model
 
 def run_window(argv: Sequence[str] | None = None, open_path: str | None = None, demo: bool = False) -> int:
     """Open the window and run until it closes. Returns the exit code."""
-    pg.setConfigOptions(antialias=True)
     app = QApplication.instance() or QApplication(list(argv or sys.argv[:1]))
     app.setApplicationName("FitScope")
     app.setOrganizationName("FitScope")

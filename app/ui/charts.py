@@ -43,6 +43,18 @@ def legend_html() -> str:
     return " &nbsp;&nbsp; ".join(items)
 
 
+def nice_ceiling(x: float) -> float:
+    """The next of 1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8 x 10^k at or above ``x`` (axis tops that
+    do not move with every small change)."""
+    if x <= 0:
+        return 1.0
+    power = 10 ** math.floor(math.log10(x))
+    for step in (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10):
+        if step * power >= x * (1 - 1e-12):
+            return step * power
+    return 10 * power
+
+
 def _gib(n_bytes: float) -> float:
     return n_bytes / GIB
 
@@ -81,6 +93,24 @@ class Chart(pg.PlotWidget):
     def hover_text(self, x: float, y: float) -> str | None:  # pragma: no cover - overridden
         return None
 
+    # Ranges and ticks are set only when they change: a new range repaints the axes, the most
+    # expensive part of a chart, and a slider step should repaint only what moved.
+    def _range(self, axis: str, lo: float, hi: float, padding: float = 0.0) -> None:
+        key = (lo, hi, padding)
+        if getattr(self, "_ranges", {}).get(axis) == key:
+            return
+        self._ranges = {**getattr(self, "_ranges", {}), axis: key}
+        if axis == "x":
+            self.plotItem.setXRange(lo, hi, padding=padding)
+        else:
+            self.plotItem.setYRange(lo, hi, padding=padding)
+
+    def _ticks(self, axis: str, ticks: list[tuple[float, str]]) -> None:
+        if getattr(self, "_tick_cache", {}).get(axis) == ticks:
+            return
+        self._tick_cache = {**getattr(self, "_tick_cache", {}), axis: ticks}
+        self.plotItem.getAxis(axis).setTicks([ticks])
+
     def _on_mouse_moved(self, scene_pos: QPointF) -> None:
         if not self.plotItem.vb.sceneBoundingRect().contains(scene_pos):
             QToolTip.hideText()
@@ -100,7 +130,7 @@ class Chart(pg.PlotWidget):
         self.setBackground(bg)
         font = QFont(self.font())
         font.setPointSizeF(max(7.0, font.pointSizeF() * scale))
-        for name in ("left", "bottom"):
+        for name in ("left", "bottom", "right"):
             axis = self.plotItem.getAxis(name)
             axis.setPen(pg.mkPen(fg))
             axis.setTextPen(pg.mkPen(fg))
@@ -183,10 +213,10 @@ class SplitChart(Chart):
                 item.setVisible(True)
             else:
                 item.setVisible(False)
-        self.plotItem.getAxis("bottom").setTicks([[(i, d.name) for i, d in enumerate(devices)]])
+        self._ticks("bottom", [(i, d.name) for i, d in enumerate(devices)])
         top = max([max(_gib(d.total_bytes), _gib(d.capacity_bytes)) for d in devices] or [1.0])
-        self.plotItem.setXRange(-0.6, max(len(devices) - 0.4, 0.6), padding=0)
-        self.plotItem.setYRange(0, top * 1.22, padding=0)
+        self._range("x", -0.6, max(len(devices) - 0.4, 0.6))
+        self._range("y", 0, nice_ceiling(top * 1.15))
 
     def _restyle(self) -> None:
         for item in getattr(self, "labels", []):
@@ -238,6 +268,9 @@ class ContextChart(Chart):
         self.chosen_tokens = 0
 
     def set_data(self, curve: ContextCurve, chosen_tokens: int) -> None:
+        if curve is self.shown:  # the curve does not depend on the chosen context: move the marker only
+            self.set_chosen(chosen_tokens)
+            return
         self.shown = curve
         xs = [math.log2(n) for n in curve.contexts]
         acc = [0.0] * len(xs)
@@ -252,10 +285,10 @@ class ContextChart(Chart):
         if curve.max_context_tokens > 0:
             self.largest.setValue(math.log2(curve.max_context_tokens))
         self.set_chosen(chosen_tokens)
-        self.plotItem.getAxis("bottom").setTicks([_log2_ticks(curve.contexts[0], curve.contexts[-1])])
+        self._ticks("bottom", _log2_ticks(curve.contexts[0], curve.contexts[-1]))
         top = max(max(acc, default=0.0), _gib(curve.capacity_bytes))
-        self.plotItem.setYRange(0, top * 1.1, padding=0)
-        self.plotItem.setXRange(xs[0], xs[-1], padding=0.02)
+        self._range("y", 0, nice_ceiling(top * 1.05))
+        self._range("x", xs[0], xs[-1], padding=0.02)
 
     def set_chosen(self, chosen_tokens: int) -> None:
         self.chosen_tokens = chosen_tokens
@@ -279,20 +312,22 @@ class ContextChart(Chart):
 
 
 class LadderChart(Chart):
-    """Every quantization preset: memory (bars), expected decode speed and published quality loss
-    (text beside each bar); the current choice highlighted, the ones that do not fit greyed."""
+    """Every quantization preset: memory (bars) against the capacity line, with the expected decode
+    speed and the published quality loss in a column on the right; the current choice highlighted,
+    the ones that do not fit greyed. The column is an axis (drawn once, cached) rather than dozens
+    of text items, which keeps repaints cheap."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__("Quantization ladder: memory, speed, quality", parent)
         self.plotItem.setLabel("bottom", "GiB")
         self.plotItem.showGrid(x=True, y=False, alpha=0.2)
+        self.plotItem.showAxis("right")
         self.bars = pg.BarGraphItem(x0=[], y=[], width=[], height=0.7, brushes=[], pen=pg.mkPen(None))
         self.plotItem.addItem(self.bars)
         pen = pg.mkPen(COLORS["capacity"], width=2, style=Qt.PenStyle.DashLine)
         self.capacity = pg.InfiniteLine(angle=90, pen=pen, label="capacity", labelOpts={"position": 0.97})
         self.plotItem.addItem(self.capacity)
         self.plotItem.invertY(True)
-        self.labels: list[pg.TextItem] = []
         self.shown: list[LadderRow] = []
 
     def set_data(self, rows: Sequence[LadderRow]) -> None:
@@ -303,39 +338,21 @@ class LadderChart(Chart):
         self.bars.setOpts(x0=[0.0] * len(rows), y=ys, width=widths, height=0.7, brushes=brushes)
         capacity = _gib(rows[0].capacity_bytes) if rows else 0.0
         self.capacity.setValue(capacity)
-        while len(self.labels) < len(rows):
-            item = _text(self._fg, anchor=(0.0, 0.5))
-            self.plotItem.addItem(item)
-            self.labels.append(item)
-        for i, item in enumerate(self.labels):
-            if i >= len(rows):
-                item.setVisible(False)
-                continue
-            r = rows[i]
-            item.setText(self._row_text(r))
-            item.setPos(widths[i], i)
-            item.setColor(self._fg if r.fits else QColor(COLORS["muted"]))
-            item.setVisible(True)
-        self.plotItem.getAxis("left").setTicks([[(i, r.preset) for i, r in enumerate(rows)]])
+        self._ticks("left", [(i, r.preset) for i, r in enumerate(rows)])
+        self._ticks("right", [(i, self._row_text(r)) for i, r in enumerate(rows)])
         right = max(max(widths, default=1.0), capacity)
-        self.plotItem.setXRange(0, right * 1.9, padding=0)
-        self.plotItem.setYRange(-0.6, max(len(rows) - 0.4, 0.6), padding=0)
+        self._range("x", 0, nice_ceiling(right * 1.05))
+        self._range("y", -0.6, max(len(rows) - 0.4, 0.6))
 
     @staticmethod
     def _row_text(r: LadderRow) -> str:
         speed = r.decode_tokens_per_s
-        parts = [f" {_gib(r.budget_bytes):.1f} GiB", f"{speed.low:.0f}-{speed.high:.0f} tok/s"]
+        parts = [f"{_gib(r.budget_bytes):.1f} GiB", f"{speed.low:.0f}-{speed.high:.0f} tok/s"]
         if r.ppl_increase is not None:
             parts.append(f"ppl {r.ppl_increase:+.2f}")
         if not r.fits:
             parts.append("does not fit")
-        return " · ".join(parts)
-
-    def _restyle(self) -> None:
-        for item in getattr(self, "labels", []):
-            item.setFont(self._font)
-        if getattr(self, "shown", None):
-            self.set_data(self.shown)
+        return " · ".join(parts) + ("  ◀ yours" if r.current else "")
 
     def hover_text(self, x: float, y: float) -> str | None:
         i = round(y)
@@ -376,14 +393,17 @@ class ConcurrencyChart(Chart):
         self.chosen_point: tuple[int, int] = (0, 0)
 
     def set_data(self, curve: ConcurrencyCurve, context_tokens: int, users: int, cap: int) -> None:
+        if curve is self.shown:
+            self.set_chosen(context_tokens, users)
+            return
         self.shown = curve
         self._cap = cap
         xs = [math.log2(n) for n in curve.contexts]
         self.line.setData(xs, list(curve.users))
         self.set_chosen(context_tokens, users)
-        self.plotItem.getAxis("bottom").setTicks([_log2_ticks(curve.contexts[0], curve.contexts[-1])])
-        self.plotItem.setXRange(xs[0], xs[-1], padding=0.03)
-        self.plotItem.setYRange(0, max(max(curve.users, default=1), users, 1) * 1.12, padding=0)
+        self._ticks("bottom", _log2_ticks(curve.contexts[0], curve.contexts[-1]))
+        self._range("x", xs[0], xs[-1], padding=0.03)
+        self._range("y", 0, nice_ceiling(max(max(curve.users, default=1), users, 1) * 1.08))
 
     def set_chosen(self, context_tokens: int, users: int) -> None:
         self.chosen_point = (context_tokens, users)

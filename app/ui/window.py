@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -57,17 +59,17 @@ from app.core.quant import PRESETS
 from app.core.scenario import (
     MAX_USERS,
     Controls,
-    Evaluator,
     HardwareChoice,
     Machine,
     ModelChoice,
     Request,
     View,
+    evaluate_in_worker,
 )
 from app.core.tensors import CACHE_TYPES
 from app.ui.charts import ConcurrencyChart, ContextChart, DeviceBar, LadderChart, SplitChart, legend_html
 from app.ui.panels import ContextControl, HardwareView, VerdictBanner
-from app.ui.worker import TaskRunner
+from app.ui.worker import TaskRunner, process_pool
 
 _log = logging.getLogger(__name__)
 
@@ -85,6 +87,7 @@ class Services:
     prefs_path: Path
     poll_interval_ms: int = 1000
     measure_bandwidth: bool = True
+    make_estimate_pool: Callable[[], Executor] | None = process_pool
 
 
 class MainWindow(QMainWindow):
@@ -98,9 +101,7 @@ class MainWindow(QMainWindow):
         self.setAcceptDrops(True)
         self._services = services
         self._prefs = prefs
-        self._evaluator = Evaluator()
-        self._demo_path: str | None = None
-        self._estimates = TaskRunner("estimate", self)
+        self._estimates = TaskRunner("estimate", self, make_pool=services.make_estimate_pool)
         self._hardware = TaskRunner("nvml", self)
         self._host_job = TaskRunner("host", self)
         self._request_models: dict[int, ModelChoice] = {}
@@ -424,8 +425,10 @@ class MainWindow(QMainWindow):
             self._select_model_item(p.model)
             self._update_hardware_widgets()
             self._update_model_widgets()
-            self.presentation_action.setChecked(p.presentation)
-            self._set_presentation_widgets(p.presentation)
+            if self.presentation_action.isChecked() != p.presentation or not hasattr(self, "_looked"):
+                self.presentation_action.setChecked(p.presentation)
+                self._set_presentation_widgets(p.presentation)
+                self._looked = True
         finally:
             self._updating = False
 
@@ -520,6 +523,19 @@ class MainWindow(QMainWindow):
         self._set_prefs(model=choice)
         self._select_model_item(choice)
         self._update_model_widgets()
+
+    def set_scenario(
+        self,
+        model: ModelChoice | None = None,
+        hardware: HardwareChoice | None = None,
+        controls: Controls | None = None,
+        compare: tuple[HardwareChoice, ...] | None = None,
+    ) -> None:
+        """Change several things at once, as one estimate (scripts, screenshots, benchmarks)."""
+        update = {"model": model, "hardware": hardware, "controls": controls, "compare": compare}
+        self._prefs = self._prefs.model_copy(update={k: v for k, v in update.items() if v is not None})
+        self._apply_prefs_to_widgets()
+        self._set_prefs()
 
     def choose_hardware(self, choice: HardwareChoice) -> None:
         self._prefs = self._prefs.model_copy(update={"hardware": choice})
@@ -621,17 +637,7 @@ class MainWindow(QMainWindow):
 
     def request_estimate(self) -> int:
         request = self.current_request()
-        evaluator = self._evaluator
-
-        def job() -> View:
-            demo = None
-            if request.model.kind == "demo":
-                if self._demo_path is None:
-                    self._demo_path = str(self._services.demo_path())
-                demo = self._demo_path
-            return evaluator.evaluate(request, demo)
-
-        job_id = self._estimates.submit(job)
+        job_id = self._estimates.submit(partial(evaluate_in_worker, request, self._services.demo_path))
         self._request_models[job_id] = request.model
         return job_id
 

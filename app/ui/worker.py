@@ -8,9 +8,14 @@ queues one estimate, not fifty). Exceptions never cross threads as exceptions; t
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import multiprocessing
+import os
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures.thread import BrokenThreadPool
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal, Slot
@@ -18,6 +23,22 @@ from PySide6.QtCore import QObject, Signal, Slot
 from app.core.errors import FitScopeError
 
 _log = logging.getLogger(__name__)
+BrokenExecutor = (BrokenProcessPool, BrokenThreadPool)
+
+
+def process_pool() -> Executor:
+    """A one-process pool for pure-Python number crunching. In a thread it would hold the GIL the
+    GUI thread needs for every paint, and the window would stutter while a big model is set up."""
+    return ProcessPoolExecutor(
+        max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=_yield_to_the_window
+    )
+
+
+def _yield_to_the_window() -> None:
+    """Runs in the worker process: a lower CPU priority, so that on a machine with few cores the
+    window's painting comes first."""
+    with contextlib.suppress(AttributeError, OSError):
+        os.nice(5)
 
 
 def error_message(exc: BaseException) -> str:
@@ -30,7 +51,9 @@ def error_message(exc: BaseException) -> str:
 
 
 class TaskRunner(QObject):
-    """Runs one job at a time on a worker thread; the newest waiting job replaces older ones."""
+    """Runs one job at a time on a worker (a thread, or a process from ``make_pool``); the newest
+    waiting job replaces older ones. A process job must be picklable (a module-level function, or a
+    functools.partial of one)."""
 
     finished = Signal(int, object)  # job id, result
     failed = Signal(int, str)  # job id, message
@@ -38,9 +61,12 @@ class TaskRunner(QObject):
     # cross-thread signals are not safe in every PySide6 release; the future waits in _running.
     _completed = Signal(int)
 
-    def __init__(self, name: str, parent: QObject | None = None) -> None:
+    def __init__(
+        self, name: str, parent: QObject | None = None, make_pool: Callable[[], Executor] | None = None
+    ) -> None:
         super().__init__(parent)
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        self._make_pool = make_pool or (lambda: ThreadPoolExecutor(max_workers=1, thread_name_prefix=name))
+        self._pool = self._make_pool()
         self._next_id = 0
         self._pending: tuple[int, Callable[[], Any]] | None = None
         self._busy = False
@@ -66,7 +92,12 @@ class TaskRunner(QObject):
         job_id, job = self._pending
         self._pending = None
         self._busy = True
-        future = self._pool.submit(job)
+        try:
+            future = self._pool.submit(job)
+        except BrokenExecutor:
+            # The worker process died (killed, out of memory): start a new one and carry on.
+            self._pool = self._make_pool()
+            future = self._pool.submit(job)
         self._running[job_id] = future
         future.add_done_callback(lambda _f, i=job_id: self._completed.emit(i))
 
@@ -76,7 +107,11 @@ class TaskRunner(QObject):
         self._busy = False
         if not self._closed:
             exc = future.exception()
-            if exc is None:
+            if isinstance(exc, BrokenExecutor):
+                self._pool.shutdown(wait=False, cancel_futures=True)
+                self._pool = self._make_pool()
+                self.failed.emit(job_id, "The estimate worker stopped unexpectedly; it has been restarted.")
+            elif exc is None:
                 self.finished.emit(job_id, future.result())
             else:
                 if not isinstance(exc, FitScopeError):

@@ -1,0 +1,257 @@
+"""The window's numbers without Qt: hardware resolution, the plain-words verdict, the curves and
+the ladder agree with the estimator; saved preferences survive bad files."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from app.core import fit
+from app.core.catalog import find_device
+from app.core.errors import CatalogError, EstimateError
+from app.core.estimate import GIB, MAX_CONTEXT_TOKENS, Settings, estimate, max_context_tokens
+from app.core.hardware import GpuSnapshot, HostSnapshot
+from app.core.prefs import SCHEMA_VERSION, Preferences, load_preferences, save_preferences
+from app.core.quant import find_preset, quantize_layout
+from app.core.scenario import (
+    Controls,
+    Evaluator,
+    HardwareChoice,
+    Machine,
+    ModelChoice,
+    Request,
+    context_grid,
+    match_catalog_device,
+    resolve_targets,
+)
+
+HOST = HostSnapshot(
+    cpu_model="AMD Ryzen 9 7950X",
+    physical_cores=16,
+    logical_cores=32,
+    ram_total_bytes=64 * GIB,
+    ram_available_bytes=48 * GIB,
+    cpu_flags=("avx2", "avx512f", "fma", "f16c"),
+    measured_read_bandwidth_gb_s=62.0,
+    timestamp=time.time(),
+)
+
+
+def gpu(free_gib: float, total_gib: float = 24.0, name: str = "NVIDIA GeForce RTX 4090") -> GpuSnapshot:
+    total = int(total_gib * GIB)
+    free = int(free_gib * GIB)
+    return GpuSnapshot(
+        index=0,
+        name=name,
+        memory_total_bytes=total,
+        memory_used_bytes=total - free,
+        memory_free_bytes=free,
+        bandwidth_gb_s=1008.0,
+        timestamp=time.time(),
+    )
+
+
+def view_of(model: ModelChoice, hardware: HardwareChoice, controls: Controls | None = None, machine=None, **kw):
+    request = Request(model, hardware, controls or Controls(), machine or Machine(host=HOST), **kw)
+    return Evaluator().evaluate(request)
+
+
+LLAMA_8B = ModelChoice(kind="catalog", ref="llama-3.1-8b", quant="Q4_K_M")
+
+
+def test_nvml_names_match_the_catalog():
+    assert match_catalog_device("NVIDIA GeForce RTX 4090").id == "rtx-4090"
+    assert match_catalog_device("NVIDIA GeForce RTX 4060 Ti", 16 * GIB).id == "rtx-4060-ti-16gb"
+    assert match_catalog_device("NVIDIA A100-SXM4-80GB", 80 * GIB).id == "a100-80gb"
+    assert match_catalog_device("NVIDIA A100-SXM4-40GB", 40 * GIB).id == "a100-40gb"
+    assert match_catalog_device("NVIDIA H100 80GB HBM3", 80 * GIB).id.startswith("h100")
+    assert match_catalog_device("NVIDIA H100 PCIe", 80 * GIB).id == "h100-pcie"
+    assert match_catalog_device("NVIDIA L40S").id == "l40s"
+    assert match_catalog_device("NVIDIA L40").id == "l40"
+    assert match_catalog_device("Tesla T4").id == "t4"
+    assert match_catalog_device("NVIDIA GeForce RTX 3060", 12 * GIB).id == "rtx-3060-12gb"
+    assert match_catalog_device("Some Future GPU") is None
+
+
+def test_local_gpu_capacity_is_its_free_memory_and_catalog_counts_make_several_gpus():
+    machine = Machine(gpus=(gpu(free_gib=20.0),), host=HOST)
+    targets = resolve_targets(HardwareChoice(), machine)
+    assert [t.kind for t in targets] == ["gpu", "cpu"]
+    assert targets[0].capacity_bytes == 20 * GIB
+    assert targets[0].fp16_tflops == find_device("rtx-4090").fp16_tflops  # from the catalog match
+    assert targets[1].capacity_bytes == 64 * GIB
+    two = resolve_targets(HardwareChoice(kind="catalog", device_id="rtx-3090", count=2, host_ram_gib=32), machine)
+    assert [t.name for t in two] == ["NVIDIA GeForce RTX 3090 #1", "NVIDIA GeForce RTX 3090 #2", "Host RAM"]
+    assert two[2].capacity_bytes == 32 * GIB
+    cpu = resolve_targets(HardwareChoice(kind="cpu"), machine)
+    assert [t.kind for t in cpu] == ["cpu"] and cpu[0].bandwidth_gb_s == 62.0
+    with pytest.raises(CatalogError):
+        resolve_targets(HardwareChoice(kind="catalog", device_id="rtx-9999"), machine)
+
+
+def test_apple_unified_memory_is_split_between_gpu_and_host():
+    (gpu_t, host_t) = resolve_targets(HardwareChoice(kind="catalog", device_id="m3-max-128gb"), Machine(host=HOST))
+    spec = find_device("m3-max-128gb")
+    assert gpu_t.capacity_bytes == spec.capacity_bytes
+    assert gpu_t.capacity_bytes + host_t.capacity_bytes == int(spec.memory_gib * GIB)
+
+
+def test_green_verdict_has_the_estimators_headroom_and_shares():
+    view = view_of(LLAMA_8B, HardwareChoice(kind="catalog", device_id="rtx-4090"), Controls(context_tokens=8192))
+    d = view.estimate.devices[0]
+    assert view.verdict.level == "green"
+    assert view.verdict.headline == f"Fits, with {(d.capacity_bytes - d.total_bytes) / GIB:,.1f} GiB to spare."
+    weights_share = round(100 * d.weights_bytes / d.capacity_bytes)
+    kv_share = round(100 * d.kv_cache_bytes / d.capacity_bytes)
+    assert f"The model itself takes {weights_share}% of the memory" in view.verdict.text
+    assert f"remembering the conversation (8,192 tokens) takes {kv_share}%" in view.verdict.text
+    lo, hi = view.speed.decode_tokens_per_s.low, view.speed.decode_tokens_per_s.high
+    assert f"Expect about {lo:,.0f}-{hi:,.0f} tokens/s" in view.verdict.text
+
+
+def test_amber_when_under_ten_percent_is_left():
+    # Llama 3.1 8B Q8_0 at 32k context on a 12 GB RTX 3060: find a context that leaves under 10%.
+    model = ModelChoice(kind="catalog", ref="llama-3.1-8b", quant="Q6_K")
+    hw = HardwareChoice(kind="catalog", device_id="rtx-3060-12gb")
+    view = view_of(model, hw, Controls(context_tokens=4096))
+    limit = view.max_context_tokens
+    tight = view_of(model, hw, Controls(context_tokens=limit))
+    d = tight.estimate.devices[0]
+    assert d.fits and d.capacity_bytes - d.total_bytes < 0.1 * d.capacity_bytes
+    assert tight.verdict.level == "amber" and tight.verdict.headline.startswith("Fits, but only just")
+
+
+def test_auto_gpu_layers_fall_back_to_the_cpu_when_the_gpu_is_busy():
+    machine = Machine(gpus=(gpu(free_gib=0.3),), host=HOST)
+    view = view_of(ModelChoice(kind="catalog", ref="llama-3.2-1b"), HardwareChoice(), machine=machine)
+    assert view.estimate.fits and view.estimate.gpu_layers == 0
+    assert view.verdict.level == "amber" and "0 of 17 layers fit on the GPU" in view.verdict.headline
+
+
+def test_red_verdict_suggests_a_context_or_quantization_that_fits():
+    hw = HardwareChoice(kind="catalog", device_id="rtx-4090", host_ram_gib=32)
+    model = ModelChoice(kind="catalog", ref="llama-3.1-70b", quant="Q4_K_M")
+    view = view_of(model, hw, Controls(context_tokens=8192, gpu_layers=81))
+    assert view.verdict.level == "red" and view.verdict.headline.startswith("Does not fit:")
+    fitting = [r for r in view.ladder if r.fits]
+    assert fitting, "some 2-bit preset fits 24 GiB"
+    best = max(fitting, key=lambda r: r.budget_bytes)
+    assert f"A smaller quantization, {best.preset}, would fit" in view.verdict.text
+
+
+def test_impossible_settings_are_explained():
+    view = view_of(LLAMA_8B, HardwareChoice(kind="cpu"), Controls(flash_attn=False, cache_type_v="q8_0"))
+    assert view.estimate is None and view.verdict.level == "red"
+    assert "needs flash attention" in view.error
+    huge = view_of(LLAMA_8B, HardwareChoice(kind="cpu"), Controls(context_tokens=MAX_CONTEXT_TOKENS, users=2))
+    assert "beyond the" in huge.error and huge.estimate is None
+
+
+def test_context_curve_and_largest_context_agree_with_the_estimator():
+    hw = HardwareChoice(kind="catalog", device_id="rtx-4090")
+    view = view_of(LLAMA_8B, hw, Controls(context_tokens=8192))
+    model = fit.model_from_catalog("llama-3.1-8b", "Q4_K_M")
+    targets = resolve_targets(hw, Machine(host=HOST))
+    settings = Settings(context_tokens=8192, repack="x86-avx512")
+    curve = view.context_curve
+    assert curve.contexts[0] == 512 and curve.contexts[-1] == 131072
+    i = curve.contexts.index(16384)
+    est = estimate(model.arch, model.tensors, settings.model_copy(update={"context_tokens": 16384}), targets)
+    gpu_dev = est.devices[0]
+    assert curve.kv_cache_bytes[i] == gpu_dev.kv_cache_bytes
+    assert (
+        curve.weights_bytes[i] + curve.kv_cache_bytes[i] + curve.compute_bytes[i] + curve.overhead_bytes[i]
+        == gpu_dev.total_bytes
+    )
+    assert view.max_context_tokens == max_context_tokens(model.arch, model.tensors, settings, targets)
+
+
+def test_ladder_rows_are_the_presets_own_estimates():
+    hw = HardwareChoice(kind="catalog", device_id="rtx-4090")
+    view = view_of(LLAMA_8B, hw, Controls(context_tokens=8192))
+    model = fit.model_from_catalog("llama-3.1-8b", "Q4_K_M")
+    targets = resolve_targets(hw, Machine(host=HOST))
+    q8 = next(r for r in view.ladder if r.preset == "Q8_0")
+    tensors = quantize_layout(model.arch, find_preset("Q8_0"))
+    est = estimate(model.arch, tensors, Settings(context_tokens=8192, repack="x86-avx512"), targets)
+    assert q8.budget_bytes == est.devices[0].total_bytes and q8.fits
+    assert [r.budget_bytes for r in view.ladder] == sorted(r.budget_bytes for r in view.ladder)
+    assert sum(r.current for r in view.ladder) == 1
+
+
+def test_users_share_llama_cpp_context_and_concurrency_curve_is_monotonic():
+    hw = HardwareChoice(kind="catalog", device_id="rtx-4090")
+    view = view_of(LLAMA_8B, hw, Controls(context_tokens=4096, users=4))
+    assert view.estimate.settings.context_tokens == 16384 and view.estimate.settings.parallel_sequences == 4
+    users = view.concurrency.users
+    assert all(a >= b for a, b in zip(users, users[1:], strict=False))
+    assert view.max_users >= 4
+
+
+def test_comparison_rows_carry_memory_fit_speed_and_price():
+    view = view_of(
+        LLAMA_8B,
+        HardwareChoice(kind="catalog", device_id="rtx-4090"),
+        compare=(HardwareChoice(kind="catalog", device_id="rtx-3060-12gb"), HardwareChoice(kind="cpu")),
+    )
+    gpu_row, cpu_row = view.comparison
+    assert gpu_row.fits and gpu_row.price_usd == find_device("rtx-3060-12gb").price_usd
+    assert cpu_row.gpu_layers is None and cpu_row.price_usd is None
+    assert gpu_row.decode_tokens_per_s.high > cpu_row.decode_tokens_per_s.high
+
+
+def test_context_grid_is_log_spaced_from_512_to_the_trained_context():
+    grid = context_grid(131072)
+    assert grid[0] == 512 and grid[-1] == 131072 and len(grid) == 33
+    assert context_grid(300) == (512, 512) or context_grid(300)[0] == 512
+
+
+def test_a_bad_model_choice_raises_a_readable_error(tmp_path):
+    bad = tmp_path / "x.gguf"
+    bad.write_bytes(b"nope")
+    with pytest.raises(Exception, match="x.gguf"):
+        Evaluator().evaluate(Request(ModelChoice(kind="gguf", ref=str(bad)), HardwareChoice(), Controls(), Machine()))
+
+
+def test_view_portable_drops_tensors_only():
+    view = view_of(LLAMA_8B, HardwareChoice(kind="cpu"))
+    light = view.portable()
+    assert light.model.tensors == () and light.model.arch == view.model.arch
+    assert light.estimate == view.estimate and light.verdict == view.verdict
+
+
+# -- preferences ---------------------------------------------------------------------------------
+
+
+def test_preferences_round_trip(tmp_path):
+    path = tmp_path / "cfg" / "settings.json"
+    prefs = Preferences(
+        hardware=HardwareChoice(kind="catalog", device_id="l40s", count=2),
+        model=ModelChoice(kind="catalog", ref="qwen3-8b", quant="Q5_K_M"),
+        controls=Controls(context_tokens=20480, users=3, cache_type_k="q8_0"),
+        presentation=True,
+    )
+    save_preferences(prefs, path)
+    assert load_preferences(path) == (prefs, "")
+    assert json.loads(path.read_text())["schema_version"] == SCHEMA_VERSION
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["{not json", "[]", '{"schema_version": 99}', '{"schema_version": 1, "controls": {"users": 0}}'],
+    ids=["not-json", "not-object", "newer-schema", "invalid-value"],
+)
+def test_unreadable_preferences_give_defaults_and_a_reason(tmp_path, content):
+    path = tmp_path / "settings.json"
+    path.write_text(content)
+    prefs, note = load_preferences(path)
+    assert prefs == Preferences()
+    assert note.startswith("Your saved settings could not be read")
+    assert not path.exists() and path.with_suffix(".json.unreadable").exists()
+
+
+def test_estimate_error_is_a_fitscope_error():
+    with pytest.raises(EstimateError):
+        Controls(context_tokens=MAX_CONTEXT_TOKENS, users=2).settings()
