@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import sys
 from collections.abc import Sequence
 
@@ -301,6 +302,8 @@ COMMANDS = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # The window's estimate worker is a spawned process; in a frozen build it re-enters here.
+    multiprocessing.freeze_support()
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

@@ -312,3 +312,14 @@ def test_exit_codes_through_a_real_process():
     assert bad.stderr.startswith("fitscope: ")
     assert len(bad.stderr.strip().splitlines()) == 1
     assert "Traceback" not in bad.stderr
+
+
+def test_no_arguments_opens_the_window_or_says_why_it_cannot(capsys, monkeypatch):
+    for name in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(sys, "platform", "linux")
+    from app.cli import main
+
+    assert main([]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fitscope: No display found") and "xvfb-run fitscope" in err

@@ -306,7 +306,9 @@ def test_a_real_gguf_file_opens_and_drops_work(qtbot, tmp_path, demo_gguf):
     window = open_window(qtbot, make_services(tmp_path))
     window.open_path(str(demo_gguf))
     view = settle(qtbot, window, lambda v: v.request.model.kind == "gguf")
-    assert view.model.quant == "Q4_K_M" and str(demo_gguf) in window.model_info.text()
+    assert (
+        view.model.quant == "Q4_K_M" and f"File: {demo_gguf.name} (in {demo_gguf.parent})" in window.model_info.text()
+    )
     assert not window.quant_combo.isEnabled()
     with qtbot.waitSignal(window.error_shown, timeout=5000) as blocker:
         window.open_path(str(tmp_path / "notes.txt"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,6 +16,7 @@ from app.adapters.host import detect_host
 from app.adapters.nvml import default_monitor
 from app.adapters.paths import preferences_path
 from app.core.catalog import RESOURCES_DIR
+from app.core.errors import FitScopeError
 from app.core.prefs import load_preferences
 from app.core.scenario import ModelChoice
 from app.ui.window import MainWindow, Services
@@ -45,8 +47,25 @@ def create_window(services: Services, open_path: str | None = None, model: Model
     return window
 
 
+def display_problem() -> str | None:
+    """Why no window can open here (a Linux session without a display), or None."""
+    platform_name = os.environ.get("QT_QPA_PLATFORM", "")
+    if sys.platform.startswith("linux") and not platform_name:
+        if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+            return (
+                "No display found (DISPLAY and WAYLAND_DISPLAY are unset), so the window cannot open. "
+                "Run FitScope in a desktop session, or use the terminal commands (`fitscope estimate --help`), "
+                "or start it under a virtual display: xvfb-run fitscope."
+            )
+    return None
+
+
 def run_window(argv: Sequence[str] | None = None, open_path: str | None = None, demo: bool = False) -> int:
-    """Open the window and run until it closes. Returns the exit code."""
+    """Open the window and run until it closes. Returns the exit code. Raises FitScopeError when no
+    window can open."""
+    problem = display_problem()
+    if problem:
+        raise FitScopeError(problem)
     app = QApplication.instance() or QApplication(list(argv or sys.argv[:1]))
     app.setApplicationName("FitScope")
     app.setOrganizationName("FitScope")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Qt
-from PySide6.QtGui import QColor, QCursor, QFont, QPalette
+from PySide6.QtGui import QColor, QCursor, QFont, QFontMetrics, QPalette
 from PySide6.QtWidgets import QToolTip, QWidget
 
 from app.core.estimate import GIB
@@ -339,7 +339,13 @@ class LadderChart(Chart):
         capacity = _gib(rows[0].capacity_bytes) if rows else 0.0
         self.capacity.setValue(capacity)
         self._ticks("left", [(i, r.preset) for i, r in enumerate(rows)])
-        self._ticks("right", [(i, self._row_text(r)) for i, r in enumerate(rows)])
+        texts = [self._row_text(r) for r in rows]
+        self._ticks("right", list(enumerate(texts)))
+        metrics = QFontMetrics(self._font)
+        width = max((metrics.horizontalAdvance(t) for t in texts), default=40) + 16
+        if width != getattr(self, "_right_width", None):
+            self._right_width = width
+            self.plotItem.getAxis("right").setWidth(width)
         right = max(max(widths, default=1.0), capacity)
         self._range("x", 0, nice_ceiling(right * 1.05))
         self._range("y", -0.6, max(len(rows) - 0.4, 0.6))
@@ -347,12 +353,17 @@ class LadderChart(Chart):
     @staticmethod
     def _row_text(r: LadderRow) -> str:
         speed = r.decode_tokens_per_s
-        parts = [f"{_gib(r.budget_bytes):.1f} GiB", f"{speed.low:.0f}-{speed.high:.0f} tok/s"]
+        text = f"{_gib(r.budget_bytes):.1f} GiB · {speed.low:.0f}-{speed.high:.0f} tok/s"
         if r.ppl_increase is not None:
-            parts.append(f"ppl {r.ppl_increase:+.2f}")
+            text += f" · ppl {r.ppl_increase:+.2f}"
         if not r.fits:
-            parts.append("does not fit")
-        return " · ".join(parts) + ("  ◀ yours" if r.current else "")
+            text += " · too big"
+        return text + (" ◀" if r.current else "")
+
+    def _restyle(self) -> None:
+        self._tick_cache = {}
+        if getattr(self, "shown", None):
+            self.set_data(self.shown)
 
     def hover_text(self, x: float, y: float) -> str | None:
         i = round(y)

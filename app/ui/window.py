@@ -176,6 +176,9 @@ class MainWindow(QMainWindow):
         form.addRow("", row)
         self.compare_combos: list[QComboBox] = []
         self.compare_counts: list[QSpinBox] = []
+        self.compare_box = QWidget()
+        compare_form = QFormLayout(self.compare_box)
+        compare_form.setContentsMargins(0, 0, 0, 0)
         for i in range(MAX_COMPARED - 1):
             combo = self._device_combo(include_local=True, include_none=True)
             combo.setAccessibleName(f"Compare with, choice {i + 1}")
@@ -185,10 +188,13 @@ class MainWindow(QMainWindow):
             line = QHBoxLayout()
             line.addWidget(combo, 1)
             line.addWidget(count)
-            form.addRow(f"Compare with &{i + 1}" if i == 0 else f"Compare with {i + 1}", line)
+            label = QLabel(f"Compare with &{i + 1}")
+            label.setBuddy(combo)
+            compare_form.addRow(label, line)
             self.compare_combos.append(combo)
             self.compare_counts.append(count)
         hw_layout.addLayout(form)
+        hw_layout.addWidget(self.compare_box)
         left_layout.addWidget(hw_box)
 
         model_box = QGroupBox("&Model")
@@ -226,7 +232,7 @@ class MainWindow(QMainWindow):
         for p in PRESETS:
             self.quant_combo.addItem(p.name, p.name)
         self.quant_combo.setAccessibleName("Weight quantization")
-        ctl.addRow("&Quantization", self.quant_combo)
+        ctl.addRow("Quantizatio&n", self.quant_combo)
         self.advanced = QWidget()
         adv = QFormLayout(self.advanced)
         adv.setContentsMargins(0, 0, 0, 0)
@@ -253,6 +259,7 @@ class MainWindow(QMainWindow):
         scroll = QScrollArea()
         scroll.setWidget(left)
         scroll.setWidgetResizable(True)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         scroll.setMinimumWidth(360)
 
         right = QWidget()
@@ -271,12 +278,11 @@ class MainWindow(QMainWindow):
         self.legend.setTextFormat(Qt.TextFormat.RichText)
         self.legend.setWordWrap(True)
         grid.addWidget(self.legend, 0, 0, 1, 2)
-        grid.addWidget(self.split_chart, 1, 0)
-        grid.addWidget(self.context_chart, 2, 0)
-        grid.addWidget(self.concurrency_chart, 3, 0)
-        grid.addWidget(self.ladder_chart, 1, 1, 3, 1)
-        grid.setColumnStretch(0, 1)
-        grid.setColumnStretch(1, 1)
+        grid.addWidget(self.split_chart, 1, 0, 2, 1)
+        grid.addWidget(self.context_chart, 1, 1)
+        grid.addWidget(self.concurrency_chart, 2, 1)
+        grid.setColumnStretch(0, 2)
+        grid.setColumnStretch(1, 3)
         self.charts = {
             "split": self.split_chart,
             "context": self.context_chart,
@@ -284,6 +290,7 @@ class MainWindow(QMainWindow):
             "concurrency": self.concurrency_chart,
         }
         self.tabs.addTab(charts_page, "C&harts")
+        self.tabs.addTab(self.ladder_chart, "&Quantization ladder")
         self.compare_table = QTableWidget(0, 6)
         self.compare_table.setHorizontalHeaderLabels(
             ["Hardware", "Memory needed", "Memory there", "Fits", "Expected tokens/s", "Price (USD)"]
@@ -347,6 +354,8 @@ class MainWindow(QMainWindow):
 
     def _device_combo(self, include_local: bool, include_none: bool = False) -> QComboBox:
         combo = QComboBox()
+        combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        combo.setMinimumContentsLength(14)
         combo.setEditable(True)
         combo.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
         combo.completer().setFilterMode(Qt.MatchFlag.MatchContains)
@@ -434,11 +443,10 @@ class MainWindow(QMainWindow):
 
     @staticmethod
     def _select_combo(combo: QComboBox, data: Any) -> None:
-        for i in range(combo.count()):
-            if combo.itemData(i) == data:
-                combo.setCurrentIndex(i)
-                return
-        combo.setCurrentIndex(0)
+        index = next((i for i in range(combo.count()) if combo.itemData(i) == data), 0)
+        combo.setCurrentIndex(index)
+        if combo.isEditable():
+            combo.lineEdit().setCursorPosition(0)  # show the start of a long name
 
     def _select_model_item(self, choice: ModelChoice) -> None:
         was = self.model_list.blockSignals(True)
@@ -476,6 +484,7 @@ class MainWindow(QMainWindow):
         data = self.target_combo.currentData()
         if not data:
             return
+        self.target_combo.lineEdit().setCursorPosition(0)
         kind, _, device_id = data.partition(":")
         ram = self.host_ram_spin.value() or None
         choice = HardwareChoice(kind=kind, device_id=device_id or None, count=self.count_spin.value(), host_ram_gib=ram)
@@ -589,10 +598,8 @@ class MainWindow(QMainWindow):
     def _set_presentation_widgets(self, on: bool) -> None:
         self.advanced.setVisible(not on)
         self.hardware_view.setVisible(not on)
-        for combo, count in zip(self.compare_combos, self.compare_counts, strict=True):
-            combo.setVisible(not on)
-            count.setVisible(not on)
-        self.tabs.setTabVisible(2, not on)
+        self.compare_box.setVisible(not on)
+        self.tabs.setTabVisible(3, not on)
         font = QGuiApplication.font()
         if on:
             font.setPointSizeF(font.pointSizeF() * PRESENTATION_SCALE)
@@ -672,6 +679,9 @@ class MainWindow(QMainWindow):
         self._show_model_info(view)
         est = view.estimate
         if est is not None:
+            # Host memory gets its own bar when it holds layers (or is the only device); otherwise
+            # it keeps only the token embedding and buffers, listed under Details.
+            has_gpu_layers = any(d.kind == "gpu" and d.layers for d in est.devices)
             bars = [
                 DeviceBar(
                     name=d.name,
@@ -682,7 +692,7 @@ class MainWindow(QMainWindow):
                     capacity_bytes=d.capacity_bytes,
                 )
                 for d in est.devices
-                if d.total_bytes or d.kind == "cpu"
+                if d.kind == "gpu" and d.total_bytes or d.kind == "cpu" and (d.layers or not has_gpu_layers)
             ]
             self.split_chart.set_data(bars)
         c = view.request.controls
@@ -708,13 +718,15 @@ class MainWindow(QMainWindow):
             f"{params}; {arch.n_layer} layers; {kv} KV heads; trained context {arch.n_ctx_train:,} tokens",
         ]
         if m.path is not None:
-            lines.append(f"File: {m.path}")
+            lines.append(f"File: {m.path.name} (in {m.path.parent})")
         if view.request.model.kind == "demo":
             lines.append(f"Built-in demo model. License: {DEMO_LICENSE}")
         if view.ladder_note:
             lines.append(view.ladder_note)
         self.model_info.setText("<br>".join(_escape(line) if i else line for i, line in enumerate(lines)))
-        self.ngl_spin.setMaximum(arch.n_layer + 1)
+        self.ngl_spin.setToolTip(
+            f"llama.cpp's -ngl: {arch.n_layer + 1} puts all {arch.n_layer} layers and the output layer on the GPU"
+        )
         self.context_control.set_trained_context(arch.n_ctx_train)
         if m.quant in {p.name for p in PRESETS} and not self.quant_combo.isEnabled():
             self._select_combo(self.quant_combo, m.quant)

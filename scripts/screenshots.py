@@ -1,0 +1,112 @@
+"""Drive the window to a few views and save screenshots (run through scripts/screenshots.sh, which
+starts a virtual X display with xvfb).
+
+    scripts/screenshots.sh [OUTPUT_DIR]      # default docs/screenshots
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("FITSCOPE_CONFIG_DIR", tempfile.mkdtemp(prefix="fitscope-shots-"))
+
+from PySide6.QtCore import QEventLoop, QTimer  # noqa: E402
+from PySide6.QtWidgets import QApplication  # noqa: E402
+
+
+def wait_until(window, predicate, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    loop = QEventLoop()
+    timer = QTimer(interval=20)
+
+    def check() -> None:
+        done = window.view is not None and not window.busy and predicate(window.view)
+        if done or time.monotonic() > deadline:
+            loop.quit()
+
+    timer.timeout.connect(check)
+    timer.start()
+    loop.exec()
+    timer.stop()
+    if not (window.view is not None and predicate(window.view)):
+        raise SystemExit("screenshots: the window did not reach the expected view in time")
+    settle = QEventLoop()
+    QTimer.singleShot(400, settle.quit)  # let it paint
+    settle.exec()
+
+
+def main() -> int:
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/screenshots")
+    out.mkdir(parents=True, exist_ok=True)
+    qt_app = QApplication.instance() or QApplication(sys.argv[:1])
+    from app.core.scenario import Controls, HardwareChoice, ModelChoice
+    from app.ui.app import create_window, real_services
+
+    services = real_services()
+    services.measure_bandwidth = False
+    window = create_window(services)
+    window.resize(1500, 940)
+    window.show()
+    wait_until(window, lambda v: True)
+    shots = []
+
+    def shot(name: str, widget=None) -> None:
+        path = out / f"{name}.png"
+        (widget or window).grab().save(str(path))
+        shots.append(path)
+
+    llama8 = ModelChoice(kind="catalog", ref="llama-3.1-8b", quant="Q4_K_M")
+    window.set_scenario(
+        model=llama8,
+        hardware=HardwareChoice(kind="catalog", device_id="rtx-4090", host_ram_gib=64),
+        controls=Controls(context_tokens=16384),
+        compare=(
+            HardwareChoice(kind="catalog", device_id="rtx-3060-12gb"),
+            HardwareChoice(kind="catalog", device_id="m4-pro-48gb"),
+        ),
+    )
+    wait_until(window, lambda v: v.request.model == llama8 and v.request.controls.context_tokens == 16384)
+    shot("fits-rtx-4090")
+    window.tabs.setCurrentIndex(2)
+    wait_until(window, lambda v: True)
+    shot("compare-hardware")
+    window.tabs.setCurrentIndex(0)
+
+    llama70 = ModelChoice(kind="catalog", ref="llama-3.1-70b", quant="Q4_K_M")
+    window.set_scenario(
+        model=llama70,
+        hardware=HardwareChoice(kind="catalog", device_id="rtx-4090", host_ram_gib=64),
+        controls=Controls(context_tokens=8192, gpu_layers=81),
+        compare=(),
+    )
+    wait_until(window, lambda v: v.request.model == llama70 and v.request.controls.gpu_layers == 81)
+    shot("does-not-fit")
+    window.tabs.setCurrentIndex(1)
+    wait_until(window, lambda v: True)
+    shot("quantization-ladder")
+    window.tabs.setCurrentIndex(0)
+
+    qwen = ModelChoice(kind="catalog", ref="qwen2.5-14b", quant="Q4_K_M")
+    window.set_scenario(
+        model=qwen,
+        hardware=HardwareChoice(kind="catalog", device_id="rtx-4060-ti-16gb", host_ram_gib=32),
+        controls=Controls(context_tokens=32768),
+    )
+    window.set_presentation(True)
+    wait_until(window, lambda v: v.request.model == qwen and v.request.controls.context_tokens == 32768)
+    shot("presentation-mode")
+    window.set_presentation(False)
+    window.close()
+    qt_app.processEvents()
+    for path in shots:
+        print(f"{path} ({path.stat().st_size // 1024} KiB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

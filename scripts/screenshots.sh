@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Start FitScope on a virtual X display (xvfb), drive it to a few views and save PNGs.
+#   scripts/screenshots.sh [OUTPUT_DIR]        (default: docs/screenshots)
+# Needs Xvfb: on Debian/Ubuntu, `sudo apt-get install xvfb`.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+"$root/scripts/bootstrap.sh"
+if ! command -v xvfb-run > /dev/null; then
+    echo "screenshots: xvfb-run not found; install it with: sudo apt-get install xvfb" >&2
+    exit 2
+fi
+cd "$root"
+unset QT_QPA_PLATFORM
+exec xvfb-run -a -s "-screen 0 1600x1000x24" .venv/bin/python scripts/screenshots.py "${1:-docs/screenshots}"
