@@ -486,3 +486,40 @@ def test_standard_shortcuts_are_bound(qtbot, tmp_path):
         window.ngl_spin,
     ):
         assert widget.focusPolicy() & Qt.FocusPolicy.TabFocus
+
+
+def test_dropping_a_gguf_file_opens_it(qtbot, tmp_path, demo_gguf):
+    from PySide6.QtCore import QMimeData, QPointF, QUrl
+    from PySide6.QtGui import QDragEnterEvent, QDropEvent
+
+    window = open_window(qtbot, make_services(tmp_path))
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(demo_gguf))])
+    enter = QDragEnterEvent(
+        QPointF(10, 10).toPoint(),
+        Qt.DropAction.CopyAction,
+        mime,
+        Qt.MouseButton.LeftButton,
+        Qt.KeyboardModifier.NoModifier,
+    )
+    window.dragEnterEvent(enter)
+    assert enter.isAccepted()
+    drop = QDropEvent(
+        QPointF(10, 10), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier
+    )
+    window.dropEvent(drop)
+    view = settle(qtbot, window, lambda v: v.request.model.kind == "gguf")
+    assert view.request.model.ref == str(demo_gguf)
+
+
+def test_charts_follow_a_dark_palette(qtbot, tmp_path):
+    from PySide6.QtGui import QColor, QPalette
+
+    window = open_window(qtbot, make_services(tmp_path))
+    dark = QPalette()
+    dark.setColor(QPalette.ColorRole.Base, QColor("#1e1e1e"))
+    dark.setColor(QPalette.ColorRole.Text, QColor("#e6e6e6"))
+    window.setPalette(dark)  # what a switch to the system's dark theme does
+    for chart in window.charts.values():
+        assert chart.backgroundBrush().color().name() == "#1e1e1e"
+        assert chart.plotItem.getAxis("left").textPen().color().name() == "#e6e6e6"
