@@ -446,6 +446,7 @@ def test_presentation_mode_enlarges_type_hides_advanced_controls_and_is_remember
     window.presentation_action.trigger()
     assert window.presentation and not window.advanced.isVisible() and not window.hardware_view.isVisible()
     assert window.centralWidget().font().pointSizeF() == pytest.approx(normal * 1.6)
+    assert window.split_chart.plotItem.titleLabel.opts["size"] == "17pt"
     window.close()
     again = open_window(qtbot, services)
     assert again.presentation and not again.advanced.isVisible()

@@ -590,10 +590,10 @@ class MainWindow(QMainWindow):
     def set_presentation(self, on: bool) -> None:
         """Large type and only the essential controls, for demos on a projector."""
         self.presentation_action.setChecked(on)
-        self._set_presentation_widgets(on)
         if self._prefs.presentation != on:
             self._prefs = self._prefs.model_copy(update={"presentation": on})
             self._save_timer.start()
+        self._set_presentation_widgets(on)
 
     def _set_presentation_widgets(self, on: bool) -> None:
         self.advanced.setVisible(not on)
