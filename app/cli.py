@@ -99,7 +99,7 @@ def _settings(args: argparse.Namespace, host_profile: str):
             kv_unified=args.kv_unified,
             swa_full=args.swa_full,
             gpu_layers=args.n_gpu_layers,
-            repack=host_profile,
+            repack=host_profile,  # type: ignore[arg-type]
         )
     except ValidationError as exc:
         first = exc.errors()[0]

@@ -6,4 +6,5 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 export QT_QPA_PLATFORM=offscreen
 .venv/bin/ruff check app tests scripts
+.venv/bin/mypy app
 .venv/bin/python -m pytest -q "$@"

@@ -6,6 +6,7 @@ import difflib
 import json
 from functools import cache
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -17,7 +18,14 @@ RESOURCES_DIR = Path(__file__).resolve().parents[2] / "resources"
 CATALOG_DIR = RESOURCES_DIR / "catalog"
 
 
-def _load_list(path: Path, item_type: type) -> list:
+class _HasId(Protocol):
+    id: str
+
+
+_Item = TypeVar("_Item", bound=_HasId)
+
+
+def _load_list(path: Path, item_type: type[_Item]) -> list[_Item]:
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
@@ -25,7 +33,7 @@ def _load_list(path: Path, item_type: type) -> list:
     except json.JSONDecodeError as exc:
         raise CatalogError(f"Catalog file {path} is not valid JSON (line {exc.lineno}): {exc.msg}.") from exc
     try:
-        items = TypeAdapter(list[item_type]).validate_python(raw)
+        items: list[_Item] = TypeAdapter(list[item_type]).validate_python(raw)  # type: ignore[valid-type]
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])

@@ -66,7 +66,8 @@ def run_window(argv: Sequence[str] | None = None, open_path: str | None = None, 
     problem = display_problem()
     if problem:
         raise FitScopeError(problem)
-    app = QApplication.instance() or QApplication(list(argv or sys.argv[:1]))
+    existing = QApplication.instance()
+    app = existing if isinstance(existing, QApplication) else QApplication(list(argv or sys.argv[:1]))
     app.setApplicationName("FitScope")
     app.setOrganizationName("FitScope")
     icon = RESOURCES_DIR / "icons" / "fitscope.svg"

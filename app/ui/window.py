@@ -358,8 +358,10 @@ class MainWindow(QMainWindow):
         combo.setMinimumContentsLength(14)
         combo.setEditable(True)
         combo.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
-        combo.completer().setFilterMode(Qt.MatchFlag.MatchContains)
-        combo.completer().setCompletionMode(QCompleter.CompletionMode.PopupCompletion)
+        completer = combo.completer()
+        if completer is not None:
+            completer.setFilterMode(Qt.MatchFlag.MatchContains)
+            completer.setCompletionMode(QCompleter.CompletionMode.PopupCompletion)
         if include_none:
             combo.addItem("(nothing)", "")
         if include_local:
@@ -445,8 +447,9 @@ class MainWindow(QMainWindow):
     def _select_combo(combo: QComboBox, data: Any) -> None:
         index = next((i for i in range(combo.count()) if combo.itemData(i) == data), 0)
         combo.setCurrentIndex(index)
-        if combo.isEditable():
-            combo.lineEdit().setCursorPosition(0)  # show the start of a long name
+        line = combo.lineEdit()
+        if line is not None:
+            line.setCursorPosition(0)  # show the start of a long name
 
     def _select_model_item(self, choice: ModelChoice) -> None:
         was = self.model_list.blockSignals(True)
@@ -484,7 +487,9 @@ class MainWindow(QMainWindow):
         data = self.target_combo.currentData()
         if not data:
             return
-        self.target_combo.lineEdit().setCursorPosition(0)
+        line = self.target_combo.lineEdit()
+        if line is not None:
+            line.setCursorPosition(0)
         kind, _, device_id = data.partition(":")
         ram = self.host_ram_spin.value() or None
         choice = HardwareChoice(kind=kind, device_id=device_id or None, count=self.count_spin.value(), host_ram_gib=ram)
@@ -603,7 +608,7 @@ class MainWindow(QMainWindow):
         font = QGuiApplication.font()
         if on:
             font.setPointSizeF(font.pointSizeF() * PRESENTATION_SCALE)
-        self.centralWidget().setFont(font)
+        self.splitter.setFont(font)
         self._apply_look()
 
     @property

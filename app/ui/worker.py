@@ -16,6 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from concurrent.futures.thread import BrokenThreadPool
+from functools import partial
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal, Slot
@@ -99,7 +100,11 @@ class TaskRunner(QObject):
             self._pool = self._make_pool()
             future = self._pool.submit(job)
         self._running[job_id] = future
-        future.add_done_callback(lambda _f, i=job_id: self._completed.emit(i))
+        future.add_done_callback(partial(self._notify, job_id))
+
+    def _notify(self, job_id: int, _future: Future) -> None:
+        """Called on the worker's thread: hand the job id over to the GUI thread."""
+        self._completed.emit(job_id)
 
     @Slot(int)
     def _on_completed(self, job_id: int) -> None:
