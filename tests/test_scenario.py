@@ -255,3 +255,14 @@ def test_unreadable_preferences_give_defaults_and_a_reason(tmp_path, content):
 def test_estimate_error_is_a_fitscope_error():
     with pytest.raises(EstimateError):
         Controls(context_tokens=MAX_CONTEXT_TOKENS, users=2).settings()
+
+
+def test_settings_live_in_the_platform_config_folder(monkeypatch, tmp_path):
+    from app.adapters.paths import preferences_path
+
+    monkeypatch.delenv("FITSCOPE_CONFIG_DIR", raising=False)
+    monkeypatch.setattr("sys.platform", "linux")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    assert preferences_path() == tmp_path / "xdg" / "fitscope" / "settings.json"
+    monkeypatch.setenv("FITSCOPE_CONFIG_DIR", str(tmp_path / "portable"))
+    assert preferences_path() == tmp_path / "portable" / "settings.json"

@@ -12,30 +12,24 @@ from pathlib import Path
 APP_DIR_NAME = "FitScope"
 
 
-def _home_sub(*parts: str) -> Path:
-    return Path.home().joinpath(*parts)
+def _platform_dir(override: str, windows_env: str, windows_default: str, xdg_env: str, xdg_default: str) -> Path:
+    chosen = os.environ.get(override)
+    if chosen:
+        return Path(chosen)
+    home = Path.home()
+    if sys.platform == "win32":
+        return Path(os.environ.get(windows_env) or home / "AppData" / windows_default) / APP_DIR_NAME
+    if sys.platform == "darwin":
+        return home / "Library" / "Application Support" / APP_DIR_NAME
+    return Path(os.environ.get(xdg_env) or home / xdg_default) / "fitscope"
 
 
 def config_dir() -> Path:
-    override = os.environ.get("FITSCOPE_CONFIG_DIR")
-    if override:
-        return Path(override)
-    if sys.platform == "win32":
-        return Path(os.environ.get("APPDATA") or _home_sub("AppData", "Roaming")) / APP_DIR_NAME
-    if sys.platform == "darwin":
-        return _home_sub("Library", "Application Support", APP_DIR_NAME)
-    return Path(os.environ.get("XDG_CONFIG_HOME") or _home_sub(".config")) / "fitscope"
+    return _platform_dir("FITSCOPE_CONFIG_DIR", "APPDATA", "Roaming", "XDG_CONFIG_HOME", ".config")
 
 
 def data_dir() -> Path:
-    override = os.environ.get("FITSCOPE_DATA_DIR")
-    if override:
-        return Path(override)
-    if sys.platform == "win32":
-        return Path(os.environ.get("LOCALAPPDATA") or _home_sub("AppData", "Local")) / APP_DIR_NAME
-    if sys.platform == "darwin":
-        return _home_sub("Library", "Application Support", APP_DIR_NAME)
-    return Path(os.environ.get("XDG_DATA_HOME") or _home_sub(".local", "share")) / "fitscope"
+    return _platform_dir("FITSCOPE_DATA_DIR", "LOCALAPPDATA", "Local", "XDG_DATA_HOME", ".local/share")
 
 
 def preferences_path() -> Path:

@@ -165,47 +165,55 @@ class FitResult:
             "model": self.model.label,
             "architecture": self.model.arch.arch,
             "quant": self.model.quant,
-            "context_tokens": e.settings.context_tokens,
-            "weights_bytes": e.weights_bytes,
-            "repack_bytes": e.repack_bytes,
-            "kv_cache_bytes": e.kv_cache_bytes,
-            "recurrent_state_bytes": e.recurrent_state_bytes,
-            "compute_bytes": e.compute_bytes,
-            "output_bytes": e.output_bytes,
-            "overhead_bytes": e.overhead_bytes,
-            "total_bytes": e.total_bytes,
-            "model_bytes": e.model_bytes,
-            "gpu_layers": e.gpu_layers,
-            "devices": [
-                {
-                    "name": d.name,
-                    "kind": d.kind,
-                    "capacity_bytes": d.capacity_bytes,
-                    "total_bytes": d.total_bytes,
-                    "free_bytes": d.free_bytes,
-                    "fits": d.fits,
-                    "weights_bytes": d.weights_bytes,
-                    "repack_bytes": d.repack_bytes,
-                    "kv_cache_bytes": d.kv_cache_bytes,
-                    "recurrent_state_bytes": d.recurrent_state_bytes,
-                    "compute_bytes": d.compute_bytes,
-                    "output_bytes": d.output_bytes,
-                    "overhead_bytes": d.overhead_bytes,
-                    "layers": d.layers,
-                }
-                for d in e.devices
-            ],
-            "kv_caches": [c.model_dump() | {"total_bytes": c.total_bytes} for c in e.kv_caches],
-            "fits": e.fits,
+            **estimate_json(e),
             "max_context": self.max_context,
             "max_users_at_context": self.max_users,
             "max_gpu_layers": self.max_gpu_layers,
             "decode_tokens_per_s": self.speed.decode_tokens_per_s.as_dict(),
             "prefill_tokens_per_s": self.speed.prefill_tokens_per_s.as_dict(),
             "ttft_s": self.speed.ttft_s.as_dict(),
-            "settings": e.settings.model_dump(),
             "assumptions": list(e.assumptions) + list(self.speed.assumptions),
         }
+
+
+def estimate_json(e: Estimate) -> dict[str, Any]:
+    """An estimate's figures as ``fitscope estimate --json`` names them: bytes as unrounded
+    integers, ``context_tokens`` as llama.cpp's ``-c``, one entry per device, the settings."""
+    return {
+        "context_tokens": e.settings.context_tokens,
+        "weights_bytes": e.weights_bytes,
+        "repack_bytes": e.repack_bytes,
+        "kv_cache_bytes": e.kv_cache_bytes,
+        "recurrent_state_bytes": e.recurrent_state_bytes,
+        "compute_bytes": e.compute_bytes,
+        "output_bytes": e.output_bytes,
+        "overhead_bytes": e.overhead_bytes,
+        "total_bytes": e.total_bytes,
+        "model_bytes": e.model_bytes,
+        "gpu_layers": e.gpu_layers,
+        "devices": [
+            {
+                "name": d.name,
+                "kind": d.kind,
+                "capacity_bytes": d.capacity_bytes,
+                "total_bytes": d.total_bytes,
+                "free_bytes": d.free_bytes,
+                "fits": d.fits,
+                "weights_bytes": d.weights_bytes,
+                "repack_bytes": d.repack_bytes,
+                "kv_cache_bytes": d.kv_cache_bytes,
+                "recurrent_state_bytes": d.recurrent_state_bytes,
+                "compute_bytes": d.compute_bytes,
+                "output_bytes": d.output_bytes,
+                "overhead_bytes": d.overhead_bytes,
+                "layers": d.layers,
+            }
+            for d in e.devices
+        ],
+        "kv_caches": [c.model_dump() | {"total_bytes": c.total_bytes} for c in e.kv_caches],
+        "fits": e.fits,
+        "settings": e.settings.model_dump(),
+    }
 
 
 def fit(model: ModelSource, settings: Settings, targets: list[Target], prompt_tokens: int = 512) -> FitResult:

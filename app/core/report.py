@@ -17,6 +17,7 @@ from typing import Any
 
 from app.core.errors import EstimateError
 from app.core.estimate import GIB, MAX_CONTEXT_TOKENS, Estimate
+from app.core.fit import estimate_json
 from app.core.scenario import CompareRow, View
 from app.core.speed import Range
 from app.core.tensors import CACHE_TYPES
@@ -26,45 +27,6 @@ _DOT_COLOURS = {"green": "#2e9d4a", "amber": "#e0a100", "red": "#d23c3c"}
 
 
 # -- shared pieces -------------------------------------------------------------------------------
-
-
-def _estimate_dict(est: Estimate) -> dict[str, Any]:
-    """The estimate's figures under ``FitResult.to_json``'s keys (bytes, unrounded integers)."""
-    return {
-        "context_tokens": est.settings.context_tokens,
-        "weights_bytes": est.weights_bytes,
-        "repack_bytes": est.repack_bytes,
-        "kv_cache_bytes": est.kv_cache_bytes,
-        "recurrent_state_bytes": est.recurrent_state_bytes,
-        "compute_bytes": est.compute_bytes,
-        "output_bytes": est.output_bytes,
-        "overhead_bytes": est.overhead_bytes,
-        "total_bytes": est.total_bytes,
-        "model_bytes": est.model_bytes,
-        "gpu_layers": est.gpu_layers,
-        "devices": [
-            {
-                "name": d.name,
-                "kind": d.kind,
-                "capacity_bytes": d.capacity_bytes,
-                "total_bytes": d.total_bytes,
-                "free_bytes": d.free_bytes,
-                "fits": d.fits,
-                "weights_bytes": d.weights_bytes,
-                "repack_bytes": d.repack_bytes,
-                "kv_cache_bytes": d.kv_cache_bytes,
-                "recurrent_state_bytes": d.recurrent_state_bytes,
-                "compute_bytes": d.compute_bytes,
-                "output_bytes": d.output_bytes,
-                "overhead_bytes": d.overhead_bytes,
-                "layers": d.layers,
-            }
-            for d in est.devices
-        ],
-        "kv_caches": [c.model_dump() | {"total_bytes": c.total_bytes} for c in est.kv_caches],
-        "fits": est.fits,
-        "settings": est.settings.model_dump(),
-    }
 
 
 def _has_gpu(view: View) -> bool:
@@ -118,7 +80,7 @@ def report_json(view: View) -> dict[str, Any]:
         "quant": model.quant if model is not None else None,
     }
     if view.estimate is not None:
-        out |= _estimate_dict(view.estimate)
+        out |= estimate_json(view.estimate)
     else:
         out["fits"] = False
     out["max_context"] = view.max_context_tokens
