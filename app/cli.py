@@ -58,6 +58,20 @@ def _add_estimate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output (bytes as integers)")
 
 
+def _add_run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--gguf", metavar="PATH", help="the GGUF file to run (default: the built-in demo model)")
+    p.add_argument("-c", "--ctx-size", type=int, default=4096)
+    p.add_argument("-b", "--batch-size", type=int, default=2048)
+    p.add_argument("-ub", "--ubatch-size", type=int, default=512)
+    p.add_argument("-fa", "--flash-attn", choices=["on", "off"], default="on")
+    p.add_argument("-ctk", "--cache-type-k", default="f16")
+    p.add_argument("-ctv", "--cache-type-v", default="f16")
+    p.add_argument("-ngl", "--n-gpu-layers", type=int, default=0, help="layers on the GPU (-1: all; default 0)")
+    p.add_argument("-t", "--threads", type=int, default=None)
+    p.add_argument("--no-save", action="store_true", help="do not add the run to the history")
+    p.add_argument("--json", action="store_true")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fitscope", description="Will this language model run on this machine, and how fast?"
@@ -73,6 +87,20 @@ def build_parser() -> argparse.ArgumentParser:
     hw.add_argument("--json", action="store_true")
     demo = sub.add_parser("demo", help="estimate the built-in demo model (Gemma 3 270M Q4_K_M) on this machine")
     demo.add_argument("--json", action="store_true")
+    run = sub.add_parser("run", help="generate with llama.cpp and measure TTFT, prefill and decode speed")
+    _add_run_args(run)
+    prompt = run.add_mutually_exclusive_group()
+    prompt.add_argument("-p", "--prompt", help="the prompt text (default: a short sentence)")
+    prompt.add_argument("--prompt-tokens", type=int, help="a synthetic prompt of exactly N tokens")
+    run.add_argument("-n", "--n-predict", type=int, default=128, help="tokens to generate (default 128)")
+    run.add_argument("--temp", type=float, default=0.0, help="temperature (default 0: greedy)")
+    run.add_argument("--repeat", type=int, default=3, help="repetitions; medians are reported (default 3)")
+    bench = sub.add_parser("bench", help="llama-bench style: pp (prompt processing) and tg (generation) tokens/s")
+    _add_run_args(bench)
+    bench.add_argument("-p", "--n-prompt", type=int, default=512, help="pp: prompt tokens in one batch (default 512)")
+    bench.add_argument("-n", "--n-gen", type=int, default=128, help="tg: tokens generated one by one (default 128)")
+    bench.add_argument("-d", "--depth", type=int, default=0, help="context already filled before timing (default 0)")
+    bench.add_argument("--repeat", type=int, default=3, help="repetitions (default 3; llama-bench uses 5)")
     win = sub.add_parser("window", help="open the desktop window (what `fitscope` alone does)")
     win.add_argument("path", nargs="?", help="a .gguf model or a config.json to open")
     win.add_argument("--demo", action="store_true", help="start on the built-in demo model")
@@ -281,6 +309,148 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return cmd_estimate(ns)
 
 
+def _run_settings(args: argparse.Namespace, mode: str):
+    from pydantic import ValidationError
+
+    from app.core.measure import RunSettings
+
+    path = args.gguf
+    if not path:
+        from app.adapters.demo_model import demo_model_path
+
+        path = str(demo_model_path())
+    fields = {
+        "gguf_path": path,
+        "mode": mode,
+        "n_ctx": args.ctx_size,
+        "n_batch": args.batch_size,
+        "n_ubatch": args.ubatch_size,
+        "flash_attn": args.flash_attn == "on",
+        "cache_type_k": args.cache_type_k,
+        "cache_type_v": args.cache_type_v,
+        "n_gpu_layers": args.n_gpu_layers,
+        "n_threads": args.threads,
+        "repeat": args.repeat,
+    }
+    if mode == "bench":
+        fields |= {
+            "prompt_tokens": args.n_prompt,
+            "max_tokens": args.n_gen,
+            "depth_tokens": args.depth,
+            "ignore_eos": True,
+        }
+    else:
+        fields |= {
+            "prompt": args.prompt,
+            "prompt_tokens": args.prompt_tokens,
+            "max_tokens": args.n_predict,
+            "temperature": args.temp,
+        }
+    try:
+        return RunSettings(**fields)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise FitScopeError(f"Invalid {first['loc'][0] if first['loc'] else 'setting'}: {first['msg']}.") from exc
+
+
+def _measure_and_report(args: argparse.Namespace, mode: str) -> int:
+    from app.adapters.history import RunHistory
+    from app.adapters.host import detect_host, measure_read_bandwidth_gb_s
+    from app.adapters.llamacpp_runner import run_live
+    from app.adapters.nvml import NvmlMonitor
+    from app.core import fit
+    from app.core.run_vs_estimate import estimate_for_run, run_report
+
+    settings = _run_settings(args, mode)
+    model = fit.model_from_gguf(settings.gguf_path)
+    host = detect_host(measure_bandwidth=False)
+    status = NvmlMonitor().status()
+    hardware = {"label": host.cpu_model, "cpu": host.cpu_model}
+    if status.available:
+        hardware["gpus"] = ", ".join(g.name for g in status.gpus)
+        hardware["label"] = hardware["gpus"]
+
+    def progress(event: dict) -> None:
+        if args.json:
+            return
+        kind = event.get("event")
+        if kind == "loaded":
+            print(f"loaded {model.label} in {event['load_s']:.2f} s", file=sys.stderr)
+        elif kind == "run_done":
+            f = event["figures"]
+            print(
+                f"  run {event['run'] + 1}: TTFT {f['ttft_s'] * 1000:.0f} ms, prefill "
+                f"{f['prefill_tokens_per_s_wall']:.1f} tok/s, decode {f['decode_tokens_per_s_wall']:.1f} tok/s",
+                file=sys.stderr,
+            )
+
+    result = run_live(settings, on_event=progress, hardware=hardware)
+    on_gpu = settings.n_gpu_layers != 0 and result.gpu_offload_supported and status.available
+    if on_gpu:
+        targets = [fit.target_from_gpu(g) for g in status.gpus] + [fit.host_ram_target(host.ram_total_bytes)]
+    else:
+        bw = measure_read_bandwidth_gb_s(budget_s=0.3)
+        targets = [fit.cpu_target(host.model_copy(update={"measured_read_bandwidth_gb_s": bw}))]
+    run_est = estimate_for_run(result, model.arch, model.tensors, targets, fit.repack_profile(host))
+    report = run_report(result, model.label, run_est)
+    if not args.no_save:
+        history = RunHistory()
+        run_id = history.add(result, report.get("estimate"))
+        if run_est.efficiency is not None:
+            history.set_efficiency(machine_key(host, status), run_est.efficiency[0], run_est.efficiency[1], run_id)
+        history.close()
+        report["history_id"] = run_id
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(format_run_report(report))
+    return 0
+
+
+def machine_key(host, status) -> str:
+    """Names this machine in the efficiency table: its CPU and its NVIDIA GPUs."""
+    gpus = ",".join(g.name for g in status.gpus) if status.available else ""
+    return f"{host.cpu_model}|{gpus}"
+
+
+def format_run_report(r: dict) -> str:
+    def fmt(v, unit="", scale=1.0, digits=1):
+        return "-" if v is None else f"{v * scale:,.{digits}f}{unit}"
+
+    lines = [
+        f"{r['model']} ({r['mode']}), llama-cpp-python {r['llama_cpp_version']}",
+        f"load {fmt(r['load_s'], ' s', digits=2)}; TTFT {fmt(r['ttft_s'], ' ms', 1000, 0)}; "
+        f"prefill {fmt(r['prefill_tokens_per_s'], ' tok/s')}; decode {fmt(r['decode_tokens_per_s'], ' tok/s')}; "
+        f"inter-token p50 {fmt(r['itl_p50_s'], ' ms', 1000)} / p95 {fmt(r['itl_p95_s'], ' ms', 1000)}; "
+        f"peak RSS {fmt(r['peak_rss_bytes'], ' MiB', 1 / MIB, 0)}",
+    ]
+    est = r.get("estimate")
+    if est:
+        d = est["decode_tokens_per_s"]
+        lines.append(f"estimated decode {d['low']:.0f}-{d['high']:.0f} tok/s")
+        lines.append("")
+        lines.append(f"{'buffer':16s} {'llama.cpp':>12s} {'estimate':>12s} {'difference':>12s}")
+        for c in r.get("comparison", []):
+            pct = "" if c["difference_percent"] is None else f" ({c['difference_percent']:+.1f}%)"
+            lines.append(
+                f"{c['buffer']:16s} {c['measured_bytes'] / MIB:9.2f} MiB {c['estimated_bytes'] / MIB:9.2f} MiB "
+                f"{c['difference_bytes'] / MIB:+9.2f} MiB{pct}"
+            )
+    for sentence in r.get("diagnosis", []):
+        lines.append(f"\n{sentence}")
+    if "history_id" in r:
+        lines.append(f"\nSaved as run #{r['history_id']} in the history.")
+    return "\n".join(lines)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    return _measure_and_report(args, "generate")
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    return _measure_and_report(args, "bench")
+
+
 def cmd_window(args: argparse.Namespace) -> int:
     try:
         from app.ui.app import run_window
@@ -298,6 +468,8 @@ COMMANDS = {
     "hw": cmd_hw,
     "demo": cmd_demo,
     "window": cmd_window,
+    "run": cmd_run,
+    "bench": cmd_bench,
 }
 
 

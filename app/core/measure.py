@@ -1,0 +1,186 @@
+"""What a live run measured, and how it compares with the estimate. Pure data and arithmetic: the
+runner (``app.adapters.llamacpp_runner``) fills these records in from a llama.cpp child process.
+
+Definitions (the same as llama.cpp's own ``llama_perf_context_print`` and llama-bench):
+
+- load time: from starting to load the file to a ready context;
+- time to first token (TTFT): from submitting the prompt to the first generated token, i.e. the
+  whole prefill plus one decode step;
+- prefill tokens/s: prompt tokens / prefill time; decode tokens/s: generated tokens after the
+  first / the time they took; both from llama.cpp's timings when it reports them (``*_llama``)
+  and from the wall clock around the calls (``*_wall``);
+- inter-token latency: the wall-clock gaps between consecutive generated tokens (p50 / p95).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+MIB = 1024**2
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class RunSettings(_Frozen):
+    """One live run: the model file, llama.cpp's context settings and the generation."""
+
+    gguf_path: str
+    mode: Literal["generate", "bench"] = "generate"
+    n_ctx: int = Field(default=4096, ge=16, le=1 << 24)
+    n_batch: int = Field(default=2048, ge=1)
+    n_ubatch: int = Field(default=512, ge=1)
+    flash_attn: bool = True
+    cache_type_k: str = "f16"
+    cache_type_v: str = "f16"
+    swa_full: bool = True
+    n_gpu_layers: int = Field(default=0, ge=-1, description="-1: all")
+    n_threads: int | None = Field(default=None, ge=1)
+    prompt: str | None = None
+    prompt_tokens: int | None = Field(default=None, ge=1, description="a synthetic prompt of exactly N tokens")
+    max_tokens: int = Field(default=128, ge=1, le=1 << 20)
+    temperature: float = Field(default=0.0, ge=0.0, le=5.0)
+    seed: int = 0
+    repeat: int = Field(default=1, ge=1, le=100)
+    ignore_eos: bool = False
+    depth_tokens: int = Field(default=0, ge=0, description="bench: context already in the cache")
+
+
+class RunFigures(_Frozen):
+    """One repetition. Times in seconds, rates in tokens per second."""
+
+    prompt_tokens: int
+    generated_tokens: int
+    ttft_s: float
+    prefill_s: float
+    decode_s: float
+    prefill_tokens_per_s_wall: float | None = None
+    decode_tokens_per_s_wall: float | None = None
+    prefill_tokens_per_s_llama: float | None = None
+    decode_tokens_per_s_llama: float | None = None
+    itl_p50_s: float | None = None
+    itl_p95_s: float | None = None
+    token_times_s: tuple[float, ...] = Field(default=(), description="each token's time since the prompt was sent")
+    stopped: bool = False
+
+
+class MeasuredBuffers(_Frozen):
+    """llama.cpp's own report of what it allocated (bytes, per device name as it prints them)."""
+
+    model_buffers: dict[str, int] = {}
+    kv_buffers: dict[str, int] = {}
+    rs_buffers: dict[str, int] = {}
+    compute_buffers: dict[str, int] = {}
+    output_buffers: dict[str, int] = {}
+    layers_offloaded: int | None = None
+    layers_offloadable: int | None = None
+
+    def total(self, kind: str) -> int:
+        return sum(getattr(self, f"{kind}_buffers").values())
+
+
+class RunResult(_Frozen):
+    """A finished (or stopped) run: settings, load, every repetition, what llama.cpp allocated."""
+
+    settings: RunSettings
+    started_at: float = Field(description="seconds since the epoch")
+    llama_cpp_version: str
+    gpu_offload_supported: bool
+    model_size_bytes: int
+    model_sha256: str
+    model_hash_kind: Literal["sha256", "sha256-head-tail"] = "sha256"
+    n_layer: int
+    load_s: float
+    runs: tuple[RunFigures, ...]
+    buffers: MeasuredBuffers
+    peak_rss_bytes: int | None = None
+    output_text: str = ""
+    hardware: dict[str, str] = {}
+    log_tail: str = ""
+
+    @property
+    def completed_runs(self) -> tuple[RunFigures, ...]:
+        return tuple(r for r in self.runs if not r.stopped)
+
+
+class Spread(_Frozen):
+    median: float
+    low: float
+    high: float
+    n: int
+
+
+def spread(values: Sequence[float | None]) -> Spread | None:
+    """Median and range of the values that exist; None when there are none."""
+    real = [v for v in values if v is not None]
+    if not real:
+        return None
+    return Spread(median=statistics.median(real), low=min(real), high=max(real), n=len(real))
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-quantile (0..1) by linear interpolation; None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def figures_from_times(
+    prompt_tokens: int,
+    prefill_s: float,
+    token_times_s: Sequence[float],
+    llama_prefill_tokens_per_s: float | None = None,
+    llama_decode_tokens_per_s: float | None = None,
+    stopped: bool = False,
+) -> RunFigures:
+    """One repetition's figures from the wall-clock times of its tokens (seconds since the prompt
+    was sent; the first one is the time to first token) and the prefill time."""
+    n = len(token_times_s)
+    ttft = token_times_s[0] if n else prefill_s
+    gaps = [b - a for a, b in zip(token_times_s, token_times_s[1:], strict=False)]
+    decode_s = (token_times_s[-1] - token_times_s[0]) if n > 1 else 0.0
+    return RunFigures(
+        prompt_tokens=prompt_tokens,
+        generated_tokens=n,
+        ttft_s=ttft,
+        prefill_s=prefill_s,
+        decode_s=decode_s,
+        prefill_tokens_per_s_wall=prompt_tokens / prefill_s if prefill_s > 0 else None,
+        decode_tokens_per_s_wall=(n - 1) / decode_s if decode_s > 0 else None,
+        prefill_tokens_per_s_llama=llama_prefill_tokens_per_s,
+        decode_tokens_per_s_llama=llama_decode_tokens_per_s,
+        itl_p50_s=percentile(gaps, 0.50),
+        itl_p95_s=percentile(gaps, 0.95),
+        token_times_s=tuple(token_times_s),
+        stopped=stopped,
+    )
+
+
+def _first(*values: float | None) -> float | None:
+    return next((v for v in values if v is not None), None)
+
+
+def summary(result: RunResult) -> dict[str, Spread | None]:
+    """Median and spread over the completed repetitions (over the stopped ones when none
+    completed), under the JSON key names. llama.cpp's own timings are preferred to the wall clock."""
+    runs = result.completed_runs or result.runs
+    return {
+        "ttft_s": spread([r.ttft_s for r in runs]),
+        "prefill_tokens_per_s": spread(
+            [_first(r.prefill_tokens_per_s_llama, r.prefill_tokens_per_s_wall) for r in runs]
+        ),
+        "decode_tokens_per_s": spread([_first(r.decode_tokens_per_s_llama, r.decode_tokens_per_s_wall) for r in runs]),
+        "prefill_tokens_per_s_wall": spread([r.prefill_tokens_per_s_wall for r in runs]),
+        "decode_tokens_per_s_wall": spread([r.decode_tokens_per_s_wall for r in runs]),
+        "itl_p50_s": spread([r.itl_p50_s for r in runs]),
+        "itl_p95_s": spread([r.itl_p95_s for r in runs]),
+    }

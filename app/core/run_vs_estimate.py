@@ -1,0 +1,210 @@
+"""Hold a live run against the estimate for the same file and settings: buffer by buffer, speed
+against the roofline, and a plain-words guess at what went wrong when they disagree."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app.core.architecture import Architecture
+from app.core.estimate import Estimate, Settings, Target, estimate
+from app.core.fit import estimate_json
+from app.core.measure import RunResult, RunSettings, Spread, summary
+from app.core.speed import SpeedEstimate, active_bytes_by_device, estimate_speed, kv_bytes_per_token
+from app.core.tensors import TensorInfo
+
+CUDA_INSTALL_HINT = (
+    'CMAKE_ARGS="-DGGML_CUDA=on" pip install --force-reinstall --no-cache-dir llama-cpp-python==0.3.36'
+)
+
+
+def estimate_settings(run: RunSettings, repack: str) -> Settings:
+    """The estimator's settings for a run (``-ngl -1`` means every layer)."""
+    return Settings(
+        context_tokens=run.n_ctx,
+        batch_tokens=run.n_batch,
+        ubatch_tokens=run.n_ubatch,
+        flash_attn=run.flash_attn,
+        cache_type_k=run.cache_type_k,
+        cache_type_v=run.cache_type_v,
+        swa_full=run.swa_full,
+        gpu_layers=None if run.n_gpu_layers < 0 else run.n_gpu_layers,
+        repack=repack,  # type: ignore[arg-type]
+    )
+
+
+@dataclass(frozen=True)
+class BufferComparison:
+    kind: str  # weights, repack, kv_cache, recurrent_state, compute, output
+    measured_bytes: int
+    estimated_bytes: int
+
+    @property
+    def difference_bytes(self) -> int:
+        return self.measured_bytes - self.estimated_bytes
+
+    @property
+    def difference_percent(self) -> float | None:
+        if self.estimated_bytes == 0:
+            return None
+        return 100.0 * self.difference_bytes / self.estimated_bytes
+
+
+def compare_buffers(result: RunResult, est: Estimate) -> list[BufferComparison]:
+    """llama.cpp's reported buffers (all devices summed) against the estimate's, by kind. The
+    model buffers are the mapped or loaded weights; ``*_REPACK`` ones are the CPU's repacked copy."""
+    b = result.buffers
+    weights = sum(v for k, v in b.model_buffers.items() if not k.endswith("_REPACK"))
+    repack = sum(v for k, v in b.model_buffers.items() if k.endswith("_REPACK"))
+    rows = [
+        BufferComparison("weights", weights, est.weights_bytes),
+        BufferComparison("repack", repack, est.repack_bytes),
+        BufferComparison("kv_cache", b.total("kv"), est.kv_cache_bytes),
+        BufferComparison("recurrent_state", b.total("rs"), est.recurrent_state_bytes),
+        BufferComparison("compute", b.total("compute"), est.compute_bytes),
+        BufferComparison("output", b.total("output"), est.output_bytes),
+    ]
+    return [r for r in rows if r.measured_bytes or r.estimated_bytes]
+
+
+def measured_efficiency(decode_tokens_per_s: float, bytes_per_token: float, bandwidth_gb_s: float) -> float:
+    """Share of the bandwidth roofline a measured decode speed reached (0..1, may exceed 1 when
+    caches help on small models)."""
+    if bandwidth_gb_s <= 0:
+        return 0.0
+    return decode_tokens_per_s * bytes_per_token / (bandwidth_gb_s * 1e9)
+
+
+def diagnose(result: RunResult, est: Estimate | None, speed: SpeedEstimate | None) -> list[str]:
+    """Sentences saying what probably happened when the run and the estimate disagree."""
+    out = []
+    s = result.settings
+    if s.n_gpu_layers != 0 and not result.gpu_offload_supported:
+        out.append(
+            "This llama-cpp-python was built without GPU support, so every layer ran on the CPU. For an "
+            f"NVIDIA GPU install the CUDA build: {CUDA_INSTALL_HINT}"
+        )
+    b = result.buffers
+    wanted = b.layers_offloadable if s.n_gpu_layers < 0 else s.n_gpu_layers
+    if b.layers_offloaded is not None and wanted is not None and b.layers_offloaded < min(
+        wanted, b.layers_offloadable or wanted
+    ):
+        out.append(
+            f"Only {b.layers_offloaded} of the {wanted} layers asked for were offloaded to the GPU; the rest ran "
+            "on the CPU."
+        )
+    decode: Spread | None = summary(result)["decode_tokens_per_s"]
+    if decode is not None and speed is not None and speed.decode_tokens_per_s.high > 0:
+        lo, hi = speed.decode_tokens_per_s.low, speed.decode_tokens_per_s.high
+        if decode.median < 0.5 * lo:
+            out.append(
+                f"Decoding ran at {decode.median:.1f} tokens/s, far below the {lo:.0f}-{hi:.0f} estimated. Likely "
+                "causes: layers spilling into system memory (on NVIDIA, shared GPU memory), other programs "
+                "using the CPU or GPU, or a CPU-only build."
+            )
+        elif decode.median > 1.5 * hi:
+            out.append(
+                f"Decoding ran at {decode.median:.1f} tokens/s, well above the {lo:.0f}-{hi:.0f} estimated: the "
+                "estimate is cautious for this machine; a measured efficiency now corrects later estimates."
+            )
+    if est is not None and not est.fits:
+        out.append("The estimate said these settings do not fit; the run shows what actually happened.")
+    return out
+
+
+@dataclass(frozen=True)
+class RunEstimate:
+    estimate: Estimate
+    speed: SpeedEstimate
+    efficiency: tuple[str, float] | None  # (target name, measured decode efficiency) when one device did the work
+
+
+def estimate_for_run(
+    result: RunResult,
+    arch: Architecture,
+    tensors: Sequence[TensorInfo],
+    targets: list[Target],
+    repack: str,
+) -> RunEstimate:
+    """The estimate and speed estimate for the run's own settings and prompt, and, when a single
+    device held every layer, the decode efficiency the run reached on it."""
+    s = result.settings
+    est = estimate(arch, tensors, estimate_settings(s, repack), targets)
+    prompt = result.runs[0].prompt_tokens if result.runs else (s.prompt_tokens or 512)
+    depth = prompt + s.depth_tokens
+    speed = estimate_speed(arch, tensors, est, targets, prompt_tokens=max(prompt, 1), depth_tokens=depth)
+    efficiency = None
+    decode = summary(result)["decode_tokens_per_s"]
+    reading = active_bytes_by_device(arch, tensors, est)
+    busy = [i for i, w in enumerate(reading) if w > 0]
+    if decode is not None and len(busy) == 1:
+        device = est.devices[busy[0]]
+        target = next((t for t in targets if t.name == device.name), None)
+        if target is not None:
+            per_token = reading[busy[0]] + kv_bytes_per_token(est) * depth
+            efficiency = (target.name, measured_efficiency(decode.median, per_token, target.bandwidth_gb_s))
+    return RunEstimate(est, speed, efficiency)
+
+
+def run_report(result: RunResult, model_label: str, run_estimate: RunEstimate | None) -> dict[str, Any]:
+    """The headless JSON: measured figures (medians, with every repetition), llama.cpp's reported
+    buffers and the estimate side by side, named as ``fitscope estimate --json`` names them."""
+    stats = summary(result)
+
+    def median(key: str) -> float | None:
+        value = stats[key]
+        return round(value.median, 4) if value is not None else None
+
+    b = result.buffers
+    out: dict[str, Any] = {
+        "model": model_label,
+        "gguf_path": result.settings.gguf_path,
+        "model_sha256": result.model_sha256,
+        "mode": result.settings.mode,
+        "settings": result.settings.model_dump(),
+        "llama_cpp_version": result.llama_cpp_version,
+        "gpu_offload_supported": result.gpu_offload_supported,
+        "load_s": round(result.load_s, 4),
+        "ttft_s": median("ttft_s"),
+        "prefill_tokens_per_s": median("prefill_tokens_per_s"),
+        "decode_tokens_per_s": median("decode_tokens_per_s"),
+        "prefill_tokens_per_s_wall": median("prefill_tokens_per_s_wall"),
+        "decode_tokens_per_s_wall": median("decode_tokens_per_s_wall"),
+        "itl_p50_s": median("itl_p50_s"),
+        "itl_p95_s": median("itl_p95_s"),
+        "peak_rss_bytes": result.peak_rss_bytes,
+        "spread": {k: (v.model_dump() if v is not None else None) for k, v in stats.items()},
+        "runs": [r.model_dump(exclude={"token_times_s"}) for r in result.runs],
+        "measured_buffers": {
+            "model_buffers": b.model_buffers,
+            "kv_buffers": b.kv_buffers,
+            "rs_buffers": b.rs_buffers,
+            "compute_buffers": b.compute_buffers,
+            "output_buffers": b.output_buffers,
+            "layers_offloaded": b.layers_offloaded,
+        },
+    }
+    if run_estimate is not None:
+        est = run_estimate.estimate
+        out["estimate"] = estimate_json(est) | {
+            "decode_tokens_per_s": run_estimate.speed.decode_tokens_per_s.as_dict(),
+            "prefill_tokens_per_s": run_estimate.speed.prefill_tokens_per_s.as_dict(),
+            "ttft_s": run_estimate.speed.ttft_s.as_dict(),
+        }
+        out["comparison"] = [
+            {
+                "buffer": c.kind,
+                "measured_bytes": c.measured_bytes,
+                "estimated_bytes": c.estimated_bytes,
+                "difference_bytes": c.difference_bytes,
+                "difference_percent": round(c.difference_percent, 2) if c.difference_percent is not None else None,
+            }
+            for c in compare_buffers(result, est)
+        ]
+        if run_estimate.efficiency is not None:
+            out["measured_efficiency"] = {"target": run_estimate.efficiency[0], "value": run_estimate.efficiency[1]}
+        out["diagnosis"] = diagnose(result, est, run_estimate.speed)
+    else:
+        out["diagnosis"] = diagnose(result, None, None)
+    return out
