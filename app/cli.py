@@ -359,6 +359,7 @@ def _measure_and_report(args: argparse.Namespace, mode: str) -> int:
     from app.adapters.llamacpp_runner import run_live
     from app.adapters.nvml import NvmlMonitor
     from app.core import fit
+    from app.core.hardware import machine_key
     from app.core.run_vs_estimate import estimate_for_run, run_report
 
     settings = _run_settings(args, mode)
@@ -397,7 +398,8 @@ def _measure_and_report(args: argparse.Namespace, mode: str) -> int:
         history = RunHistory()
         run_id = history.add(result, report.get("estimate"))
         if run_est.efficiency is not None:
-            history.set_efficiency(machine_key(host, status), run_est.efficiency[0], run_est.efficiency[1], run_id)
+            key = machine_key(host, status.gpus if status.available else ())
+            history.set_efficiency(key, run_est.efficiency[0], run_est.efficiency[1], run_id)
         history.close()
         report["history_id"] = run_id
     if args.json:
@@ -405,12 +407,6 @@ def _measure_and_report(args: argparse.Namespace, mode: str) -> int:
     else:
         print(format_run_report(report))
     return 0
-
-
-def machine_key(host, status) -> str:
-    """Names this machine in the efficiency table: its CPU and its NVIDIA GPUs."""
-    gpus = ",".join(g.name for g in status.gpus) if status.available else ""
-    return f"{host.cpu_model}|{gpus}"
 
 
 def format_run_report(r: dict) -> str:

@@ -266,3 +266,17 @@ def test_settings_live_in_the_platform_config_folder(monkeypatch, tmp_path):
     assert preferences_path() == tmp_path / "xdg" / "fitscope" / "settings.json"
     monkeypatch.setenv("FITSCOPE_CONFIG_DIR", str(tmp_path / "portable"))
     assert preferences_path() == tmp_path / "portable" / "settings.json"
+
+
+def test_a_measured_efficiency_replaces_the_prior_and_says_so():
+    hw = HardwareChoice(kind="cpu")
+    machine = Machine(host=HOST)
+    target = resolve_targets(hw, machine)[0].name
+    prior = view_of(LLAMA_8B, hw, machine=machine)
+    measured = Evaluator().evaluate(Request(LLAMA_8B, hw, Controls(), machine, measured_efficiency=((target, 0.35),)))
+    lo = prior.speed.decode_tokens_per_s.low
+    mlo, mhi = measured.speed.decode_tokens_per_s.low, measured.speed.decode_tokens_per_s.high
+    assert mhi < lo  # 0.35 of the roofline is below the CPU prior's 0.70-0.90
+    assert mhi / mlo == pytest.approx(1.1 / 0.9, rel=0.05)  # +-10% around the measurement
+    assert any("measured on this machine" in a for a in measured.assumptions)
+    assert f"{mlo:,.1f}" in measured.verdict.text or f"{mlo:,.0f}" in measured.verdict.text

@@ -111,3 +111,9 @@ class HostSnapshot(BaseModel):
     cpu_flags: tuple[str, ...] = ()
     measured_read_bandwidth_gb_s: float | None = Field(default=None, gt=0)
     timestamp: float = Field(ge=0)
+
+
+def machine_key(host: HostSnapshot | None, gpus: tuple[GpuSnapshot, ...] = ()) -> str:
+    """Names this machine where measured efficiencies are kept: its CPU and its NVIDIA GPUs."""
+    cpu = host.cpu_model if host is not None else "unknown CPU"
+    return f"{cpu}|{','.join(g.name for g in gpus)}"

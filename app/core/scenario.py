@@ -213,6 +213,8 @@ class Request:
     machine: Machine
     compare: tuple[HardwareChoice, ...] = ()
     prompt_tokens: int = 512
+    measured_efficiency: tuple[tuple[str, float], ...] = ()
+    """(target name, decode efficiency) measured by live runs on this machine."""
 
 
 @dataclass(frozen=True)
@@ -453,6 +455,7 @@ class Evaluator:
         self._models: dict[ModelChoice, ModelSource] = {}
         self._ladder_tensors: dict[tuple[str, str], tuple[TensorInfo, ...] | str] = {}
         self._curves: dict[tuple, tuple[ContextCurve, ConcurrencyCurve, int]] = {}
+        self._efficiency: dict[str, float] = {}
 
     # Model loading is the slow, failing part (files); the window calls it first to report errors.
     def model(self, choice: ModelChoice, demo_path: str | None = None) -> ModelSource:
@@ -491,6 +494,7 @@ class Evaluator:
     def evaluate(self, request: Request, demo_path: str | None = None) -> View:
         """The view for a request. Raises FitScopeError only when the model cannot be loaded."""
         model = self.model(request.model, demo_path)
+        self._efficiency = dict(request.measured_efficiency)
         machine = request.machine
         targets = resolve_targets(request.hardware, machine)
         repack = repack_profile(machine.host)
@@ -505,6 +509,7 @@ class Evaluator:
             est,
             targets,
             prompt_tokens=min(request.prompt_tokens, est.settings.context_tokens),
+            measured_efficiency=self._efficiency,
         )
         curve, concurrency, max_ctx = self._context_curves(model, c, targets, repack, est.gpu_layers)
         users = max_parallel_sequences(
@@ -620,7 +625,12 @@ class Evaluator:
             except EstimateError:
                 continue
             speed = estimate_speed(
-                model.arch, tensors, est, targets, prompt_tokens=min(512, est.settings.context_tokens)
+                model.arch,
+                tensors,
+                est,
+                targets,
+                prompt_tokens=min(512, est.settings.context_tokens),
+                measured_efficiency=self._efficiency,
             )
             b = budget_of(est)
             rows.append(
@@ -652,7 +662,12 @@ class Evaluator:
             targets = resolve_targets(choice, machine)
             est, _ = self._placed(model.arch, model.tensors, c, targets, repack)
             speed = estimate_speed(
-                model.arch, model.tensors, est, targets, prompt_tokens=min(512, est.settings.context_tokens)
+                model.arch,
+                model.tensors,
+                est,
+                targets,
+                prompt_tokens=min(512, est.settings.context_tokens),
+                measured_efficiency=self._efficiency,
             )
         except FitScopeError as exc:
             return CompareRow(
