@@ -40,6 +40,7 @@ def make_services(tmp_path: Path, nvml=None) -> Services:
         detect_host=lambda measure: detect_host(measure_bandwidth=False),
         demo_path=demo_model_path,
         prefs_path=tmp_path / "config" / "settings.json",
+        history_path=tmp_path / "data" / "runs.sqlite3",
         poll_interval_ms=100,
         measure_bandwidth=False,
     )

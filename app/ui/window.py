@@ -49,13 +49,16 @@ from PySide6.QtWidgets import (
 )
 
 from app.adapters.demo_model import DEMO_LICENSE, DEMO_MODEL_NAME
-from app.core import report
+from app.adapters.history import RunHistory
+from app.core import fit, report
 from app.core.catalog import load_devices, load_models
 from app.core.errors import FitScopeError
 from app.core.estimate import GIB
-from app.core.hardware import HostSnapshot, NvmlStatus
+from app.core.hardware import HostSnapshot, NvmlStatus, machine_key
+from app.core.measure import RunResult
 from app.core.prefs import MAX_COMPARED, Preferences, save_preferences
 from app.core.quant import PRESETS
+from app.core.run_vs_estimate import estimate_for_run, run_report
 from app.core.scenario import (
     MAX_USERS,
     Controls,
@@ -65,10 +68,13 @@ from app.core.scenario import (
     Request,
     View,
     evaluate_in_worker,
+    resolve_targets,
 )
 from app.core.tensors import CACHE_TYPES
 from app.ui.charts import ConcurrencyChart, ContextChart, DeviceBar, LadderChart, SplitChart, legend_html
+from app.ui.history_panel import HistoryPanel
 from app.ui.panels import ContextControl, HardwareView, VerdictBanner
+from app.ui.run_panel import RunContext, RunPanel, demo_or_path
 from app.ui.worker import TaskRunner, process_pool
 
 _log = logging.getLogger(__name__)
@@ -88,6 +94,7 @@ class Services:
     poll_interval_ms: int = 1000
     measure_bandwidth: bool = True
     make_estimate_pool: Callable[[], Executor] | None = process_pool
+    history_path: Path | None = None  # None: the platform's data folder
 
 
 class MainWindow(QMainWindow):
@@ -117,6 +124,14 @@ class MainWindow(QMainWindow):
         self._devices = {d.id: d for d in load_devices()}
         self._models = load_models()
         self._updating = False
+        self._history_note = ""
+        try:
+            self.history: RunHistory | None = RunHistory(services.history_path)
+        except FitScopeError as exc:
+            self.history = None
+            self._history_note = str(exc)
+        self._efficiency: tuple[tuple[str, float], ...] = ()
+        self._load_efficiencies()
 
         self._build_ui()
         self._build_menus()
@@ -140,8 +155,10 @@ class MainWindow(QMainWindow):
         hints.colorSchemeChanged.connect(lambda _scheme: self._apply_look())
         self._restore_geometry()
         self._apply_look()
-        if startup_note:
-            QTimer.singleShot(0, lambda: self.show_error(startup_note))
+        for note in (startup_note, self._history_note):
+            if note:
+                QTimer.singleShot(0, lambda n=note: self.show_error(n))
+        self._hardware.submit(gpu_offload_supported)
         self.request_estimate()
 
     # -- construction -------------------------------------------------------------------------
@@ -316,6 +333,13 @@ class MainWindow(QMainWindow):
         details_layout.addWidget(QLabel("Assumptions behind these figures"))
         details_layout.addWidget(self.assumptions_text)
         self.tabs.addTab(details, "&Details")
+        self.run_panel = RunPanel(self._finish_run, self._gpu_memory_of)
+        self.tabs.addTab(self.run_panel, "&Run")
+        self.history_panel = HistoryPanel(self.history)
+        self.tabs.addTab(self.history_panel, "H&istory")
+        self.run_panel.run_finished.connect(self._on_run_finished)
+        self.run_panel.run_failed.connect(self.show_error)
+        self.history_panel.error_shown.connect(self.show_error)
         right_layout.addWidget(self.tabs, 1)
 
         splitter = QSplitter()
@@ -645,7 +669,14 @@ class MainWindow(QMainWindow):
 
     def current_request(self) -> Request:
         p = self._prefs
-        return Request(model=p.model, hardware=p.hardware, controls=p.controls, machine=self.machine, compare=p.compare)
+        return Request(
+            model=p.model,
+            hardware=p.hardware,
+            controls=p.controls,
+            machine=self.machine,
+            compare=p.compare,
+            measured_efficiency=self._efficiency,
+        )
 
     def request_estimate(self) -> int:
         request = self.current_request()
@@ -708,6 +739,7 @@ class MainWindow(QMainWindow):
         if view.concurrency is not None:
             self.concurrency_chart.set_data(view.concurrency, c.context_tokens, c.users, MAX_USERS)
         self._show_tables(view)
+        self._update_run_context(view)
         self.view_changed.emit(view)
 
     def _show_model_info(self, view: View) -> None:
@@ -805,7 +837,10 @@ class MainWindow(QMainWindow):
         if not self._hardware.busy:
             self._hardware.submit(self._services.nvml_status)
 
-    def _on_nvml(self, _job_id: int, status: NvmlStatus) -> None:
+    def _on_nvml(self, _job_id: int, status: NvmlStatus | bool) -> None:
+        if isinstance(status, bool):  # the answer to gpu_offload_supported()
+            self.run_panel.set_gpu_offload_supported(status, bool(self.machine.gpus))
+            return
         gpus = status.gpus if status.available else ()
         self.hardware_view.set_gpus(gpus, status.message)
         old = self.machine.gpus
@@ -961,9 +996,86 @@ class MainWindow(QMainWindow):
         self._save_timer.stop()
         self.save_preferences()
         self._poll.stop()
+        self.run_panel.shutdown()
         for runner in (self._estimates, self._hardware, self._host_job):
             runner.close()
+        if self.history is not None:
+            self.history.close()
         super().closeEvent(event)
+
+    # -- live runs ----------------------------------------------------------------------------
+
+    def _machine_key(self) -> str:
+        return machine_key(self.machine.host, self.machine.gpus)
+
+    def _load_efficiencies(self) -> None:
+        if self.history is not None:
+            self._efficiency = tuple(sorted(self.history.efficiencies(self._machine_key()).items()))
+
+    def _update_run_context(self, view: View) -> None:
+        choice = view.request.model
+        if choice.kind not in ("demo", "gguf") or view.model is None:
+            label = view.model.label if view.model is not None else "This model"
+            self.run_panel.set_context(
+                None,
+                f"{label} is an estimate from the catalog: live runs need a GGUF file. Open one (Ctrl+O) or "
+                "choose the demo model.",
+            )
+            return
+        c = view.request.controls
+        self.run_panel.set_context(
+            RunContext(
+                gguf_path=demo_or_path(choice.ref if choice.kind == "gguf" else None, self._services.demo_path),
+                model_label=DEMO_MODEL_NAME if choice.kind == "demo" else view.model.label,
+                is_demo=choice.kind == "demo",
+                n_ctx=c.context_tokens,
+                flash_attn=c.flash_attn,
+                cache_type_k=c.cache_type_k,
+                cache_type_v=c.cache_type_v,
+            )
+        )
+
+    def _finish_run(self, result: RunResult) -> dict[str, Any] | None:
+        """On the run's thread: the estimate for the run's own settings and the report."""
+        model = fit.model_from_gguf(result.settings.gguf_path)
+        machine = self.machine
+        on_gpu = result.settings.n_gpu_layers != 0 and result.gpu_offload_supported and bool(machine.gpus)
+        targets = resolve_targets(HardwareChoice(kind="local" if on_gpu else "cpu"), machine)
+        run_est = estimate_for_run(result, model.arch, model.tensors, targets, fit.repack_profile(machine.host))
+        return run_report(result, model.label, run_est)
+
+    def _on_run_finished(self, result: RunResult, report: dict[str, Any] | None) -> None:
+        if self.history is None:
+            return
+        try:
+            run_id = self.history.add(result, (report or {}).get("estimate"))
+            if report is not None:
+                report["history_id"] = run_id
+                measured = report.get("measured_efficiency")
+                if measured:
+                    self.history.set_efficiency(self._machine_key(), measured["target"], measured["value"], run_id)
+        except FitScopeError as exc:
+            self.show_error(f"The run finished but could not be saved: {exc}")
+            return
+        self.history_panel.refresh()
+        self._load_efficiencies()
+        self.request_estimate()
+
+    def _gpu_memory_of(self, pid: int) -> tuple[int, int] | None:
+        for gpu in self.machine.gpus:
+            for process in gpu.processes:
+                if process.pid == pid:
+                    return process.used_memory_bytes or 0, gpu.memory_used_bytes
+        return None
+
+
+def gpu_offload_supported() -> bool:
+    """Whether the installed llama-cpp-python can offload layers to a GPU (loads the library)."""
+    try:
+        import llama_cpp
+    except ImportError:
+        return False
+    return bool(llama_cpp.llama_supports_gpu_offload())
 
 
 def hardware_key(choice: HardwareChoice) -> str:

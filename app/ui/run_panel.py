@@ -1,0 +1,538 @@
+"""The Run tab: generate with the real llama.cpp, watch the output and tokens/s as they come, and
+hold every figure against the estimate.
+
+The run itself is a llama.cpp child process (``app.adapters.llamacpp_runner``); a plain thread
+waits on it and drops its events into a queue. A 100 ms timer on the GUI thread drains the queue,
+so a fast model does not repaint the window per token.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QGridLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.adapters.llamacpp_runner import LiveRun, RunError, run_live
+from app.core.errors import FitScopeError
+from app.core.measure import RunResult, RunSettings, Spread, summary
+from app.core.run_vs_estimate import CUDA_INSTALL_HINT
+from app.ui.charts import COLORS
+
+MIB = 1024**2
+PASSAGE = (
+    "The lighthouse at the end of the harbour was built in 1871 from granite quarried on the island. "
+    "For ninety years a keeper climbed its 112 steps every evening to light the lamp, wind the clockwork "
+    "that turned the lens, and write the weather in a log that is now kept in the town museum. In 1962 "
+    "the light was automated and the keeper's cottage became a summer school for sailing. Storms in 1990 "
+    "cracked the lower wall, and the town raised the money to repair it by selling engraved paving stones, "
+    "which now line the path to the door."
+)
+PRESETS: dict[str, str | None] = {
+    "Chat": "User: I am going hiking for a weekend in the mountains. What should I pack?\nAssistant:",
+    "Summarize a passage": f"Summarize this passage in two sentences.\n\n{PASSAGE}\n\nSummary:",
+    "Extract JSON": (
+        "Extract the customer's name, the invoice date and the total amount from the text below. Answer with "
+        'JSON only, with the keys "name", "date" and "amount".\n\nText: Invoice 2231 was issued to Maria '
+        "Okafor on 14 March 2025 for the repair of two bicycles; the total due is 186.40 euros.\n\nJSON:"
+    ),
+    "Long context": None,
+}
+
+
+@dataclass
+class RunContext:
+    """What the window supplies for a run: the model file and llama.cpp settings from its controls."""
+
+    gguf_path: Callable[[], str]  # may raise FitScopeError; called on the run's thread
+    model_label: str
+    is_demo: bool
+    n_ctx: int
+    flash_attn: bool
+    cache_type_k: str
+    cache_type_v: str
+
+
+class RunPanel(QWidget):
+    """Run / Stop, the streamed output, the live tokens/s and memory charts, and the figures."""
+
+    run_finished = Signal(object, object)  # RunResult, report dict (or None)
+    run_failed = Signal(str)
+    running_changed = Signal(bool)
+
+    def __init__(
+        self,
+        finish: Callable[[RunResult], dict[str, Any] | None],
+        gpu_memory_of: Callable[[int], tuple[int, int] | None] = lambda pid: None,
+        parent: QWidget | None = None,
+    ) -> None:
+        """``finish`` runs on the run's thread once it has finished: it estimates the same settings
+        and returns the report (``run_vs_estimate.run_report``). ``gpu_memory_of(pid)`` gives the
+        process's and the device's GPU memory in bytes when NVML can tell."""
+        super().__init__(parent)
+        self._finish = finish
+        self._gpu_memory_of = gpu_memory_of
+        self._context: RunContext | None = None
+        self._events: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self._live: LiveRun | None = None
+        self._thread: threading.Thread | None = None
+        self._started = 0.0
+        self._token_times: list[float] = []
+        self._run_index = 0
+        self._memory: list[tuple[float, float]] = []
+        self._gpu_memory: list[tuple[float, float]] = []
+        self.last_result: RunResult | None = None
+        self.last_report: dict[str, Any] | None = None
+        self.gpu_offload_supported: bool | None = None
+        self._build()
+        self._timer = QTimer(self, interval=100)
+        self._timer.timeout.connect(self._drain)
+
+    # -- layout ---------------------------------------------------------------------------------
+
+    def _build(self) -> None:
+        form_box = QGroupBox("Prompt and generation")
+        form = QFormLayout(form_box)
+        self.model_label = QLabel("")
+        self.model_label.setWordWrap(True)
+        form.addRow("Model", self.model_label)
+        self.preset_combo = QComboBox()
+        self.preset_combo.addItems(list(PRESETS))
+        self.preset_combo.setAccessibleName("Prompt preset")
+        form.addRow("&Preset", self.preset_combo)
+        self.prompt_edit = QPlainTextEdit()
+        self.prompt_edit.setAccessibleName("Prompt")
+        self.prompt_edit.setMaximumHeight(110)
+        form.addRow("P&rompt", self.prompt_edit)
+        self.long_tokens = QSpinBox()
+        self.long_tokens.setRange(16, 1 << 20)
+        self.long_tokens.setValue(2048)
+        self.long_tokens.setSuffix(" tokens")
+        self.long_tokens.setGroupSeparatorShown(True)
+        form.addRow("Long prompt &length", self.long_tokens)
+        self.max_tokens = QSpinBox()
+        self.max_tokens.setRange(1, 1 << 16)
+        self.max_tokens.setValue(128)
+        form.addRow("&Max new tokens", self.max_tokens)
+        self.temperature = QDoubleSpinBox()
+        self.temperature.setRange(0.0, 2.0)
+        self.temperature.setSingleStep(0.1)
+        form.addRow("&Temperature", self.temperature)
+        self.repeat = QSpinBox()
+        self.repeat.setRange(1, 20)
+        self.repeat.setValue(3)
+        self.repeat.setToolTip("Runs the same prompt N times; the figures are medians with their spread")
+        form.addRow("Re&peat", self.repeat)
+        self.ngl = QSpinBox()
+        self.ngl.setRange(-1, 1000)
+        self.ngl.setSpecialValueText("all")
+        form.addRow("&GPU layers", self.ngl)
+        self.gpu_note = QLabel("")
+        self.gpu_note.setWordWrap(True)
+        self.gpu_note.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        form.addRow("", self.gpu_note)
+        buttons = QHBoxLayout()
+        self.run_button = QPushButton("&Run")
+        self.stop_button = QPushButton("S&top")
+        self.stop_button.setEnabled(False)
+        buttons.addWidget(self.run_button)
+        buttons.addWidget(self.stop_button)
+        form.addRow(buttons)
+        self.status = QLabel("")
+        self.status.setWordWrap(True)
+        form.addRow(self.status)
+
+        self.output = QPlainTextEdit()
+        self.output.setReadOnly(True)
+        self.output.setAccessibleName("Generated text")
+        self.output.setPlaceholderText("The generated text streams in here.")
+
+        self.speed_chart = pg.PlotWidget(title="Tokens per second during the run")
+        self.speed_chart.setMenuEnabled(False)
+        self.speed_chart.setMouseEnabled(x=False, y=False)
+        self.speed_chart.setLabel("bottom", "seconds since the prompt was sent")
+        self.speed_chart.setLabel("left", "tokens/s")
+        self.speed_curve = self.speed_chart.plot([], [], pen=pg.mkPen(COLORS["weights"], width=2))
+        self.memory_chart = pg.PlotWidget(title="Memory during the run")
+        self.memory_chart.setMenuEnabled(False)
+        self.memory_chart.setMouseEnabled(x=False, y=False)
+        self.memory_chart.setLabel("bottom", "seconds since the run started")
+        self.memory_chart.setLabel("left", "MiB")
+        self.memory_chart.addLegend(offset=(10, 10))
+        self.rss_curve = self.memory_chart.plot(
+            [], [], pen=pg.mkPen(COLORS["weights"], width=2), name="this run's process (RSS)"
+        )
+        self.gpu_curve = self.memory_chart.plot([], [], pen=pg.mkPen(COLORS["kv"], width=2), name="GPU, whole device")
+        self.estimate_line = pg.InfiniteLine(
+            angle=0, pen=pg.mkPen(COLORS["capacity"], width=2, style=Qt.PenStyle.DashLine), label="estimated total"
+        )
+        self.estimate_line.setVisible(False)
+        self.memory_chart.addItem(self.estimate_line)
+
+        self.figures = QTableWidget(0, 4)
+        self.figures.setHorizontalHeaderLabels(["Figure", "Measured (median)", "Spread", "Estimated"])
+        self.buffers = QTableWidget(0, 5)
+        self.buffers.setHorizontalHeaderLabels(["llama.cpp buffer", "Reported", "Estimated", "Difference", "%"])
+        for table in (self.figures, self.buffers):
+            table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+            table.verticalHeader().setVisible(False)
+            table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+            table.horizontalHeader().setStretchLastSection(True)
+        self.diagnosis = QLabel("")
+        self.diagnosis.setWordWrap(True)
+        self.diagnosis.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+
+        grid = QGridLayout(self)
+        grid.addWidget(form_box, 0, 0, 2, 1)
+        grid.addWidget(self.output, 0, 1)
+        charts = QHBoxLayout()
+        charts.addWidget(self.speed_chart)
+        charts.addWidget(self.memory_chart)
+        grid.addLayout(charts, 1, 1)
+        tables = QVBoxLayout()
+        tables.addWidget(self.figures)
+        tables.addWidget(self.buffers)
+        tables.addWidget(self.diagnosis)
+        grid.addLayout(tables, 2, 0, 1, 2)
+        grid.setColumnStretch(0, 2)
+        grid.setColumnStretch(1, 3)
+
+        self.preset_combo.currentTextChanged.connect(self._preset_chosen)
+        self.run_button.clicked.connect(self.start)
+        self.stop_button.clicked.connect(self.stop)
+        self._preset_chosen(self.preset_combo.currentText())
+
+    def _preset_chosen(self, name: str) -> None:
+        text = PRESETS.get(name)
+        self.prompt_edit.setEnabled(text is not None)
+        self.long_tokens.setEnabled(text is None)
+        if text is not None:
+            self.prompt_edit.setPlainText(text)
+        else:
+            self.prompt_edit.setPlainText("(a synthetic prompt of the chosen length)")
+
+    # -- what to run ----------------------------------------------------------------------------
+
+    def set_context(self, context: RunContext | None, reason: str = "") -> None:
+        """The model and settings the next run uses; None disables Run with ``reason``."""
+        self._context = context
+        if context is None:
+            self.model_label.setText(reason)
+        else:
+            extra = " (built-in demo model; Gemma Terms of Use apply)" if context.is_demo else ""
+            self.model_label.setText(f"{context.model_label}{extra}; context {context.n_ctx:,} tokens")
+        self._update_buttons()
+
+    def set_gpu_offload_supported(self, supported: bool, gpus_present: bool) -> None:
+        self.gpu_offload_supported = supported
+        self.ngl.setEnabled(supported)
+        if supported:
+            self.gpu_note.setText("")
+        else:
+            self.ngl.setValue(0)
+            where = "" if gpus_present else " (and no NVIDIA GPU was found)"
+            self.gpu_note.setText(
+                f"This llama-cpp-python runs on the CPU only{where}. For an NVIDIA GPU install the CUDA build: "
+                f"{CUDA_INSTALL_HINT}"
+            )
+
+    @property
+    def child_pid(self) -> int | None:
+        """The llama.cpp child process of the current run, once it has started."""
+        return self._live.pid if self._live is not None else None
+
+    @property
+    def tokens_so_far(self) -> int:
+        """Tokens of the current repetition shown so far."""
+        return len(self._token_times)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _update_buttons(self) -> None:
+        self.run_button.setEnabled(self._context is not None and not self.running)
+        self.stop_button.setEnabled(self.running)
+
+    # -- running --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._context is None or self.running:
+            return
+        context = self._context
+        self.output.clear()
+        self._token_times = []
+        self._run_index = 0
+        self._memory = []
+        self._gpu_memory = []
+        self.speed_curve.setData([], [])
+        self.rss_curve.setData([], [])
+        self.gpu_curve.setData([], [])
+        self.estimate_line.setVisible(False)
+        self.figures.setRowCount(0)
+        self.buffers.setRowCount(0)
+        self.diagnosis.setText("")
+        self.status.setText("Loading the model…")
+        self._started = time.perf_counter()
+        self._events = queue.Queue()
+        events = self._events
+        collect = self._collect_settings()
+
+        def work() -> None:
+            try:
+                settings = self.settings_for(context, collect)
+                result = run_live(settings, on_event=lambda e: events.put(("event", e)), on_start=self._started_live)
+                report = self._finish(result)
+                events.put(("finished", (result, report)))
+            except FitScopeError as exc:
+                events.put(("failed", str(exc)))
+            except Exception as exc:  # the window must survive anything a run throws
+                events.put(("failed", f"The run failed: {type(exc).__name__}: {exc}"))
+
+        self._thread = threading.Thread(target=work, name="fitscope-run", daemon=True)
+        self._thread.start()
+        self._timer.start()
+        self._update_buttons()
+        self.running_changed.emit(True)
+
+    def _collect_settings(self) -> dict[str, Any]:
+        """The widgets' values, read here on the GUI thread for the run's thread to use."""
+        long = PRESETS.get(self.preset_combo.currentText()) is None
+        return {
+            "prompt": None if long else self.prompt_edit.toPlainText(),
+            "prompt_tokens": self.long_tokens.value() if long else None,
+            "max_tokens": self.max_tokens.value(),
+            "temperature": self.temperature.value(),
+            "repeat": self.repeat.value(),
+            "n_gpu_layers": self.ngl.value() if self.ngl.isEnabled() else 0,
+        }
+
+    @staticmethod
+    def settings_for(context: RunContext, values: dict[str, Any]) -> RunSettings:
+        return RunSettings(
+            gguf_path=context.gguf_path(),
+            n_ctx=context.n_ctx,
+            flash_attn=context.flash_attn,
+            cache_type_k=context.cache_type_k,
+            cache_type_v=context.cache_type_v,
+            **values,
+        )
+
+    def _started_live(self, live: LiveRun) -> None:
+        self._live = live
+
+    def stop(self) -> None:
+        """Ask the run to stop; it ends within a second (killed if need be)."""
+        if self._live is not None:
+            self._live.stop()
+            self.status.setText("Stopping…")
+
+    def shutdown(self) -> None:
+        """The window is closing: end the run now and leave no process behind."""
+        self._timer.stop()
+        if self._live is not None:
+            with contextlib.suppress(OSError):
+                self._live.kill()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    # -- showing --------------------------------------------------------------------------------
+
+    def _drain(self) -> None:
+        pieces: list[str] = []
+        finished: tuple[str, Any] | None = None
+        while True:
+            try:
+                kind, payload = self._events.get_nowait()
+            except queue.Empty:
+                break
+            if kind == "event":
+                self._on_event(payload, pieces)
+            else:
+                finished = (kind, payload)
+        if pieces:
+            cursor = self.output.textCursor()
+            cursor.movePosition(cursor.MoveOperation.End)
+            cursor.insertText("".join(pieces))
+            self.output.setTextCursor(cursor)
+        self._sample_memory()
+        self._refresh_speed()
+        if finished is not None:
+            self._timer.stop()
+            self._thread = None
+            self._live = None
+            self._update_buttons()
+            self.running_changed.emit(False)
+            if finished[0] == "finished":
+                result, report = finished[1]
+                self.run_finished.emit(result, report)  # the window saves it (and numbers it) first
+                self._show_result(result, report)
+            else:
+                self.status.setText(finished[1])
+                self.run_failed.emit(finished[1])
+
+    def _on_event(self, event: dict[str, Any], pieces: list[str]) -> None:
+        kind = event.get("event")
+        if kind == "loaded":
+            self.status.setText(f"Loaded in {event['load_s']:.2f} s; generating…")
+        elif kind == "token":
+            if event.get("run", 0) == self._run_index:
+                self._token_times.append(float(event["t"]))
+                if self._run_index == 0:
+                    pieces.append(event.get("text", ""))
+        elif kind == "run_done":
+            f = event["figures"]
+            self._run_index = int(event["run"]) + 1
+            rate = f.get("decode_tokens_per_s_llama") or f.get("decode_tokens_per_s_wall") or 0.0
+            self.status.setText(
+                f"Run {self._run_index} done: time to first token {f['ttft_s'] * 1000:.0f} ms, decode {rate:.1f} tok/s"
+            )
+            self._token_times = []
+
+    def _sample_memory(self) -> None:
+        live = self._live
+        if live is None:
+            return
+        now = time.perf_counter() - self._started
+        with contextlib.suppress(psutil.Error):
+            rss = psutil.Process(live.pid).memory_info().rss
+            self._memory.append((now, rss / MIB))
+            self.rss_curve.setData([t for t, _ in self._memory], [m for _, m in self._memory])
+        gpu = self._gpu_memory_of(live.pid)
+        if gpu is not None:
+            self._gpu_memory.append((now, gpu[1] / MIB))
+            self.gpu_curve.setData([t for t, _ in self._gpu_memory], [m for _, m in self._gpu_memory])
+
+    def _refresh_speed(self) -> None:
+        times = self._token_times
+        if len(times) < 3:
+            return
+        # Tokens/s over a sliding window of eight tokens: smooth enough to read, quick to react.
+        window = 8
+        xs, ys = [], []
+        for i in range(1, len(times)):
+            j = max(0, i - window)
+            span = times[i] - times[j]
+            if span > 0:
+                xs.append(times[i])
+                ys.append((i - j) / span)
+        self.speed_curve.setData(xs, ys)
+
+    def _show_result(self, result: RunResult, report: dict[str, Any] | None) -> None:
+        self.last_result = result
+        self.last_report = report
+        stats = summary(result)
+        est = (report or {}).get("estimate") or {}
+
+        def rng(key: str, scale: float = 1.0, digits: int = 1) -> str:
+            r = est.get(key)
+            return f"{r['low'] * scale:,.{digits}f}-{r['high'] * scale:,.{digits}f}" if r else ""
+
+        def row(name: str, spread: Spread | None, unit: str, scale: float = 1.0, digits: int = 1, estimated=""):
+            if spread is None:
+                return [name, "-", "-", estimated]
+            return [
+                name,
+                f"{spread.median * scale:,.{digits}f} {unit}",
+                f"{spread.low * scale:,.{digits}f}-{spread.high * scale:,.{digits}f}" if spread.n > 1 else "",
+                estimated,
+            ]
+
+        rows = [
+            ["Load time", f"{result.load_s:.2f} s", "", ""],
+            row("Time to first token", stats["ttft_s"], "ms", 1000, 0, rng("ttft_s", 1000, 0) + " ms" if est else ""),
+            row(
+                "Prefill (llama.cpp timings)",
+                stats["prefill_tokens_per_s"],
+                "tok/s",
+                estimated=rng("prefill_tokens_per_s"),
+            ),
+            row("Prefill (wall clock)", stats["prefill_tokens_per_s_wall"], "tok/s"),
+            row(
+                "Decode (llama.cpp timings)",
+                stats["decode_tokens_per_s"],
+                "tok/s",
+                estimated=rng("decode_tokens_per_s"),
+            ),
+            row("Decode (wall clock)", stats["decode_tokens_per_s_wall"], "tok/s"),
+            row("Inter-token latency p50", stats["itl_p50_s"], "ms", 1000),
+            row("Inter-token latency p95", stats["itl_p95_s"], "ms", 1000),
+            [
+                "Peak memory of the run (RSS)",
+                f"{result.peak_rss_bytes / MIB:,.0f} MiB" if result.peak_rss_bytes else "-",
+                "",
+                f"{est['total_bytes'] / MIB:,.0f} MiB in total" if est else "",
+            ],
+        ]
+        if report and report.get("measured_efficiency"):
+            share = report["measured_efficiency"]["value"]
+            rows.append(["Decode against the bandwidth limit", f"{100 * share:.0f}% of the roofline", "", ""])
+        _fill(self.figures, rows)
+        comparison = (report or {}).get("comparison", [])
+        _fill(
+            self.buffers,
+            [
+                [
+                    c["buffer"],
+                    f"{c['measured_bytes'] / MIB:,.2f} MiB",
+                    f"{c['estimated_bytes'] / MIB:,.2f} MiB",
+                    f"{c['difference_bytes'] / MIB:+,.2f} MiB",
+                    "" if c["difference_percent"] is None else f"{c['difference_percent']:+.1f}%",
+                ]
+                for c in comparison
+            ],
+        )
+        if est:
+            self.estimate_line.setValue(est["total_bytes"] / MIB)
+            self.estimate_line.setVisible(True)
+        notes = list((report or {}).get("diagnosis", []))
+        if result.runs and result.runs[-1].stopped:
+            notes.insert(0, "Stopped before the end; the figures cover what ran.")
+        self.diagnosis.setText("\n".join(notes))
+        self.status.setText(
+            f"Done: {len(result.completed_runs)} of {result.settings.repeat} repetitions"
+            + (f"; saved as run #{report['history_id']}" if report and "history_id" in report else "")
+        )
+
+
+def _fill(table: QTableWidget, rows: list[list[str]]) -> None:
+    table.setRowCount(len(rows))
+    for r, cells in enumerate(rows):
+        for c, text in enumerate(cells):
+            table.setItem(r, c, QTableWidgetItem(text))
+
+
+def demo_or_path(path: str | None, demo: Callable[[], Path]) -> Callable[[], str]:
+    """A deferred path: the demo model's is resolved (and checked) on the run's thread."""
+    if path:
+        return lambda: path
+    return lambda: str(demo())
+
+
+__all__ = ["PRESETS", "RunContext", "RunError", "RunPanel", "demo_or_path"]

@@ -1,0 +1,114 @@
+"""The Run and History tabs, offscreen, with real llama.cpp runs: a tiny model written by the test
+for speed, and the demo model for Stop and closing mid-run."""
+
+from __future__ import annotations
+
+import time
+
+import psutil
+import pytest
+from test_window import make_services, open_window, settle
+
+from app.adapters.tiny_gguf import write_tiny_llama
+from app.core.measure import summary
+from app.core.scenario import ModelChoice
+
+pytestmark = pytest.mark.llamacpp
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return write_tiny_llama(tmp_path_factory.mktemp("tiny") / "tiny.gguf", n_layer=4, n_embd=128, n_ff=256)
+
+
+def wait_run(qtbot, window, timeout=60000):
+    with qtbot.waitSignal(window.run_panel.run_finished, timeout=timeout) as blocker:
+        window.run_panel.run_button.click()
+    return blocker.args
+
+
+def test_a_run_streams_text_shows_figures_against_the_estimate_and_is_saved(qtbot, tmp_path, tiny):
+    window = open_window(qtbot, make_services(tmp_path))
+    window.open_gguf(str(tiny))
+    settle(qtbot, window, lambda v: v.request.model.kind == "gguf")
+    panel = window.run_panel
+    assert panel.run_button.isEnabled()
+    panel.preset_combo.setCurrentText("Chat")
+    panel.max_tokens.setValue(32)
+    panel.repeat.setValue(2)
+    result, report = wait_run(qtbot, window)
+    assert len(result.runs) == 2 and all(r.generated_tokens > 0 for r in result.runs)
+    assert panel.output.toPlainText() == result.output_text != ""
+    decode = summary(result)["decode_tokens_per_s"].median
+    cells = {panel.figures.item(r, 0).text(): panel.figures.item(r, 1).text() for r in range(panel.figures.rowCount())}
+    assert cells["Decode (llama.cpp timings)"] == f"{decode:,.1f} tok/s"
+    assert cells["Peak memory of the run (RSS)"] == f"{result.peak_rss_bytes / 1024**2:,.0f} MiB"
+    buffers = {
+        panel.buffers.item(r, 0).text(): panel.buffers.item(r, 3).text() for r in range(panel.buffers.rowCount())
+    }
+    assert buffers["kv_cache"] == "+0.00 MiB"
+    # Saved at once, listed in the History tab, and its efficiency now feeds the estimate.
+    assert report["history_id"] == window.history.rows()[0].run_id
+    assert window.history_panel.table.rowCount() == 1
+    assert window.history_panel.table.item(0, 10).text() == f"{window.history.rows()[0].decode_tokens_per_s:,.1f}"
+    view = settle(qtbot, window, lambda v: v.request.measured_efficiency)
+    assert any("measured on this machine" in a for a in view.assumptions)
+
+
+def test_history_compares_two_runs_and_exports_csv(qtbot, tmp_path, tiny):
+    window = open_window(qtbot, make_services(tmp_path))
+    window.open_gguf(str(tiny))
+    settle(qtbot, window, lambda v: v.request.model.kind == "gguf")
+    window.run_panel.max_tokens.setValue(16)
+    window.run_panel.repeat.setValue(1)
+    wait_run(qtbot, window)
+    wait_run(qtbot, window)
+    panel = window.history_panel
+    panel.table.selectAll()
+    panel.compare_selected()
+    names = [panel.comparison.item(r, 0).text() for r in range(panel.comparison.rowCount())]
+    assert "Decode (tok/s)" in names and "KV buffers (MiB)" in names
+    kv_row = names.index("KV buffers (MiB)")
+    assert panel.comparison.item(kv_row, 3).text() == "+0.0%"
+    out = tmp_path / "runs.csv"
+    assert panel.export_csv(out) == 2
+    assert out.read_text().count("\n") == 3
+
+
+def test_catalog_models_cannot_be_run_and_say_why(qtbot, tmp_path):
+    window = open_window(qtbot, make_services(tmp_path))
+    window.choose_model(ModelChoice(kind="catalog", ref="llama-3.1-8b"))
+    settle(qtbot, window, lambda v: v.request.model.kind == "catalog")
+    assert not window.run_panel.run_button.isEnabled()
+    assert "live runs need a GGUF file" in window.run_panel.model_label.text()
+
+
+def test_cpu_only_build_disables_gpu_layers_and_says_how_to_get_cuda(qtbot, tmp_path):
+    window = open_window(qtbot, make_services(tmp_path))
+    qtbot.waitUntil(lambda: window.run_panel.gpu_offload_supported is not None, timeout=20000)
+    import llama_cpp
+
+    if llama_cpp.llama_supports_gpu_offload():
+        pytest.skip("this llama-cpp-python can offload to a GPU")
+    assert not window.run_panel.ngl.isEnabled()
+    assert "DGGML_CUDA=on" in window.run_panel.gpu_note.text()
+
+
+def test_stop_and_closing_mid_run_leave_no_process(qtbot, tmp_path):
+    window = open_window(qtbot, make_services(tmp_path))  # the demo model
+    panel = window.run_panel
+    panel.max_tokens.setValue(2000)
+    panel.repeat.setValue(1)
+    panel.run_button.click()
+    qtbot.waitUntil(lambda: panel.child_pid is not None and panel.tokens_so_far > 0, timeout=30000)
+    started = time.perf_counter()
+    with qtbot.waitSignal(panel.run_finished, timeout=5000) as blocker:
+        panel.stop_button.click()
+    assert time.perf_counter() - started < 1.5
+    assert blocker.args[0].runs[-1].stopped
+    # Again, and this time close the window mid-run.
+    panel.run_button.click()
+    qtbot.waitUntil(lambda: panel.child_pid is not None and panel.tokens_so_far > 0, timeout=30000)
+    pid = panel.child_pid
+    window.close()
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
