@@ -91,7 +91,8 @@ def test_cpu_only_build_disables_gpu_layers_and_says_how_to_get_cuda(qtbot, tmp_
     if llama_cpp.llama_supports_gpu_offload():
         pytest.skip("this llama-cpp-python can offload to a GPU")
     assert not window.run_panel.ngl.isEnabled()
-    assert "DGGML_CUDA=on" in window.run_panel.gpu_note.text()
+    assert "install the CUDA build" in window.run_panel.gpu_note.text()
+    assert "DGGML_CUDA=on" in window.run_panel.gpu_command.text()
 
 
 def test_stop_and_closing_mid_run_leave_no_process(qtbot, tmp_path):

@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
     QLabel,
+    QLineEdit,
     QPlainTextEdit,
     QPushButton,
     QSpinBox,
@@ -155,8 +156,12 @@ class RunPanel(QWidget):
         form.addRow("&GPU layers", self.ngl)
         self.gpu_note = QLabel("")
         self.gpu_note.setWordWrap(True)
-        self.gpu_note.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         form.addRow("", self.gpu_note)
+        self.gpu_command = QLineEdit(CUDA_INSTALL_HINT)
+        self.gpu_command.setReadOnly(True)
+        self.gpu_command.setAccessibleName("Command that installs the CUDA build")
+        self.gpu_command.setVisible(False)
+        form.addRow("", self.gpu_command)
         buttons = QHBoxLayout()
         self.run_button = QPushButton("&Run")
         self.stop_button = QPushButton("S&top")
@@ -252,14 +257,14 @@ class RunPanel(QWidget):
     def set_gpu_offload_supported(self, supported: bool, gpus_present: bool) -> None:
         self.gpu_offload_supported = supported
         self.ngl.setEnabled(supported)
+        self.gpu_command.setVisible(not supported)
         if supported:
             self.gpu_note.setText("")
         else:
             self.ngl.setValue(0)
             where = "" if gpus_present else " (and no NVIDIA GPU was found)"
             self.gpu_note.setText(
-                f"This llama-cpp-python runs on the CPU only{where}. For an NVIDIA GPU install the CUDA build: "
-                f"{CUDA_INSTALL_HINT}"
+                f"This llama-cpp-python runs on the CPU only{where}. For an NVIDIA GPU, install the CUDA build:"
             )
 
     @property

@@ -334,9 +334,9 @@ class MainWindow(QMainWindow):
         details_layout.addWidget(self.assumptions_text)
         self.tabs.addTab(details, "&Details")
         self.run_panel = RunPanel(self._finish_run, self._gpu_memory_of)
-        self.tabs.addTab(self.run_panel, "&Run")
+        self.tabs.addTab(_scrolled(self.run_panel), "&Run")
         self.history_panel = HistoryPanel(self.history)
-        self.tabs.addTab(self.history_panel, "H&istory")
+        self.tabs.addTab(_scrolled(self.history_panel), "H&istory")
         self.run_panel.run_finished.connect(self._on_run_finished)
         self.run_panel.run_failed.connect(self.show_error)
         self.history_panel.error_shown.connect(self.show_error)
@@ -1067,6 +1067,15 @@ class MainWindow(QMainWindow):
                 if process.pid == pid:
                     return process.used_memory_bytes or 0, gpu.memory_used_bytes
         return None
+
+
+def _scrolled(widget: QWidget) -> QScrollArea:
+    """A page that scrolls when the window is smaller than its controls need."""
+    area = QScrollArea()
+    area.setWidget(widget)
+    area.setWidgetResizable(True)
+    area.setFrameShape(QScrollArea.Shape.NoFrame)
+    return area
 
 
 def gpu_offload_supported() -> bool:
