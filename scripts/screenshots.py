@@ -101,6 +101,25 @@ def main() -> int:
     wait_until(window, lambda v: v.request.model == qwen and v.request.controls.context_tokens == 32768)
     shot("presentation-mode")
     window.set_presentation(False)
+
+    # A live run of the demo model, measured against its estimate.
+    window.set_scenario(
+        model=ModelChoice(), hardware=HardwareChoice(kind="cpu"), controls=Controls(context_tokens=4096)
+    )
+    wait_until(window, lambda v: v.request.model.kind == "demo")
+    window.tabs.setCurrentIndex(4)
+    panel = window.run_panel
+    panel.preset_combo.setCurrentText("Summarize a passage")
+    panel.max_tokens.setValue(64)
+    panel.repeat.setValue(2)
+    done = QEventLoop()
+    panel.run_finished.connect(lambda *_: done.quit())
+    panel.run_failed.connect(lambda *_: done.quit())
+    QTimer.singleShot(180_000, done.quit)
+    panel.run_button.click()
+    done.exec()
+    wait_until(window, lambda v: True)
+    shot("live-run")
     window.close()
     qt_app.processEvents()
     for path in shots:

@@ -113,3 +113,46 @@ def test_stop_and_closing_mid_run_leave_no_process(qtbot, tmp_path):
     pid = panel.child_pid
     window.close()
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_benchmark_mode_reports_pp_and_tg(qtbot, tmp_path, tiny):
+    window = open_window(qtbot, make_services(tmp_path))
+    window.open_gguf(str(tiny))
+    settle(qtbot, window, lambda v: v.request.model.kind == "gguf")
+    panel = window.run_panel
+    panel.mode_combo.setCurrentIndex(panel.mode_combo.findData("bench"))
+    assert not panel.prompt_edit.isEnabled() and panel.depth_spin.isEnabled()
+    panel.long_tokens.setValue(256)
+    panel.max_tokens.setValue(32)
+    panel.depth_spin.setValue(64)
+    panel.repeat.setValue(1)
+    result, report = wait_run(qtbot, window)
+    assert result.settings.mode == "bench" and result.settings.depth_tokens == 64
+    run = result.runs[0]
+    assert run.prompt_tokens == 256 and run.generated_tokens == 32
+    assert report["prefill_tokens_per_s"] == pytest.approx(run.prefill_tokens_per_s_llama, rel=1e-3)
+    assert window.history.rows()[0].mode == "bench"
+
+
+def test_gpu_memory_of_the_run_is_charted_from_nvml(qtbot, tmp_path):
+    # No NVIDIA GPU here: the real NvmlMonitor reads a fake pynvml with an RTX 4090's values, and the
+    # run's process appears in its process list as it would once it holds GPU memory.
+    from test_nvml import FakeNvml, rtx_4090
+
+    nvml = FakeNvml([rtx_4090()])
+    window = open_window(qtbot, make_services(tmp_path, nvml))
+    window.choose_model(ModelChoice())
+    settle(qtbot, window, lambda v: v.request.model.kind == "demo")
+    panel = window.run_panel
+    panel.max_tokens.setValue(2000)
+    panel.repeat.setValue(1)
+    panel.run_button.click()
+    qtbot.waitUntil(lambda: panel.child_pid is not None, timeout=30000)
+    nvml.gpus[0].compute.append((panel.child_pid, 1536 * 1024**2))
+    nvml.gpus[0].used_bytes += 1536 * 1024**2
+    qtbot.waitUntil(lambda: len(panel.gpu_process_curve.getData()[1] or []) > 0, timeout=10000)
+    xs, ys = panel.gpu_process_curve.getData()
+    assert ys[-1] == pytest.approx(1536.0)
+    assert panel.gpu_curve.getData()[1][-1] == pytest.approx(nvml.gpus[0].used_bytes / 1024**2)
+    with qtbot.waitSignal(panel.run_finished, timeout=5000):
+        panel.stop_button.click()

@@ -211,9 +211,7 @@ def run_live(
         runs.append(figures_from_times(prompt_tokens, tokens[0], tokens, stopped=True))
     if done is None and not live.stop_requested:
         tail = live.stderr_tail()
-        raise RunError(
-            f"llama.cpp stopped during the run (exit code {code})" + (f": {tail}" if tail else ".")
-        )
+        raise RunError(f"llama.cpp stopped during the run (exit code {code})" + (f": {tail}" if tail else "."))
     final = done or {}
     return RunResult(
         settings=settings,

@@ -14,9 +14,7 @@ from app.core.measure import RunResult, RunSettings, Spread, summary
 from app.core.speed import SpeedEstimate, active_bytes_by_device, estimate_speed, kv_bytes_per_token
 from app.core.tensors import TensorInfo
 
-CUDA_INSTALL_HINT = (
-    'CMAKE_ARGS="-DGGML_CUDA=on" pip install --force-reinstall --no-cache-dir llama-cpp-python==0.3.36'
-)
+CUDA_INSTALL_HINT = 'CMAKE_ARGS="-DGGML_CUDA=on" pip install --force-reinstall --no-cache-dir llama-cpp-python==0.3.36'
 
 
 def estimate_settings(run: RunSettings, repack: str) -> Settings:
@@ -87,8 +85,10 @@ def diagnose(result: RunResult, est: Estimate | None, speed: SpeedEstimate | Non
         )
     b = result.buffers
     wanted = b.layers_offloadable if s.n_gpu_layers < 0 else s.n_gpu_layers
-    if b.layers_offloaded is not None and wanted is not None and b.layers_offloaded < min(
-        wanted, b.layers_offloadable or wanted
+    if (
+        b.layers_offloaded is not None
+        and wanted is not None
+        and b.layers_offloaded < min(wanted, b.layers_offloadable or wanted)
     ):
         out.append(
             f"Only {b.layers_offloaded} of the {wanted} layers asked for were offloaded to the GPU; the rest ran "

@@ -44,7 +44,7 @@ from app.adapters.llamacpp_runner import LiveRun, RunError, run_live
 from app.core.errors import FitScopeError
 from app.core.measure import RunResult, RunSettings, Spread, summary
 from app.core.run_vs_estimate import CUDA_INSTALL_HINT
-from app.ui.charts import COLORS
+from app.ui.charts import COLORS, Chart
 
 MIB = 1024**2
 PASSAGE = (
@@ -107,7 +107,7 @@ class RunPanel(QWidget):
         self._token_times: list[float] = []
         self._run_index = 0
         self._memory: list[tuple[float, float]] = []
-        self._gpu_memory: list[tuple[float, float]] = []
+        self._gpu_memory: list[tuple[float, float, float]] = []
         self.last_result: RunResult | None = None
         self.last_report: dict[str, Any] | None = None
         self.gpu_offload_supported: bool | None = None
@@ -123,6 +123,15 @@ class RunPanel(QWidget):
         self.model_label = QLabel("")
         self.model_label.setWordWrap(True)
         form.addRow("Model", self.model_label)
+        self.mode_combo = QComboBox()
+        self.mode_combo.addItem("Generate from a prompt", "generate")
+        self.mode_combo.addItem("Benchmark (llama-bench: pp and tg)", "bench")
+        self.mode_combo.setAccessibleName("Run mode")
+        self.mode_combo.setToolTip(
+            "Benchmark: process N random prompt tokens in one batch (pp), then generate M tokens one by one (tg), "
+            "as llama-bench does, after filling the context to the chosen depth"
+        )
+        form.addRow("M&ode", self.mode_combo)
         self.preset_combo = QComboBox()
         self.preset_combo.addItems(list(PRESETS))
         self.preset_combo.setAccessibleName("Prompt preset")
@@ -136,11 +145,16 @@ class RunPanel(QWidget):
         self.long_tokens.setValue(2048)
         self.long_tokens.setSuffix(" tokens")
         self.long_tokens.setGroupSeparatorShown(True)
-        form.addRow("Long prompt &length", self.long_tokens)
+        form.addRow("Prompt &length (long prompt, pp)", self.long_tokens)
         self.max_tokens = QSpinBox()
         self.max_tokens.setRange(1, 1 << 16)
         self.max_tokens.setValue(128)
         form.addRow("&Max new tokens", self.max_tokens)
+        self.depth_spin = QSpinBox()
+        self.depth_spin.setRange(0, 1 << 20)
+        self.depth_spin.setSuffix(" tokens")
+        self.depth_spin.setToolTip("Benchmark: context already in the cache before timing (llama-bench -d)")
+        form.addRow("&Depth", self.depth_spin)
         self.temperature = QDoubleSpinBox()
         self.temperature.setRange(0.0, 2.0)
         self.temperature.setSingleStep(0.1)
@@ -178,15 +192,11 @@ class RunPanel(QWidget):
         self.output.setAccessibleName("Generated text")
         self.output.setPlaceholderText("The generated text streams in here.")
 
-        self.speed_chart = pg.PlotWidget(title="Tokens per second during the run")
-        self.speed_chart.setMenuEnabled(False)
-        self.speed_chart.setMouseEnabled(x=False, y=False)
+        self.speed_chart = Chart("Tokens per second during the run")
         self.speed_chart.setLabel("bottom", "seconds since the prompt was sent")
         self.speed_chart.setLabel("left", "tokens/s")
         self.speed_curve = self.speed_chart.plot([], [], pen=pg.mkPen(COLORS["weights"], width=2))
-        self.memory_chart = pg.PlotWidget(title="Memory during the run")
-        self.memory_chart.setMenuEnabled(False)
-        self.memory_chart.setMouseEnabled(x=False, y=False)
+        self.memory_chart = Chart("Memory during the run")
         self.memory_chart.setLabel("bottom", "seconds since the run started")
         self.memory_chart.setLabel("left", "MiB")
         self.memory_chart.addLegend(offset=(10, 10))
@@ -194,6 +204,9 @@ class RunPanel(QWidget):
             [], [], pen=pg.mkPen(COLORS["weights"], width=2), name="this run's process (RSS)"
         )
         self.gpu_curve = self.memory_chart.plot([], [], pen=pg.mkPen(COLORS["kv"], width=2), name="GPU, whole device")
+        self.gpu_process_curve = self.memory_chart.plot(
+            [], [], pen=pg.mkPen(COLORS["compute"], width=2), name="GPU, this run's process"
+        )
         self.estimate_line = pg.InfiniteLine(
             angle=0, pen=pg.mkPen(COLORS["capacity"], width=2, style=Qt.PenStyle.DashLine), label="estimated total"
         )
@@ -229,12 +242,29 @@ class RunPanel(QWidget):
         grid.setColumnStretch(1, 3)
 
         self.preset_combo.currentTextChanged.connect(self._preset_chosen)
+        self.mode_combo.currentIndexChanged.connect(lambda _i: self._preset_chosen(self.preset_combo.currentText()))
         self.run_button.clicked.connect(self.start)
         self.stop_button.clicked.connect(self.stop)
         self._preset_chosen(self.preset_combo.currentText())
 
+    @property
+    def charts(self) -> tuple[Chart, Chart]:
+        return (self.speed_chart, self.memory_chart)
+
+    @property
+    def bench_mode(self) -> bool:
+        return self.mode_combo.currentData() == "bench"
+
     def _preset_chosen(self, name: str) -> None:
         text = PRESETS.get(name)
+        bench = self.bench_mode
+        self.preset_combo.setEnabled(not bench)
+        self.depth_spin.setEnabled(bench)
+        if bench:
+            self.prompt_edit.setEnabled(False)
+            self.long_tokens.setEnabled(True)
+            self.prompt_edit.setPlainText("(pp: random tokens of the chosen length, in one batch)")
+            return
         self.prompt_edit.setEnabled(text is not None)
         self.long_tokens.setEnabled(text is None)
         if text is not None:
@@ -299,6 +329,7 @@ class RunPanel(QWidget):
         self.speed_curve.setData([], [])
         self.rss_curve.setData([], [])
         self.gpu_curve.setData([], [])
+        self.gpu_process_curve.setData([], [])
         self.estimate_line.setVisible(False)
         self.figures.setRowCount(0)
         self.buffers.setRowCount(0)
@@ -328,6 +359,16 @@ class RunPanel(QWidget):
 
     def _collect_settings(self) -> dict[str, Any]:
         """The widgets' values, read here on the GUI thread for the run's thread to use."""
+        if self.bench_mode:
+            return {
+                "mode": "bench",
+                "prompt_tokens": self.long_tokens.value(),
+                "max_tokens": self.max_tokens.value(),
+                "depth_tokens": self.depth_spin.value(),
+                "ignore_eos": True,
+                "repeat": self.repeat.value(),
+                "n_gpu_layers": self.ngl.value() if self.ngl.isEnabled() else 0,
+            }
         long = PRESETS.get(self.preset_combo.currentText()) is None
         return {
             "prompt": None if long else self.prompt_edit.toPlainText(),
@@ -431,8 +472,10 @@ class RunPanel(QWidget):
             self.rss_curve.setData([t for t, _ in self._memory], [m for _, m in self._memory])
         gpu = self._gpu_memory_of(live.pid)
         if gpu is not None:
-            self._gpu_memory.append((now, gpu[1] / MIB))
-            self.gpu_curve.setData([t for t, _ in self._gpu_memory], [m for _, m in self._gpu_memory])
+            self._gpu_memory.append((now, gpu[1] / MIB, gpu[0] / MIB))
+            times = [t for t, _, _ in self._gpu_memory]
+            self.gpu_curve.setData(times, [d for _, d, _ in self._gpu_memory])
+            self.gpu_process_curve.setData(times, [p for _, _, p in self._gpu_memory])
 
     def _refresh_speed(self) -> None:
         times = self._token_times

@@ -642,7 +642,7 @@ class MainWindow(QMainWindow):
     def _apply_look(self) -> None:
         scale = PRESENTATION_SCALE if self._prefs.presentation else 1.0
         palette = self.palette()
-        for chart in self.charts.values():
+        for chart in (*self.charts.values(), *self.run_panel.charts):
             chart.apply_palette(palette, scale)
         self.banner.set_scale(scale)
 
