@@ -41,6 +41,7 @@ _REPO_ROOT = Path(__file__).resolve().parents[2]
 STOP_GRACE_S = 1.0
 FULL_HASH_LIMIT_BYTES = 2 * 1024**3
 HASH_SLICE_BYTES = 64 * 1024**2
+_LOG_LEVEL_INFO = 2
 _LOG_LEVEL_ERROR = 4
 _LOG_LEVEL_CONT = 5
 FILLER_TEXT = (
@@ -240,6 +241,7 @@ class _Child:
         self.out = out
         self.stop = threading.Event()
         self.log_chunks: list[str] = []
+        self.info_chunks: list[str] = []  # INFO and above: what llama.cpp prints without --verbose
         self.error_lines: list[str] = []
 
     def emit(self, event: Event) -> None:
@@ -268,6 +270,26 @@ def _file_hash(path: Path) -> tuple[str, str]:
         digest.update(f.read(HASH_SLICE_BYTES))
         digest.update(str(size).encode())
         return digest.hexdigest(), "sha256-head-tail"
+
+
+_RELEVANT = (
+    "buffer size",
+    "offloaded",
+    "llama_kv_cache:",
+    "llama_kv_cache_iswa",
+    "llama_context: n_",
+    "flash_attn",
+    "graph: nodes",
+    "error",
+    "failed",
+    "warning",
+)
+
+
+def _relevant_log(log: str, limit: int = 120) -> str:
+    """The load log's lines about memory and placement (the full log is hundreds of lines of metadata)."""
+    lines = [ln.rstrip() for ln in log.splitlines() if any(key in ln.lower() for key in _RELEVANT)]
+    return "\n".join(lines[-limit:])
 
 
 def _peak_rss_bytes() -> int | None:
@@ -396,6 +418,8 @@ def _child_run(child: _Child, settings: RunSettings) -> int:
         effective = last_level[0] if level == _LOG_LEVEL_CONT else level
         if effective == _LOG_LEVEL_ERROR:
             child.error_lines.append(s)
+        if effective >= _LOG_LEVEL_INFO:
+            child.info_chunks.append(s)
         last_level[0] = effective
 
     callback = llama_cpp.llama_log_callback(on_log)  # referenced for as long as llama.cpp may log
@@ -447,7 +471,7 @@ def _child_run(child: _Child, settings: RunSettings) -> int:
                 layers_offloaded=parsed.layers_offloaded,
                 layers_offloadable=parsed.layers_offloadable,
             ).model_dump(mode="json"),
-            "log_tail": "\n".join(log.splitlines()[-60:]),
+            "log_tail": _relevant_log("".join(child.info_chunks)),
         }
     )
     if needed > llm.n_ctx():

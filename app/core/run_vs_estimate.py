@@ -98,10 +98,17 @@ def diagnose(result: RunResult, est: Estimate | None, speed: SpeedEstimate | Non
     if decode is not None and speed is not None and speed.decode_tokens_per_s.high > 0:
         lo, hi = speed.decode_tokens_per_s.low, speed.decode_tokens_per_s.high
         if decode.median < 0.5 * lo:
+            on_gpu = s.n_gpu_layers != 0 and result.gpu_offload_supported
+            causes = (
+                "layers spilling into system memory (on NVIDIA, shared GPU memory), other programs using the GPU, "
+                "or fewer layers on the GPU than planned"
+                if on_gpu
+                else "other programs using the CPU, a memory bandwidth below the one measured, or fixed costs per "
+                "token that weigh heavily on small models"
+            )
             out.append(
                 f"Decoding ran at {decode.median:.1f} tokens/s, far below the {lo:.0f}-{hi:.0f} estimated. Likely "
-                "causes: layers spilling into system memory (on NVIDIA, shared GPU memory), other programs "
-                "using the CPU or GPU, or a CPU-only build."
+                f"causes: {causes}. The measured speed now replaces the assumed efficiency for this machine."
             )
         elif decode.median > 1.5 * hi:
             out.append(

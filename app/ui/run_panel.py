@@ -222,6 +222,11 @@ class RunPanel(QWidget):
             table.verticalHeader().setVisible(False)
             table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
             table.horizontalHeader().setStretchLastSection(True)
+        self.log_view = QPlainTextEdit()
+        self.log_view.setReadOnly(True)
+        self.log_view.setAccessibleName("llama.cpp's log while loading")
+        self.log_view.setPlaceholderText("llama.cpp's own log lines while loading appear here after a run.")
+        self.log_view.setMaximumHeight(160)
         self.diagnosis = QLabel("")
         self.diagnosis.setWordWrap(True)
         self.diagnosis.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -237,6 +242,8 @@ class RunPanel(QWidget):
         tables.addWidget(self.figures)
         tables.addWidget(self.buffers)
         tables.addWidget(self.diagnosis)
+        tables.addWidget(QLabel("llama.cpp's log while loading (the buffer lines are what the table compares)"))
+        tables.addWidget(self.log_view)
         grid.addLayout(tables, 2, 0, 1, 2)
         grid.setColumnStretch(0, 2)
         grid.setColumnStretch(1, 3)
@@ -258,6 +265,11 @@ class RunPanel(QWidget):
     def _preset_chosen(self, name: str) -> None:
         text = PRESETS.get(name)
         bench = self.bench_mode
+        if bench != getattr(self, "_was_bench", False):
+            # llama-bench's defaults (pp512, tg128) when entering benchmark mode; back to a long prompt after.
+            self.long_tokens.setValue(512 if bench else 2048)
+            self.max_tokens.setValue(128)
+            self._was_bench = bench
         self.preset_combo.setEnabled(not bench)
         self.depth_spin.setEnabled(bench)
         if bench:
@@ -559,6 +571,7 @@ class RunPanel(QWidget):
         if est:
             self.estimate_line.setValue(est["total_bytes"] / MIB)
             self.estimate_line.setVisible(True)
+        self.log_view.setPlainText(result.log_tail)
         notes = list((report or {}).get("diagnosis", []))
         if result.runs and result.runs[-1].stopped:
             notes.insert(0, "Stopped before the end; the figures cover what ran.")
