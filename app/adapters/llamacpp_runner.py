@@ -60,22 +60,22 @@ class RunError(FitScopeError):
 # -- parent side ---------------------------------------------------------------------------------
 
 
-def _child_command() -> list[str]:
-    return [sys.executable, "-m", "app.adapters.llamacpp_runner"]
-
-
 class LiveRun:
-    """One child process running one :class:`RunSettings`. Use :func:`run_live` unless you need
-    to stop it from another thread (``stop()`` is thread-safe)."""
+    """One llama.cpp child process (this module's, or another ``module`` speaking the same
+    protocol) given ``settings`` as its first stdin line. Use :func:`run_live` unless you need to
+    stop it from another thread (``stop()`` is thread-safe)."""
 
-    def __init__(self, settings: RunSettings) -> None:
-        if not Path(settings.gguf_path).is_file():
-            raise RunError(f"{settings.gguf_path} does not exist or is not a file.")
+    def __init__(
+        self, settings: Any, gguf_path: str | None = None, module: str = "app.adapters.llamacpp_runner"
+    ) -> None:
+        path = gguf_path or settings.gguf_path
+        if not Path(path).is_file():
+            raise RunError(f"{path} does not exist or is not a file.")
         self.settings = settings
         env = dict(os.environ)
         env["PYTHONPATH"] = str(_REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
         self._proc = subprocess.Popen(
-            _child_command(),
+            [sys.executable, "-m", module],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
