@@ -101,6 +101,20 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("-n", "--n-gen", type=int, default=128, help="tg: tokens generated one by one (default 128)")
     bench.add_argument("-d", "--depth", type=int, default=0, help="context already filled before timing (default 0)")
     bench.add_argument("--repeat", type=int, default=3, help="repetitions (default 3; llama-bench uses 5)")
+    cmp_ = sub.add_parser("compare", help="run task suites on 2-4 quantized variants and recommend one per task")
+    cmp_.add_argument("--gguf", action="append", metavar="PATH", required=True, help="a variant (repeat: 2-4)")
+    cmp_.add_argument(
+        "--suite", action="append", metavar="NAME|PATH", help="a built-in suite name or a JSON/YAML file (repeatable)"
+    )
+    cmp_.add_argument("--gpu", metavar="CATALOG_ID", help="advise for catalog hardware (default: this machine)")
+    cmp_.add_argument("-c", "--ctx-size", type=int, default=4096)
+    cmp_.add_argument("-ngl", "--n-gpu-layers", type=int, default=0)
+    cmp_.add_argument("--routing-config", metavar="PATH", help="also write the routing config (.json or .toml)")
+    cmp_.add_argument("--json", action="store_true")
+    qz = sub.add_parser("quantize", help="make a quantized variant of a GGUF file with llama.cpp's quantizer")
+    qz.add_argument("--gguf", metavar="PATH", required=True, help="the source (F16/BF16/Q8_0...)")
+    qz.add_argument("--type", required=True, help="llama.cpp preset: Q8_0, Q6_K, Q5_K_M, Q4_K_M, Q4_0, ...")
+    qz.add_argument("-o", "--output", metavar="PATH", help="default: beside the source, named after the preset")
     win = sub.add_parser("window", help="open the desktop window (what `fitscope` alone does)")
     win.add_argument("path", nargs="?", help="a .gguf model or a config.json to open")
     win.add_argument("--demo", action="store_true", help="start on the built-in demo model")
@@ -447,6 +461,109 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return _measure_and_report(args, "bench")
 
 
+def cmd_quantize(args: argparse.Namespace) -> int:
+    from app.adapters.quantizer import default_variant_path, quantize
+
+    target = args.output or default_variant_path(args.gguf, args.type)
+    last = [-1]
+
+    def progress(done: int, total: int) -> None:
+        percent = 100 * done // max(total, 1)
+        if percent // 10 != last[0] // 10:
+            print(f"  {percent:3d}% ({done}/{total} tensors)", file=sys.stderr)
+            last[0] = percent
+
+    out = quantize(args.gguf, target, args.type, on_progress=progress)
+    print(f"{out} ({out.stat().st_size / MIB:,.1f} MiB)")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from app.adapters.ab_compare import compare_variants
+    from app.adapters.host import detect_host
+    from app.core import fit
+    from app.core.catalog import find_device
+    from app.core.quant_compare import routing_config, to_toml
+    from app.core.suites import builtin_suites, find_suite
+
+    suites = [find_suite(s) for s in args.suite] if args.suite else list(builtin_suites().values())
+    host = detect_host(measure_bandwidth=False)
+    if args.gpu:
+        device = find_device(args.gpu)
+        targets = [fit.target_from_device(device), fit.host_ram_target(host.ram_total_bytes)]
+        hardware = device.name
+    else:
+        targets = [fit.cpu_target(host)]
+        hardware = f"this machine's CPU ({host.cpu_model})"
+
+    def progress(fraction: float, message: str) -> None:
+        if not args.json:
+            print(f"  {fraction:4.0%} {message}", file=sys.stderr)
+
+    comparison = compare_variants(
+        args.gguf,
+        suites,
+        targets,
+        hardware,
+        repack=fit.repack_profile(host),
+        n_ctx=args.ctx_size,
+        n_gpu_layers=args.n_gpu_layers,
+        on_progress=progress,
+    )
+    config = routing_config(comparison)
+    if args.routing_config:
+        path = args.routing_config
+        text = to_toml(config) if path.endswith(".toml") else json.dumps(config, indent=2)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    report = config | {
+        "suites": [{"name": s.name, "task": s.task, "quality_floor": s.quality_floor} for s in suites],
+        "details": [
+            {
+                "name": v.label,
+                "reference": v.is_reference,
+                "file_bytes": v.file_bytes,
+                "estimated_total_bytes": v.estimated_total_bytes,
+                "peak_rss_bytes": v.peak_rss_bytes,
+                "decode_tokens_per_s": v.decode_tokens_per_s,
+                "prefill_tokens_per_s": v.prefill_tokens_per_s,
+                "ttft_s": v.ttft_s,
+                "identical_token_share": v.identical_token_share,
+                "top1_agreement": v.top1_agreement,
+                "answers": [
+                    {
+                        "suite": a.suite,
+                        "prompt": a.prompt_id,
+                        "passed": a.result.passed,
+                        "reason": a.result.reason,
+                        "text": a.text,
+                    }
+                    for a in v.answers
+                ],
+            }
+            for v in comparison.variants
+        ],
+    }
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    names = [s.name for s in suites]
+    print(f"{'variant':28s} {'memory':>9s} {'tok/s':>7s} {'same tok':>8s} {'top-1':>6s}  " + "  ".join(names))
+    for v in comparison.variants:
+        same = "ref" if v.is_reference else f"{v.identical_token_share or 0:.0%}"
+        top1 = "ref" if v.is_reference else f"{v.top1_agreement or 0:.0%}"
+        rates = "  ".join(f"{v.pass_rates.get(n, 0):>{len(n)}.0%}" for n in names)
+        print(
+            f"{v.label[:28]:28s} {v.estimated_total_bytes / GIB:8.2f}G {v.decode_tokens_per_s or 0:7.1f} "
+            f"{same:>8s} {top1:>6s}  {rates}"
+        )
+    for advice in comparison.advice:
+        print(f"\n{advice.profile} (floor {advice.floor:.0%}): {advice.chosen or 'no variant qualifies'}")
+        for reason in advice.reasons:
+            print(f"  - {reason}")
+    return 0
+
+
 def cmd_window(args: argparse.Namespace) -> int:
     try:
         from app.ui.app import run_window
@@ -466,6 +583,8 @@ COMMANDS = {
     "window": cmd_window,
     "run": cmd_run,
     "bench": cmd_bench,
+    "compare": cmd_compare,
+    "quantize": cmd_quantize,
 }
 
 

@@ -71,6 +71,7 @@ from app.core.scenario import (
     resolve_targets,
 )
 from app.core.tensors import CACHE_TYPES
+from app.ui.ab_panel import AbPanel
 from app.ui.charts import ConcurrencyChart, ContextChart, DeviceBar, LadderChart, SplitChart, legend_html
 from app.ui.history_panel import HistoryPanel
 from app.ui.panels import ContextControl, HardwareView, VerdictBanner
@@ -335,6 +336,9 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(details, "&Details")
         self.run_panel = RunPanel(self._finish_run, self._gpu_memory_of)
         self.tabs.addTab(_scrolled(self.run_panel), "&Run")
+        self.ab_panel = AbPanel(self._ab_hardware)
+        self.tabs.addTab(_scrolled(self.ab_panel), "Quantization &A/B")
+        self.ab_panel.error_shown.connect(self.show_error)
         self.history_panel = HistoryPanel(self.history)
         self.tabs.addTab(_scrolled(self.history_panel), "H&istory")
         self.run_panel.run_finished.connect(self._on_run_finished)
@@ -740,6 +744,7 @@ class MainWindow(QMainWindow):
             self.concurrency_chart.set_data(view.concurrency, c.context_tokens, c.users, MAX_USERS)
         self._show_tables(view)
         self._update_run_context(view)
+        self.ab_panel.set_source(str(view.model.path) if view.model is not None and view.model.path else None)
         self.view_changed.emit(view)
 
     def _show_model_info(self, view: View) -> None:
@@ -997,6 +1002,7 @@ class MainWindow(QMainWindow):
         self.save_preferences()
         self._poll.stop()
         self.run_panel.shutdown()
+        self.ab_panel.shutdown()
         for runner in (self._estimates, self._hardware, self._host_job):
             runner.close()
         if self.history is not None:
@@ -1060,6 +1066,15 @@ class MainWindow(QMainWindow):
         self.history_panel.refresh()
         self._load_efficiencies()
         self.request_estimate()
+
+    def _ab_hardware(self) -> tuple[list, str, str]:
+        """What the A/B advice must fit: the hardware chosen on the left."""
+        hardware = self._prefs.hardware
+        return (
+            resolve_targets(hardware, self.machine),
+            hardware.label(self.machine),
+            fit.repack_profile(self.machine.host),
+        )
 
     def _gpu_memory_of(self, pid: int) -> tuple[int, int] | None:
         for gpu in self.machine.gpus:

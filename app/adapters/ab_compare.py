@@ -1,0 +1,135 @@
+"""Run task suites on 2–4 variants of one model and compare them: the highest-precision variant
+first (its greedy answers are the reference), then the others, each in a llama.cpp child process.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from app.adapters.llamacpp_runner import LiveRun
+from app.adapters.suite_runner import PromptJob, SuiteRun, SuiteRunSettings, run_suite
+from app.core import fit
+from app.core.errors import FitScopeError
+from app.core.estimate import Settings, Target, estimate
+from app.core.quant_compare import Comparison, VariantResult, advise, median_or_none, score
+from app.core.scenario import budget_of
+from app.core.suites import Suite
+
+MAX_VARIANTS = 4
+Progress = Callable[[float, str], None]
+
+
+def prompt_jobs(suites: Sequence[Suite]) -> tuple[PromptJob, ...]:
+    return tuple(
+        PromptJob(id=f"{s.name}/{p.id}", prompt=p.prompt, max_tokens=p.max_tokens) for s in suites for p in s.prompts
+    )
+
+
+def compare_variants(
+    paths: Sequence[str | Path],
+    suites: Sequence[Suite],
+    targets: list[Target],
+    hardware: str,
+    repack: str = "x86-avx2",
+    n_ctx: int = 4096,
+    n_gpu_layers: int = 0,
+    on_progress: Progress | None = None,
+    stop: threading.Event | None = None,
+    on_start: Callable[[LiveRun], None] | None = None,
+) -> Comparison:
+    """Answer every suite on every variant and compare. ``targets`` is the hardware the advice must
+    fit (the estimator's targets). Raises FitScopeError for fewer than 2 or more than 4 variants,
+    a file that cannot be read or loaded, or a stop."""
+    if not 2 <= len(paths) <= MAX_VARIANTS:
+        raise FitScopeError(f"Compare 2 to {MAX_VARIANTS} variants of one model (got {len(paths)}).")
+    models = [fit.model_from_gguf(p) for p in paths]
+    archs = {(m.arch.arch, m.arch.n_layer, m.arch.n_embd, m.arch.n_vocab) for m in models}
+    if len(archs) > 1:
+        raise FitScopeError("These files are not variants of one model (their architectures differ).")
+    settings = Settings(context_tokens=n_ctx, repack=repack)  # type: ignore[arg-type]
+    sizes = [Path(p).stat().st_size for p in paths]
+    order = sorted(range(len(paths)), key=lambda i: -sizes[i])  # highest precision first
+    jobs = prompt_jobs(suites)
+    total_steps = len(jobs) * (2 * len(paths) - 1)
+    done_steps = 0
+    runs: dict[int, SuiteRun] = {}
+    reference: dict[str, list[int]] | None = None
+
+    def progress(message: str) -> None:
+        if on_progress is not None:
+            on_progress(min(done_steps / max(total_steps, 1), 1.0), message)
+
+    for rank, i in enumerate(order):
+        name = Path(paths[i]).name
+        progress(f"Loading {name}…")
+
+        def on_event(event: dict, name: str = name) -> None:
+            nonlocal done_steps
+            if event.get("event") in ("prompt_done", "agreement"):
+                done_steps += 1
+                progress(f"{name}: {event['id']}")
+
+        def started(live: LiveRun) -> None:
+            if on_start is not None:
+                on_start(live)
+            if stop is not None and stop.is_set():
+                live.stop()
+
+        run = run_suite(
+            SuiteRunSettings(
+                gguf_path=str(paths[i]),
+                prompts=jobs,
+                reference=reference,
+                n_ctx=n_ctx,
+                n_gpu_layers=n_gpu_layers,
+            ),
+            on_event=on_event,
+            on_start=started,
+        )
+        if run.stopped or (stop is not None and stop.is_set()):
+            raise FitScopeError("The comparison was stopped.")
+        runs[i] = run
+        if rank == 0:
+            reference = {o.id: list(o.tokens) for o in run.outcomes}
+
+    variants = []
+    for i in order:
+        run, model = runs[i], models[i]
+        est = estimate(model.arch, model.tensors, settings, targets)
+        answers = {tuple(o.id.split("/", 1)): o.text for o in run.outcomes}
+        rates, checked = score(suites, answers)  # type: ignore[arg-type]
+        ref_tokens = sum(o.reference_tokens or 0 for o in run.outcomes)
+        is_reference = i == order[0]
+        variants.append(
+            VariantResult(
+                label=Path(paths[i]).stem,
+                quant=model.quant,
+                gguf_path=str(paths[i]),
+                file_bytes=sizes[i],
+                estimated_total_bytes=budget_of(est).used_bytes,
+                fits=est.fits,
+                peak_rss_bytes=run.peak_rss_bytes,
+                decode_tokens_per_s=median_or_none([o.decode_tokens_per_s for o in run.outcomes]),
+                prefill_tokens_per_s=median_or_none([o.prefill_tokens_per_s for o in run.outcomes]),
+                ttft_s=median_or_none([o.ttft_s for o in run.outcomes]),
+                pass_rates=rates,
+                answers=checked,
+                identical_token_share=None
+                if is_reference or not ref_tokens
+                else sum(o.identical_tokens or 0 for o in run.outcomes) / ref_tokens,
+                top1_agreement=None
+                if is_reference or not ref_tokens
+                else sum(o.top1_matches or 0 for o in run.outcomes) / ref_tokens,
+                is_reference=is_reference,
+            )
+        )
+    progress("Done.")
+    return Comparison(
+        variants=tuple(variants),
+        suites=tuple(suites),
+        advice=advise(variants, suites, hardware),
+        hardware=hardware,
+        notes=(f"Reference (highest precision): {variants[0].label}.",),
+    )

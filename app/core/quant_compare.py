@@ -1,0 +1,198 @@
+"""Choosing a quantization by the user's own task: score each variant's answers with the suites'
+checks, set them against the highest-precision variant, and recommend, for each task profile with
+a quality floor, the cheapest variant that meets it and fits the hardware.
+
+Pure data and arithmetic; the answers come from ``app.adapters.suite_runner``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.core.suites import CheckResult, Suite, check_answer, pass_rate
+
+GIB = 1024**3
+DEFAULT_FLOOR = 0.8
+
+
+@dataclass(frozen=True)
+class Answer:
+    suite: str
+    prompt_id: str
+    text: str
+    result: CheckResult
+
+
+@dataclass(frozen=True)
+class VariantResult:
+    """One variant's figures. Memory in bytes, speeds in tokens/s, agreement as shares (0..1);
+    agreement is None for the reference itself."""
+
+    label: str
+    quant: str
+    gguf_path: str
+    file_bytes: int
+    estimated_total_bytes: int
+    fits: bool
+    peak_rss_bytes: int | None
+    decode_tokens_per_s: float | None
+    prefill_tokens_per_s: float | None
+    ttft_s: float | None
+    pass_rates: dict[str, float]
+    answers: tuple[Answer, ...]
+    identical_token_share: float | None = None
+    top1_agreement: float | None = None
+    is_reference: bool = False
+
+
+@dataclass(frozen=True)
+class Advice:
+    """For one task profile: the variant to route to (None when none qualifies) and why."""
+
+    profile: str
+    floor: float
+    chosen: str | None
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    variants: tuple[VariantResult, ...]
+    suites: tuple[Suite, ...]
+    advice: tuple[Advice, ...]
+    hardware: str
+    notes: tuple[str, ...] = field(default=())
+
+
+def score(suites: Sequence[Suite], answers: dict[tuple[str, str], str]) -> tuple[dict[str, float], tuple[Answer, ...]]:
+    """Pass rate per suite and every checked answer, from ``answers[(suite, prompt id)]`` (text the
+    model generated; the prompt's ``answer_prefix`` is put back in front before checking)."""
+    rates: dict[str, float] = {}
+    checked: list[Answer] = []
+    for suite in suites:
+        results = []
+        for p in suite.prompts:
+            text = answers.get((suite.name, p.id))
+            if text is None:
+                continue
+            result = check_answer(p.check, p.answer_prefix + text)
+            results.append(result)
+            checked.append(Answer(suite.name, p.id, text, result))
+        rates[suite.name] = pass_rate(results)
+    return rates, tuple(checked)
+
+
+def median_or_none(values: Sequence[float | None]) -> float | None:
+    real = [v for v in values if v is not None]
+    return statistics.median(real) if real else None
+
+
+def gib(n: float) -> str:
+    return f"{n / GIB:.1f} GiB"
+
+
+def advise(variants: Sequence[VariantResult], suites: Sequence[Suite], hardware: str) -> tuple[Advice, ...]:
+    """For each suite (a task profile) the cheapest variant, by estimated memory, that meets the
+    suite's quality floor and fits ``hardware``; ties go to the faster one."""
+    out = []
+    for suite in suites:
+        floor = suite.quality_floor if suite.quality_floor is not None else DEFAULT_FLOOR
+        qualified = [v for v in variants if v.fits and v.pass_rates.get(suite.name, 0.0) >= floor]
+        qualified.sort(key=lambda v: (v.estimated_total_bytes, -(v.decode_tokens_per_s or 0.0)))
+        chosen = qualified[0] if qualified else None
+        reasons = []
+        for v in variants:
+            rate = v.pass_rates.get(suite.name, 0.0)
+            if chosen is not None and v is chosen:
+                reasons.append(
+                    f"{v.label}: chosen — passes {rate:.0%} (floor {floor:.0%}), needs {gib(v.estimated_total_bytes)}"
+                    + (f", {v.decode_tokens_per_s:.0f} tokens/s" if v.decode_tokens_per_s else "")
+                    + "."
+                )
+            elif not v.fits:
+                reasons.append(f"{v.label}: does not fit {hardware} ({gib(v.estimated_total_bytes)} needed).")
+            elif rate < floor:
+                reasons.append(f"{v.label}: passes {rate:.0%}, below the {floor:.0%} floor.")
+            elif chosen is not None:
+                extra = v.estimated_total_bytes - chosen.estimated_total_bytes
+                reasons.append(
+                    f"{v.label}: also meets the floor ({rate:.0%}) but needs {gib(extra)} more memory than "
+                    f"{chosen.label}."
+                    if extra > 0
+                    else f"{v.label}: meets the floor ({rate:.0%}) at the same memory but decodes slower."
+                )
+        if chosen is None:
+            reasons.insert(0, f"No variant meets the {floor:.0%} floor and fits {hardware}.")
+        out.append(Advice(suite.name, floor, chosen.label if chosen else None, tuple(reasons)))
+    return tuple(out)
+
+
+def routing_config(comparison: Comparison) -> dict[str, Any]:
+    """What a gateway needs: every variant (name, quant, memory in GB, average tokens/s, pass rates)
+    and, per task profile, the variant to route to."""
+    return {
+        "generated_by": "FitScope",
+        "hardware": comparison.hardware,
+        "variants": [
+            {
+                "name": v.label,
+                "quant": v.quant,
+                "path": v.gguf_path,
+                "memory_gb": round(v.estimated_total_bytes / 1e9, 2),
+                "avg_tokens_per_s": round(v.decode_tokens_per_s, 1) if v.decode_tokens_per_s else None,
+                "pass_rates": {k: round(r, 3) for k, r in v.pass_rates.items()},
+                "fits": v.fits,
+            }
+            for v in comparison.variants
+        ],
+        "routes": [
+            {"profile": a.profile, "quality_floor": a.floor, "variant": a.chosen, "why": list(a.reasons)}
+            for a in comparison.advice
+        ],
+    }
+
+
+def to_toml(data: dict[str, Any]) -> str:
+    """A small TOML writer for the routing config: scalars first, then tables and arrays of
+    tables; None values are left out (TOML has no null)."""
+    lines: list[str] = []
+    _toml_table(lines, [], data)
+    return "\n".join(lines).strip() + "\n"
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+        return f'"{escaped}"'
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value if v is not None) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items() if v is not None) + " }"
+    raise TypeError(f"cannot write {type(value).__name__} as TOML")
+
+
+def _toml_key(key: str) -> str:
+    return key if key.replace("_", "").replace("-", "").isalnum() else _toml_value(key)
+
+
+def _toml_table(lines: list[str], path: list[str], table: dict[str, Any]) -> None:
+    nested = {}
+    for key, value in table.items():
+        if value is None:
+            continue
+        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            nested[key] = value
+        else:
+            lines.append(f"{_toml_key(key)} = {_toml_value(value)}")
+    for key, items in nested.items():
+        for item in items:
+            lines.append("")
+            lines.append(f"[[{'.'.join([*path, _toml_key(key)])}]]")
+            _toml_table(lines, [*path, key], item)
