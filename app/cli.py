@@ -115,6 +115,19 @@ def build_parser() -> argparse.ArgumentParser:
     qz.add_argument("--gguf", metavar="PATH", required=True, help="the source (F16/BF16/Q8_0...)")
     qz.add_argument("--type", required=True, help="llama.cpp preset: Q8_0, Q6_K, Q5_K_M, Q4_K_M, Q4_0, ...")
     qz.add_argument("-o", "--output", metavar="PATH", help="default: beside the source, named after the preset")
+    plan = sub.add_parser("plan", help="one model on several GPUs: llama.cpp's layer split and vLLM's tensor parallel")
+    plan.add_argument("--model", required=True, metavar="CATALOG_ID")
+    plan.add_argument("--gpu", required=True, metavar="CATALOG_ID")
+    plan.add_argument("--count", type=int, default=2, help="number of GPUs (default 2)")
+    plan.add_argument("--quant", default="Q4_K_M", help="llama.cpp preset for the layer split (default Q4_K_M)")
+    plan.add_argument("--dtype", default="FP16", help="vLLM weights: FP16, FP8, INT8, AWQ, GPTQ (default FP16)")
+    plan.add_argument("-c", "--ctx-size", type=int, default=8192, help="context per sequence (default 8192)")
+    plan.add_argument("-np", "--parallel", type=int, default=1, help="llama.cpp sequences (default 1)")
+    plan.add_argument("--max-num-seqs", type=int, default=256, help="vLLM's --max-num-seqs (default 256)")
+    plan.add_argument("--gpu-memory-utilization", type=float, default=0.90)
+    plan.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "fp8"])
+    plan.add_argument("--host-ram-gib", type=float, default=None)
+    plan.add_argument("--json", action="store_true")
     win = sub.add_parser("window", help="open the desktop window (what `fitscope` alone does)")
     win.add_argument("path", nargs="?", help="a .gguf model or a config.json to open")
     win.add_argument("--demo", action="store_true", help="start on the built-in demo model")
@@ -564,6 +577,47 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_plan(args: argparse.Namespace) -> int:
+    from app.adapters.host import detect_host
+    from app.core import fit
+    from app.core.catalog import find_device
+    from app.core.estimate import Settings
+    from app.core.multigpu import llama_split_plan, vllm_plan
+
+    if not 1 <= args.count <= 16:
+        raise FitScopeError("--count must be 1 to 16 GPUs.")
+    model = fit.model_from_catalog(args.model, args.quant)
+    gpu = find_device(args.gpu)
+    host = detect_host(measure_bandwidth=False)
+    ram = int(args.host_ram_gib * GIB) if args.host_ram_gib else host.ram_total_bytes
+    settings = Settings(
+        context_tokens=args.ctx_size * args.parallel, parallel_sequences=args.parallel, repack=fit.repack_profile(host)
+    )
+    split = llama_split_plan(model.arch, model.tensors, settings, gpu, args.count, ram)
+    vllm = vllm_plan(
+        model.arch,
+        gpu,
+        args.count,
+        dtype=args.dtype,
+        max_model_len=args.ctx_size,
+        max_num_seqs=args.max_num_seqs,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        kv_cache_dtype=args.kv_cache_dtype,
+    )
+    if args.json:
+        print(json.dumps({"llama_cpp": split.to_json(), "vllm": vllm.to_json()}, indent=2))
+        return 0
+    print(f"llama.cpp, layer split ({model.quant}):")
+    for line in split.summary_lines():
+        print(f"  {line}")
+    print(f"  {split.command}\n")
+    print(f"vLLM, tensor parallel ({args.dtype}):")
+    for line in vllm.summary_lines():
+        print(f"  {line}")
+    print(f"  {vllm.command}")
+    return 0
+
+
 def cmd_window(args: argparse.Namespace) -> int:
     try:
         from app.ui.app import run_window
@@ -584,6 +638,7 @@ COMMANDS = {
     "run": cmd_run,
     "bench": cmd_bench,
     "compare": cmd_compare,
+    "plan": cmd_plan,
     "quantize": cmd_quantize,
 }
 

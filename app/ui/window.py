@@ -53,7 +53,7 @@ from app.adapters.history import RunHistory
 from app.core import fit, report
 from app.core.catalog import load_devices, load_models
 from app.core.errors import FitScopeError
-from app.core.estimate import GIB
+from app.core.estimate import GIB, Settings
 from app.core.hardware import HostSnapshot, NvmlStatus, machine_key
 from app.core.measure import RunResult
 from app.core.prefs import MAX_COMPARED, Preferences, save_preferences
@@ -76,6 +76,7 @@ from app.ui.charts import ConcurrencyChart, ContextChart, DeviceBar, LadderChart
 from app.ui.history_panel import HistoryPanel
 from app.ui.panels import ContextControl, HardwareView, VerdictBanner
 from app.ui.run_panel import RunContext, RunPanel, demo_or_path
+from app.ui.scale_panel import ScalePanel
 from app.ui.worker import TaskRunner, process_pool
 
 _log = logging.getLogger(__name__)
@@ -339,6 +340,8 @@ class MainWindow(QMainWindow):
         self.ab_panel = AbPanel(self._ab_hardware)
         self.tabs.addTab(_scrolled(self.ab_panel), "Quantization &A/B")
         self.ab_panel.error_shown.connect(self.show_error)
+        self.scale_panel = ScalePanel(self._scale_model)
+        self.tabs.addTab(_scrolled(self.scale_panel), "Scale &out")
         self.history_panel = HistoryPanel(self.history)
         self.tabs.addTab(_scrolled(self.history_panel), "H&istory")
         self.run_panel.run_finished.connect(self._on_run_finished)
@@ -1066,6 +1069,22 @@ class MainWindow(QMainWindow):
         self.history_panel.refresh()
         self._load_efficiencies()
         self.request_estimate()
+
+    def _scale_model(self) -> tuple[fit.ModelSource, Settings, int, int, int]:
+        """The current model with its tensors (read again: views carry none), for the Scale out tab."""
+        choice, c = self._prefs.model, self._prefs.controls
+        if choice.kind == "catalog":
+            model = fit.model_from_catalog(choice.ref, choice.quant)
+        elif choice.kind == "hf_config":
+            model = fit.model_from_hf_config(choice.ref, choice.quant)
+        else:
+            path = self.view.model.path if self.view is not None and self.view.model is not None else None
+            if path is None:
+                raise FitScopeError("The model is still loading; try again in a moment.")
+            model = fit.model_from_gguf(path)
+        settings = c.settings(fit.repack_profile(self.machine.host))
+        host = self.machine.host.ram_total_bytes if self.machine.host else 64 * GIB
+        return model, settings, c.context_tokens, c.users, host
 
     def _ab_hardware(self) -> tuple[list, str, str]:
         """What the A/B advice must fit: the hardware chosen on the left."""

@@ -1,0 +1,148 @@
+"""The Scale out tab: the current model and context on several GPUs, two ways — llama.cpp's layer
+split and vLLM's tensor parallelism — with the memory each GPU will hold and the launch commands."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.core.catalog import load_devices
+from app.core.errors import FitScopeError
+from app.core.estimate import Settings
+from app.core.fit import ModelSource
+from app.core.multigpu import LlamaSplitPlan, VllmPlan, llama_split_plan, vllm_plan
+from app.core.quant import SERVING_FORMATS
+
+ModelProvider = Callable[[], tuple[ModelSource, Settings, int, int, int]]
+"""The current model with its tensors, llama.cpp settings, context per sequence, sequences, host RAM bytes."""
+
+
+class ScalePanel(QWidget):
+    def __init__(self, current: ModelProvider, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._current = current
+        self.split: LlamaSplitPlan | None = None
+        self.vllm: VllmPlan | None = None
+        form_box = QGroupBox("GPUs")
+        form = QFormLayout(form_box)
+        self.gpu_combo = QComboBox()
+        for d in load_devices():
+            if d.vendor == "nvidia":
+                self.gpu_combo.addItem(f"{d.name} ({d.memory_gib:g} GiB)", d)
+        self.gpu_combo.setCurrentIndex(max(0, self.gpu_combo.findText("NVIDIA A100 80GB SXM (80 GiB)")))
+        self.gpu_combo.setAccessibleName("GPU model")
+        form.addRow("&GPU", self.gpu_combo)
+        self.count = QSpinBox()
+        self.count.setRange(1, 16)
+        self.count.setValue(4)
+        form.addRow("&Number of GPUs", self.count)
+        self.dtype = QComboBox()
+        for fmt in SERVING_FORMATS:
+            self.dtype.addItem(fmt.name, fmt.name)
+        form.addRow("vLLM &weights", self.dtype)
+        self.max_seqs = QSpinBox()
+        self.max_seqs.setRange(1, 4096)
+        self.max_seqs.setValue(256)
+        form.addRow("vLLM --max-num-&seqs", self.max_seqs)
+        self.utilization = QDoubleSpinBox()
+        self.utilization.setRange(0.1, 0.99)
+        self.utilization.setSingleStep(0.05)
+        self.utilization.setValue(0.90)
+        form.addRow("vLLM GPU memory &utilization", self.utilization)
+        self.plan_button = QPushButton("&Plan")
+        form.addRow(self.plan_button)
+        self.message = QLabel("Plans the model and context chosen on the left.")
+        self.message.setWordWrap(True)
+        form.addRow(self.message)
+
+        self.llama_text = QPlainTextEdit()
+        self.llama_text.setReadOnly(True)
+        self.llama_text.setAccessibleName("llama.cpp layer split plan")
+        self.vllm_text = QPlainTextEdit()
+        self.vllm_text.setReadOnly(True)
+        self.vllm_text.setAccessibleName("vLLM tensor parallel plan")
+        self.copy_llama = QPushButton("Copy llama-server command")
+        self.copy_vllm = QPushButton("Copy vllm serve command")
+        self.export_json = QPushButton("Copy both plans as JSON")
+        for b in (self.copy_llama, self.copy_vllm, self.export_json):
+            b.setEnabled(False)
+        buttons = QHBoxLayout()
+        for b in (self.copy_llama, self.copy_vllm, self.export_json):
+            buttons.addWidget(b)
+        buttons.addStretch(1)
+
+        plans = QVBoxLayout()
+        plans.addWidget(QLabel("<b>llama.cpp</b>: whole layers per GPU (-sm layer)"))
+        plans.addWidget(self.llama_text)
+        plans.addWidget(QLabel("<b>vLLM</b>: every layer sharded over the GPUs (tensor parallel)"))
+        plans.addWidget(self.vllm_text)
+        plans.addLayout(buttons)
+        layout = QHBoxLayout(self)
+        layout.addWidget(form_box, 1)
+        layout.addLayout(plans, 3)
+        self.plan_button.clicked.connect(self.plan)
+        self.copy_llama.clicked.connect(lambda: self._copy(self.split.command if self.split else ""))
+        self.copy_vllm.clicked.connect(lambda: self._copy(self.vllm.command if self.vllm else ""))
+        self.export_json.clicked.connect(self._copy_json)
+
+    def plan(self) -> None:
+        try:
+            model, settings, context, sequences, host_ram = self._current()
+        except FitScopeError as exc:
+            self.message.setText(str(exc))
+            return
+        gpu = self.gpu_combo.currentData()
+        count = self.count.value()
+        self.split = llama_split_plan(model.arch, model.tensors, settings, gpu, count, host_ram)
+        self.llama_text.setPlainText("\n".join([*self.split.summary_lines(), "", self.split.command]))
+        try:
+            self.vllm = vllm_plan(
+                model.arch,
+                gpu,
+                count,
+                dtype=self.dtype.currentData(),
+                max_model_len=context,
+                max_num_seqs=max(self.max_seqs.value(), 1),
+                gpu_memory_utilization=self.utilization.value(),
+            )
+            self.vllm_text.setPlainText("\n".join([*self.vllm.summary_lines(), "", self.vllm.command]))
+        except (FitScopeError, ValueError) as exc:
+            self.vllm = None
+            self.vllm_text.setPlainText(f"vLLM cannot serve it this way: {exc}")
+        self.message.setText(
+            f"{model.label}, {context:,} tokens per sequence, {sequences} sequence(s) for llama.cpp, on {count} x "
+            f"{gpu.name}."
+        )
+        self.copy_llama.setEnabled(True)
+        self.copy_vllm.setEnabled(self.vllm is not None)
+        self.export_json.setEnabled(True)
+
+    def _copy(self, text: str) -> None:
+        if text:
+            QGuiApplication.clipboard().setText(text)
+
+    def _copy_json(self) -> None:
+        data = {
+            "llama_cpp": self.split.to_json() if self.split else None,
+            "vllm": self.vllm.to_json() if self.vllm else None,
+        }
+        self._copy(json.dumps(data, indent=2))
+
+
+__all__ = ["ScalePanel", "Qt"]

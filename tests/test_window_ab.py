@@ -1,0 +1,62 @@
+"""The Quantization A/B and Scale out tabs, offscreen: a variant made from the open file by
+llama.cpp's quantizer, compared with it on a suite, advice and routing export; multi-GPU plans."""
+
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+from test_window import make_services, open_window, settle
+
+from app.adapters.tiny_gguf import write_tiny_llama
+from app.core.scenario import ModelChoice
+
+pytestmark = pytest.mark.llamacpp
+
+
+def test_make_a_variant_compare_and_export_the_routing_config(qtbot, tmp_path):
+    source = write_tiny_llama(tmp_path / "tiny-F32.gguf", n_layer=4, n_embd=256, n_ff=512)
+    window = open_window(qtbot, make_services(tmp_path))
+    window.open_gguf(str(source))
+    settle(qtbot, window, lambda v: v.request.model.kind == "gguf")
+    panel = window.ab_panel
+    assert panel.make_button.isEnabled()
+    panel.make_variant("Q4_0")
+    qtbot.waitUntil(lambda: not panel.busy and panel.variant_list.count() == 1, timeout=30000)
+    made = panel.variants()[0]
+    assert made.endswith("tiny-Q4_0.gguf")
+    panel.add_variant(str(source))
+    with qtbot.waitSignal(panel.comparison_finished, timeout=120000) as blocker:
+        panel.compare_button.click()
+    comparison = blocker.args[0]
+    assert [v.label for v in comparison.variants] == ["tiny-F32", "tiny-Q4_0"]
+    assert panel.table.rowCount() == 2 and panel.table.item(0, 0).text() == "tiny-F32 (reference)"
+    assert comparison.variants[1].top1_agreement is not None
+    assert panel.table.item(1, 8).text() == f"{comparison.variants[1].top1_agreement:.0%}"
+    assert "needs ≥" in panel.advice.text()
+    out = tmp_path / "routing.toml"
+    panel.export_routing(out, "toml")
+    parsed = tomllib.loads(out.read_text())
+    assert {v["name"] for v in parsed["variants"]} == {"tiny-F32", "tiny-Q4_0"}
+
+
+def test_a_bad_suite_in_the_editor_points_at_the_line(qtbot):
+    from app.ui.ab_panel import SuiteEditor
+
+    editor = SuiteEditor("name: x\ntask: chat\nprompts:\n  - id: a\n    prompt: hi\n    check: {regx: y}\n")
+    qtbot.addWidget(editor)
+    assert editor.validate() is None
+    assert "line 6" in editor.message.text()
+    assert editor.editor.textCursor().blockNumber() == 5
+
+
+def test_scale_out_plans_both_ways(qtbot, tmp_path):
+    window = open_window(qtbot, make_services(tmp_path))
+    window.choose_model(ModelChoice(kind="catalog", ref="llama-3.1-70b", quant="Q4_K_M"))
+    settle(qtbot, window, lambda v: v.request.model.ref == "llama-3.1-70b")
+    panel = window.scale_panel
+    panel.count.setValue(4)
+    panel.plan()
+    assert "-ngl 81 --split-mode layer --tensor-split 1,1,1,1" in panel.llama_text.toPlainText()
+    assert "vllm serve meta-llama/Llama-3.1-70B --tensor-parallel-size 4" in panel.vllm_text.toPlainText()
+    assert panel.split is not None and sum(g.layers for g in panel.split.gpus) == 80
