@@ -200,6 +200,8 @@ def run_live(
         code = live.wait()
     if error is not None:
         raise RunError(f"{Path(settings.gguf_path).name}: {error['message']}")
+    if loaded is None and live.stop_requested:
+        raise RunError(f"Stopped before {Path(settings.gguf_path).name} had loaded; nothing was measured.")
     if loaded is None:
         tail = live.stderr_tail()
         raise RunError(

@@ -113,7 +113,6 @@ class MainWindow(QMainWindow):
         self._estimates = TaskRunner("estimate", self, make_pool=services.make_estimate_pool)
         self._hardware = TaskRunner("nvml", self)
         self._host_job = TaskRunner("host", self)
-        self._request_models: dict[int, ModelChoice] = {}
         self._last_good_model: ModelChoice | None = None
         self._applied_job = 0
         self.view: View | None = None
@@ -687,16 +686,13 @@ class MainWindow(QMainWindow):
 
     def request_estimate(self) -> int:
         request = self.current_request()
-        job_id = self._estimates.submit(partial(evaluate_in_worker, request, self._services.demo_path))
-        self._request_models[job_id] = request.model
-        return job_id
+        return self._estimates.submit(partial(evaluate_in_worker, request, self._services.demo_path), request.model)
 
     @property
     def busy(self) -> bool:
         return self._estimates.busy
 
     def _on_view(self, job_id: int, view: View) -> None:
-        self._request_models.pop(job_id, None)
         if job_id < self._applied_job:
             return
         self._applied_job = job_id
@@ -704,7 +700,7 @@ class MainWindow(QMainWindow):
         self.show_view(view)
 
     def _on_estimate_failed(self, job_id: int, message: str) -> None:
-        failed = self._request_models.pop(job_id, None)
+        failed = self._estimates.tag_of(job_id)
         fallback = self._last_good_model or ModelChoice()
         if failed is not None and failed != fallback and failed == self._prefs.model:
             self._prefs = self._prefs.model_copy(update={"model": fallback})

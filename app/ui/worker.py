@@ -19,7 +19,7 @@ from concurrent.futures.thread import BrokenThreadPool
 from functools import partial
 from typing import Any
 
-from PySide6.QtCore import QObject, Signal, Slot
+from PySide6.QtCore import QObject, Qt, Signal, Slot
 
 from app.core.errors import FitScopeError
 
@@ -73,15 +73,25 @@ class TaskRunner(QObject):
         self._busy = False
         self._closed = False
         self._running: dict[int, Future] = {}
-        self._completed.connect(self._on_completed)
+        # Queued even when the job finished before its callback was attached (the callback then runs
+        # on this thread): results always arrive after submit() has returned.
+        self._completed.connect(self._on_completed, Qt.ConnectionType.QueuedConnection)
+        self._tags: dict[int, Any] = {}
+
+    def tag_of(self, job_id: int) -> Any:
+        return self._tags.get(job_id)
 
     @property
     def busy(self) -> bool:
         return self._busy or self._pending is not None
 
-    def submit(self, job: Callable[[], Any]) -> int:
-        """Queue ``job``; returns its id (ids grow, so the newest result is the largest id)."""
+    def submit(self, job: Callable[[], Any], tag: Any = None) -> int:
+        """Queue ``job``; returns its id (ids grow, so the newest result is the largest id). ``tag``
+        is kept with the job for :meth:`tag_of` until its result has been delivered."""
         self._next_id += 1
+        if self._pending is not None:
+            self._tags.pop(self._pending[0], None)  # replaced before it ran
+        self._tags[self._next_id] = tag
         self._pending = (self._next_id, job)
         if not self._busy:
             self._start_pending()
@@ -122,6 +132,7 @@ class TaskRunner(QObject):
                 if not isinstance(exc, FitScopeError):
                     _log.error("job failed", exc_info=exc)
                 self.failed.emit(job_id, error_message(exc))
+        self._tags.pop(job_id, None)
         self._start_pending()
 
     def close(self) -> None:
