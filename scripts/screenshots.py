@@ -15,7 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("FITSCOPE_CONFIG_DIR", tempfile.mkdtemp(prefix="fitscope-shots-"))
 
-from PySide6.QtCore import QEventLoop, QTimer  # noqa: E402
+from PySide6.QtCore import QEventLoop, Qt, QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
 
@@ -120,6 +120,25 @@ def main() -> int:
     done.exec()
     wait_until(window, lambda v: True)
     shot("live-run")
+
+    # Quantization A/B: a Q3_K_S variant made from the demo file, against it, on the chat suite.
+    window.tabs.setCurrentIndex(5)
+    ab = window.ab_panel
+    for i in range(ab.suite_list.count()):
+        item = ab.suite_list.item(i)
+        item.setCheckState(Qt.CheckState.Checked if item.text().startswith("chat") else Qt.CheckState.Unchecked)
+    finished = QEventLoop()
+    ab.comparison_finished.connect(lambda *_: finished.quit())
+    ab.error_shown.connect(lambda *_: finished.quit())
+    ab.make_variant("Q3_K_S")
+    while ab.busy:
+        wait_until(window, lambda v: True, timeout_s=5)
+    ab.add_variant(str(window.view.model.path))
+    QTimer.singleShot(600_000, finished.quit)
+    ab.compare_button.click()
+    finished.exec()
+    wait_until(window, lambda v: True)
+    shot("quantization-ab")
     window.close()
     qt_app.processEvents()
     for path in shots:
