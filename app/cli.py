@@ -11,6 +11,7 @@ import json
 import multiprocessing
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from app.core.errors import FitScopeError
 
@@ -128,6 +129,16 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "fp8"])
     plan.add_argument("--host-ram-gib", type=float, default=None)
     plan.add_argument("--json", action="store_true")
+    load = sub.add_parser("load", help="latency and throughput under load, simulated from this machine's measurements")
+    load.add_argument("--gguf", metavar="PATH", help="the model file (default: the built-in demo model)")
+    load.add_argument("--users", default="1,2,4,8", help="concurrent users, comma-separated (default 1,2,4,8)")
+    load.add_argument("--prompt", type=int, default=256, help="prompt tokens per request (default 256)")
+    load.add_argument("--output", type=int, default=128, help="generated tokens per request (default 128)")
+    load.add_argument("--slots", type=int, default=4, help="parallel sequences, llama-server's -np (default 4)")
+    load.add_argument("--think", type=float, default=0.0, help="seconds a user waits between requests")
+    load.add_argument("--requests", type=int, default=300, help="requests simulated per point (default 300)")
+    load.add_argument("--remeasure", action="store_true", help="measure again instead of using the kept figures")
+    load.add_argument("--json", action="store_true")
     win = sub.add_parser("window", help="open the desktop window (what `fitscope` alone does)")
     win.add_argument("path", nargs="?", help="a .gguf model or a config.json to open")
     win.add_argument("--demo", action="store_true", help="start on the built-in demo model")
@@ -618,6 +629,69 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_load(args: argparse.Namespace) -> int:
+    from app.adapters.host import detect_host
+    from app.adapters.load_profile import cached_profile, measure_profile, memory_slots, profile_json
+    from app.core import fit
+    from app.core.hardware import machine_key
+    from app.core.loadsim import ServiceModel, sweep
+
+    try:
+        users = [int(u) for u in args.users.split(",") if u.strip()]
+    except ValueError:
+        raise FitScopeError(f"--users takes numbers separated by commas, not {args.users!r}.") from None
+    if not users or min(users) < 1:
+        raise FitScopeError("--users needs at least one positive number.")
+    path = args.gguf
+    if not path:
+        from app.adapters.demo_model import demo_model_path
+
+        path = str(demo_model_path())
+    host = detect_host(measure_bandwidth=False)
+    key = machine_key(host)
+    profile = None if args.remeasure else cached_profile(path, key)
+    if profile is None:
+        if not args.json:
+            print("measuring batched decoding on this machine (1, 2 and 4 sequences)...", file=sys.stderr)
+        profile = measure_profile(path, key)
+    service = ServiceModel.from_timings(profile)
+    max_slots = memory_slots(path, args.prompt + args.output, [fit.cpu_target(host)], fit.repack_profile(host))
+    points = sweep(
+        service,
+        users,
+        think_time_s=args.think,
+        prompt=args.prompt,
+        output=args.output,
+        slots=args.slots,
+        max_slots=max_slots,
+        n_requests=args.requests,
+    )
+    if args.json:
+        report = {
+            "gguf_path": path,
+            "profile": profile_json(profile),
+            "max_slots_by_memory": max_slots,
+            "points": [p.model_dump() for p in points],
+        }
+        print(json.dumps(report, indent=2))
+        return 0
+    print(
+        f"{Path(path).name}: prefill {profile.prefill_tokens_per_s:.0f} tok/s; decode "
+        + ", ".join(f"{n} seq {r:.1f} tok/s" for n, r in profile.decode_tokens_per_s.items())
+        + f"; memory holds {max_slots} slots of {args.prompt + args.output} tokens"
+    )
+    print(
+        f"{'users':>5s} {'batching':>8s} {'tok/s':>7s} {'req/s':>6s} {'TTFT p50':>9s} {'p95':>7s} {'e2e p50':>8s} "
+        f"{'p95':>7s}"
+    )
+    for p in points:
+        print(
+            f"{p.users:5d} {'yes' if p.batching else 'no':>8s} {p.tokens_per_s:7.1f} {p.requests_per_s:6.2f} "
+            f"{p.ttft_p50_s:8.2f}s {p.ttft_p95_s:6.2f}s {p.e2e_p50_s:7.2f}s {p.e2e_p95_s:6.2f}s"
+        )
+    return 0
+
+
 def cmd_window(args: argparse.Namespace) -> int:
     try:
         from app.ui.app import run_window
@@ -639,6 +713,7 @@ COMMANDS = {
     "bench": cmd_bench,
     "compare": cmd_compare,
     "plan": cmd_plan,
+    "load": cmd_load,
     "quantize": cmd_quantize,
 }
 

@@ -50,6 +50,7 @@ from PySide6.QtWidgets import (
 
 from app.adapters.demo_model import DEMO_LICENSE, DEMO_MODEL_NAME
 from app.adapters.history import RunHistory
+from app.adapters.load_profile import cached_profile, measure_profile, memory_slots
 from app.core import fit, report
 from app.core.catalog import load_devices, load_models
 from app.core.errors import FitScopeError
@@ -74,6 +75,7 @@ from app.core.tensors import CACHE_TYPES
 from app.ui.ab_panel import AbPanel
 from app.ui.charts import ConcurrencyChart, ContextChart, DeviceBar, LadderChart, SplitChart, legend_html
 from app.ui.history_panel import HistoryPanel
+from app.ui.load_panel import LoadPanel
 from app.ui.panels import ContextControl, HardwareView, VerdictBanner
 from app.ui.run_panel import RunContext, RunPanel, demo_or_path
 from app.ui.scale_panel import ScalePanel
@@ -339,6 +341,9 @@ class MainWindow(QMainWindow):
         self.ab_panel = AbPanel(self._ab_hardware)
         self.tabs.addTab(_scrolled(self.ab_panel), "Quantization &A/B")
         self.ab_panel.error_shown.connect(self.show_error)
+        self.load_panel = LoadPanel()
+        self.tabs.addTab(_scrolled(self.load_panel), "&Load")
+        self.load_panel.error_shown.connect(self.show_error)
         self.scale_panel = ScalePanel(self._scale_model)
         self.tabs.addTab(_scrolled(self.scale_panel), "Scale &out")
         self.history_panel = HistoryPanel(self.history)
@@ -648,7 +653,7 @@ class MainWindow(QMainWindow):
     def _apply_look(self) -> None:
         scale = PRESENTATION_SCALE if self._prefs.presentation else 1.0
         palette = self.palette()
-        for chart in (*self.charts.values(), *self.run_panel.charts):
+        for chart in (*self.charts.values(), *self.run_panel.charts, *self.load_panel.charts):
             chart.apply_palette(palette, scale)
         self.banner.set_scale(scale)
 
@@ -744,6 +749,7 @@ class MainWindow(QMainWindow):
         self._show_tables(view)
         self._update_run_context(view)
         self.ab_panel.set_source(str(view.model.path) if view.model is not None and view.model.path else None)
+        self._update_load_source(view)
         self.view_changed.emit(view)
 
     def _show_model_info(self, view: View) -> None:
@@ -1081,6 +1087,27 @@ class MainWindow(QMainWindow):
         settings = c.settings(fit.repack_profile(self.machine.host))
         host = self.machine.host.ram_total_bytes if self.machine.host else 64 * GIB
         return model, settings, c.context_tokens, c.users, host
+
+    def _update_load_source(self, view: View) -> None:
+        path = view.model.path if view.model is not None else None
+        if path is None or view.request.model.kind == "hf_config":
+            self.load_panel.set_source(
+                None,
+                "The load simulation measures the model on this machine: open a GGUF file or choose the demo model.",
+            )
+            return
+        key = machine_key(self.machine.host)
+        host = self.machine.host
+        targets = resolve_targets(HardwareChoice(kind="cpu"), self.machine)
+        repack = fit.repack_profile(host)
+        self.load_panel.set_source(
+            (
+                str(path),
+                lambda: cached_profile(path, key),
+                lambda: measure_profile(path, key),
+                lambda tokens: memory_slots(path, tokens, targets, repack),
+            )
+        )
 
     def _ab_hardware(self) -> tuple[list, str, str]:
         """What the A/B advice must fit: the hardware chosen on the left."""

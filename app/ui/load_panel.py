@@ -1,0 +1,285 @@
+"""The Load tab: what batching does to latency as more people use the endpoint. The simulation is
+fed by this machine's own measurements of the open model (prefill, and decode steps with 1, 2 and
+4 sequences), and memory — the KV cache per slot, from the estimator — caps the slots."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QDoubleSpinBox,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.adapters.batch_probe import BatchProfile
+from app.core.errors import FitScopeError
+from app.core.loadsim import Lengths, LoadResult, ServiceModel, sweep
+from app.ui.charts import COLORS, Chart
+
+# (gguf path) -> (cached profile or None, measure(on_event) -> profile, slots for N tokens)
+LoadSource = tuple[str, Callable[[], BatchProfile | None], Callable[[], BatchProfile], Callable[[int], int]]
+
+
+class LoadPanel(QWidget):
+    simulated = Signal(object)  # list[LoadResult]
+    error_shown = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._source: LoadSource | None = None
+        self.profile: BatchProfile | None = None
+        self.results: list[LoadResult] = []
+        self.max_slots: int | None = None
+        self._events: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._timer = QTimer(self, interval=100)
+        self._timer.timeout.connect(self._drain)
+        self._build()
+
+    def _build(self) -> None:
+        box = QGroupBox("Load")
+        form = QFormLayout(box)
+        self.model_label = QLabel("")
+        self.model_label.setWordWrap(True)
+        form.addRow("Model", self.model_label)
+        self.users = QLineEdit("1,2,4,8,16")
+        self.users.setAccessibleName("Concurrent users to simulate")
+        form.addRow("Concurrent &users", self.users)
+        self.think = QDoubleSpinBox()
+        self.think.setRange(0, 600)
+        self.think.setSuffix(" s")
+        form.addRow("&Think time between requests", self.think)
+        self.prompt_lo, self.prompt_hi = QSpinBox(), QSpinBox()
+        self.output_lo, self.output_hi = QSpinBox(), QSpinBox()
+        for spin, value in ((self.prompt_lo, 128), (self.prompt_hi, 512), (self.output_lo, 64), (self.output_hi, 256)):
+            spin.setRange(1, 1 << 17)
+            spin.setValue(value)
+        prompt_row, output_row = QHBoxLayout(), QHBoxLayout()
+        for row, lo, hi in ((prompt_row, self.prompt_lo, self.prompt_hi), (output_row, self.output_lo, self.output_hi)):
+            row.addWidget(lo)
+            row.addWidget(QLabel("to"))
+            row.addWidget(hi)
+        form.addRow("&Prompt tokens", prompt_row)
+        form.addRow("&Output tokens", output_row)
+        self.slots = QSpinBox()
+        self.slots.setRange(1, 256)
+        self.slots.setValue(4)
+        self.slots.setToolTip("llama-server's -np: requests decoded together")
+        form.addRow("Parallel &slots", self.slots)
+        self.requests = QSpinBox()
+        self.requests.setRange(20, 5000)
+        self.requests.setValue(300)
+        form.addRow("Requests per point", self.requests)
+        buttons = QHBoxLayout()
+        self.measure_button = QPushButton("&Measure this machine")
+        self.simulate_button = QPushButton("Si&mulate")
+        buttons.addWidget(self.measure_button)
+        buttons.addWidget(self.simulate_button)
+        form.addRow(buttons)
+        self.status = QLabel("")
+        self.status.setWordWrap(True)
+        form.addRow(self.status)
+
+        self.chart = Chart("Latency against throughput as users are added")
+        self.chart.setLabel("bottom", "generated tokens/s (all users)")
+        self.chart.setLabel("left", "seconds per request")
+        self.chart.addLegend(offset=(10, 10))
+        self.curves = {}
+        for batching, style in ((True, Qt.PenStyle.SolidLine), (False, Qt.PenStyle.DashLine)):
+            for key, color in (("e2e_p50_s", COLORS["weights"]), ("e2e_p95_s", COLORS["kv"])):
+                name = f"{'batching' if batching else 'one at a time'}, end-to-end {key[4:7]}"
+                self.curves[(batching, key)] = self.chart.plot(
+                    [], [], pen=pg.mkPen(color, width=2, style=style), symbol="o", symbolSize=6, name=name
+                )
+        self.table = QTableWidget(0, 10)
+        self.table.setHorizontalHeaderLabels(
+            [
+                "Users",
+                "Batching",
+                "Tokens/s",
+                "Requests/s",
+                "TTFT p50",
+                "TTFT p95",
+                "End-to-end p50",
+                "End-to-end p95",
+                "Queue p95",
+                "Slots",
+            ]
+        )
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.verticalHeader().setVisible(False)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.summary = QLabel("")
+        self.summary.setWordWrap(True)
+        right = QVBoxLayout()
+        right.addWidget(self.chart, 3)
+        right.addWidget(self.table, 2)
+        right.addWidget(self.summary)
+        layout = QHBoxLayout(self)
+        layout.addWidget(box, 2)
+        layout.addLayout(right, 5)
+        self.measure_button.clicked.connect(self.measure)
+        self.simulate_button.clicked.connect(self.simulate)
+        self._update_buttons()
+
+    @property
+    def charts(self) -> tuple[Chart]:
+        return (self.chart,)
+
+    def set_source(self, source: LoadSource | None, reason: str = "") -> None:
+        """The open model file and how to measure it here; None disables the tab with ``reason``."""
+        if source is not None and self._source is not None and source[0] == self._source[0]:
+            return
+        self._source = source
+        self.profile = source[1]() if source is not None else None
+        self.model_label.setText(source[0].rsplit("/", 1)[-1] if source is not None else reason)
+        self.status.setText(
+            "Measured earlier on this machine." if self.profile else "Measure this machine first (about 10 s)."
+        )
+        self._update_buttons()
+        if self.profile is not None:
+            self.simulate()
+
+    @property
+    def busy(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _update_buttons(self) -> None:
+        self.measure_button.setEnabled(self._source is not None and not self.busy)
+        self.simulate_button.setEnabled(self.profile is not None and not self.busy)
+
+    def measure(self) -> None:
+        if self._source is None or self.busy:
+            return
+        measure = self._source[2]
+        events: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self._events = events
+
+        def work() -> None:
+            try:
+                events.put(("measured", measure()))
+            except FitScopeError as exc:
+                events.put(("failed", str(exc)))
+
+        self.status.setText("Measuring prefill and batched decoding (1, 2 and 4 sequences)…")
+        self._thread = threading.Thread(target=work, name="fitscope-load", daemon=True)
+        self._thread.start()
+        self._timer.start()
+        self._update_buttons()
+
+    def _drain(self) -> None:
+        try:
+            kind, payload = self._events.get_nowait()
+        except queue.Empty:
+            return
+        self._timer.stop()
+        self._thread = None
+        self._update_buttons()
+        if kind == "measured":
+            self.profile = payload
+            self.simulate()
+        else:
+            self.status.setText(payload)
+            self.error_shown.emit(payload)
+
+    def users_list(self) -> list[int]:
+        try:
+            users = sorted({int(u) for u in self.users.text().replace(" ", "").split(",") if u})
+        except ValueError:
+            raise FitScopeError("Concurrent users: numbers separated by commas, e.g. 1,2,4,8.") from None
+        if not users or users[0] < 1 or users[-1] > 1024:
+            raise FitScopeError("Concurrent users: numbers from 1 to 1024, separated by commas.")
+        return users
+
+    def simulate(self) -> list[LoadResult]:
+        if self.profile is None or self._source is None:
+            return []
+        try:
+            users = self.users_list()
+        except FitScopeError as exc:
+            self.status.setText(str(exc))
+            return []
+        prompt = Lengths.uniform(
+            min(self.prompt_lo.value(), self.prompt_hi.value()), max(self.prompt_lo.value(), self.prompt_hi.value())
+        )
+        output = Lengths.uniform(
+            min(self.output_lo.value(), self.output_hi.value()), max(self.output_lo.value(), self.output_hi.value())
+        )
+        self.max_slots = self._source[3](
+            max(self.prompt_hi.value(), self.prompt_lo.value()) + max(self.output_hi.value(), self.output_lo.value())
+        )
+        service = ServiceModel.from_timings(self.profile)
+        self.results = sweep(
+            service,
+            users,
+            think_time_s=self.think.value(),
+            prompt=prompt,
+            output=output,
+            slots=self.slots.value(),
+            max_slots=max(self.max_slots, 1),
+            n_requests=self.requests.value(),
+        )
+        self._show()
+        self.simulated.emit(self.results)
+        return self.results
+
+    def _show(self) -> None:
+        for (batching, key), curve in self.curves.items():
+            points = sorted((r for r in self.results if r.batching == batching), key=lambda r: r.users or 0)
+            curve.setData([r.tokens_per_s for r in points], [getattr(r, key) for r in points])
+        self.table.setRowCount(len(self.results))
+        for row, r in enumerate(self.results):
+            cells = [
+                str(r.users),
+                "yes" if r.batching else "no",
+                f"{r.tokens_per_s:.1f}",
+                f"{r.requests_per_s:.2f}",
+                f"{r.ttft_p50_s:.2f} s",
+                f"{r.ttft_p95_s:.2f} s",
+                f"{r.e2e_p50_s:.2f} s",
+                f"{r.e2e_p95_s:.2f} s",
+                f"{r.queue_wait_p95_s:.2f} s",
+                f"{r.slots}" + (" (memory cap)" if r.slots_capped_by_memory else ""),
+            ]
+            for c, text in enumerate(cells):
+                self.table.setItem(row, c, QTableWidgetItem(text))
+        p = self.profile
+        assert p is not None
+        best = max((r for r in self.results if r.batching), key=lambda r: r.tokens_per_s, default=None)
+        single = max((r for r in self.results if not r.batching), key=lambda r: r.tokens_per_s, default=None)
+        lines = [
+            f"Measured here: prefill {p.prefill_tokens_per_s:,.0f} tokens/s; decode "
+            + ", ".join(f"{n} at once {rate:,.1f} tokens/s" for n, rate in p.decode_tokens_per_s.items())
+            + ".",
+            f"Memory holds the KV cache of {self.max_slots} slots of this length; "
+            + (
+                f"the {self.slots.value()} slots asked for are capped to {self.max_slots}."
+                if self.max_slots is not None and self.max_slots < self.slots.value()
+                else f"{self.slots.value()} slots are used."
+            ),
+        ]
+        if best is not None and single is not None and single.tokens_per_s > 0:
+            lines.append(
+                f"Batching serves up to {best.tokens_per_s:.0f} tokens/s against {single.tokens_per_s:.0f} one "
+                f"request at a time ({best.tokens_per_s / single.tokens_per_s:.1f}x), at the price of each request "
+                "waiting for the others' steps."
+            )
+        self.summary.setText(" ".join(lines))
+        self.status.setText("Simulated from this machine's measurements.")
