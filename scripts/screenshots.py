@@ -139,6 +139,18 @@ def main() -> int:
     finished.exec()
     wait_until(window, lambda v: True)
     shot("quantization-ab")
+
+    # Load: this machine's batching figures for the demo model, and the simulation they feed.
+    window.tabs.setCurrentIndex(6)
+    load = window.load_panel
+    simulated = QEventLoop()
+    load.simulated.connect(lambda *_: simulated.quit())
+    load.error_shown.connect(lambda *_: simulated.quit())
+    QTimer.singleShot(300_000, simulated.quit)
+    (load.simulate_button if load.profile is not None else load.measure_button).click()
+    simulated.exec()
+    wait_until(window, lambda v: True)
+    shot("load")
     window.close()
     qt_app.processEvents()
     for path in shots:

@@ -79,7 +79,8 @@ def test_load_tab_measures_and_simulates(qtbot, tmp_path, tiny):
     assert len(results) == 6 and panel.table.rowCount() == 6
     assert panel.table.item(0, 2).text() == f"{results[0].tokens_per_s:.1f}"
     xs, ys = panel.curves[(True, "e2e_p95_s")].getData()
-    assert list(ys) == [r.e2e_p95_s for r in results if r.batching]
+    assert list(xs) == [1, 2, 4] and list(ys) == [r.e2e_p95_s for r in results if r.batching]
+    assert list(panel.throughput[False].getData()[1]) == [r.tokens_per_s for r in results if not r.batching]
     assert "Measured here: prefill" in panel.summary.text()
     panel.users.setText("1, two")
     assert panel.simulate() == [] and "numbers separated by commas" in panel.status.text()

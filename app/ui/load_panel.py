@@ -58,6 +58,7 @@ class LoadPanel(QWidget):
         form = QFormLayout(box)
         self.model_label = QLabel("")
         self.model_label.setWordWrap(True)
+        self.model_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         form.addRow("Model", self.model_label)
         self.users = QLineEdit("1,2,4,8,16")
         self.users.setAccessibleName("Concurrent users to simulate")
@@ -71,13 +72,17 @@ class LoadPanel(QWidget):
         for spin, value in ((self.prompt_lo, 128), (self.prompt_hi, 512), (self.output_lo, 64), (self.output_hi, 256)):
             spin.setRange(1, 1 << 17)
             spin.setValue(value)
-        prompt_row, output_row = QHBoxLayout(), QHBoxLayout()
-        for row, lo, hi in ((prompt_row, self.prompt_lo, self.prompt_hi), (output_row, self.output_lo, self.output_hi)):
+        for text, lo, hi in (
+            ("&Prompt tokens", self.prompt_lo, self.prompt_hi),
+            ("&Output tokens", self.output_lo, self.output_hi),
+        ):
+            row = QHBoxLayout()
             row.addWidget(lo)
             row.addWidget(QLabel("to"))
             row.addWidget(hi)
-        form.addRow("&Prompt tokens", prompt_row)
-        form.addRow("&Output tokens", output_row)
+            label = QLabel(text)
+            label.setBuddy(lo)
+            form.addRow(label, row)
         self.slots = QSpinBox()
         self.slots.setRange(1, 256)
         self.slots.setValue(4)
@@ -97,16 +102,33 @@ class LoadPanel(QWidget):
         self.status.setWordWrap(True)
         form.addRow(self.status)
 
-        self.chart = Chart("Latency against throughput as users are added")
-        self.chart.setLabel("bottom", "generated tokens/s (all users)")
-        self.chart.setLabel("left", "seconds per request")
+        self.throughput_chart = Chart("Throughput as users are added")
+        self.throughput_chart.setLabel("bottom", "concurrent users")
+        self.throughput_chart.setLabel("left", "generated tokens/s (all users)")
+        self.throughput_chart.addLegend(offset=(10, 10))
+        self.chart = Chart("Waiting time per request")
+        self.chart.setLabel("bottom", "concurrent users")
+        self.chart.setLabel("left", "seconds")
         self.chart.addLegend(offset=(10, 10))
+        self.throughput = {}
         self.curves = {}
         for batching, style in ((True, Qt.PenStyle.SolidLine), (False, Qt.PenStyle.DashLine)):
-            for key, color in (("e2e_p50_s", COLORS["weights"]), ("e2e_p95_s", COLORS["kv"])):
-                name = f"{'batching' if batching else 'one at a time'}, end-to-end {key[4:7]}"
+            policy = "batching" if batching else "one at a time"
+            self.throughput[batching] = self.throughput_chart.plot(
+                [], [], pen=pg.mkPen(COLORS["weights"], width=2, style=style), symbol="o", symbolSize=6, name=policy
+            )
+            for key, color, what in (
+                ("ttft_p95_s", COLORS["compute"], "first token p95"),
+                ("e2e_p50_s", COLORS["weights"], "whole answer p50"),
+                ("e2e_p95_s", COLORS["kv"], "whole answer p95"),
+            ):
                 self.curves[(batching, key)] = self.chart.plot(
-                    [], [], pen=pg.mkPen(color, width=2, style=style), symbol="o", symbolSize=6, name=name
+                    [],
+                    [],
+                    pen=pg.mkPen(color, width=2, style=style),
+                    symbol="o",
+                    symbolSize=6,
+                    name=f"{policy}, {what}",
                 )
         self.table = QTableWidget(0, 10)
         self.table.setHorizontalHeaderLabels(
@@ -129,7 +151,10 @@ class LoadPanel(QWidget):
         self.summary = QLabel("")
         self.summary.setWordWrap(True)
         right = QVBoxLayout()
-        right.addWidget(self.chart, 3)
+        charts = QHBoxLayout()
+        charts.addWidget(self.throughput_chart)
+        charts.addWidget(self.chart)
+        right.addLayout(charts, 3)
         right.addWidget(self.table, 2)
         right.addWidget(self.summary)
         layout = QHBoxLayout(self)
@@ -140,8 +165,8 @@ class LoadPanel(QWidget):
         self._update_buttons()
 
     @property
-    def charts(self) -> tuple[Chart]:
-        return (self.chart,)
+    def charts(self) -> tuple[Chart, Chart]:
+        return (self.throughput_chart, self.chart)
 
     def set_source(self, source: LoadSource | None, reason: str = "") -> None:
         """The open model file and how to measure it here; None disables the tab with ``reason``."""
@@ -241,9 +266,12 @@ class LoadPanel(QWidget):
         return self.results
 
     def _show(self) -> None:
+        for batching, line in self.throughput.items():
+            points = sorted((r for r in self.results if r.batching == batching), key=lambda r: r.users or 0)
+            line.setData([r.users or 0 for r in points], [r.tokens_per_s for r in points])
         for (batching, key), curve in self.curves.items():
             points = sorted((r for r in self.results if r.batching == batching), key=lambda r: r.users or 0)
-            curve.setData([r.tokens_per_s for r in points], [getattr(r, key) for r in points])
+            curve.setData([r.users or 0 for r in points], [getattr(r, key) for r in points])
         self.table.setRowCount(len(self.results))
         for row, r in enumerate(self.results):
             cells = [
