@@ -136,6 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("--output", type=int, default=128, help="generated tokens per request (default 128)")
     load.add_argument("--slots", type=int, default=4, help="parallel sequences, llama-server's -np (default 4)")
     load.add_argument("--think", type=float, default=0.0, help="seconds a user waits between requests")
+    load.add_argument(
+        "--rates", help="instead of users: random arrivals at these rates, requests/s, comma-separated (e.g. 0.2,0.5,1)"
+    )
     load.add_argument("--requests", type=int, default=300, help="requests simulated per point (default 300)")
     load.add_argument("--remeasure", action="store_true", help="measure again instead of using the kept figures")
     load.add_argument("--json", action="store_true")
@@ -634,7 +637,7 @@ def cmd_load(args: argparse.Namespace) -> int:
     from app.adapters.load_profile import cached_profile, measure_profile, memory_slots, profile_json
     from app.core import fit
     from app.core.hardware import machine_key
-    from app.core.loadsim import ServiceModel, sweep
+    from app.core.loadsim import ServiceModel, sweep, sweep_rates
 
     try:
         users = [int(u) for u in args.users.split(",") if u.strip()]
@@ -656,16 +659,23 @@ def cmd_load(args: argparse.Namespace) -> int:
         profile = measure_profile(path, key)
     service = ServiceModel.from_timings(profile)
     max_slots = memory_slots(path, args.prompt + args.output, [fit.cpu_target(host)], fit.repack_profile(host))
-    points = sweep(
-        service,
-        users,
-        think_time_s=args.think,
-        prompt=args.prompt,
-        output=args.output,
-        slots=args.slots,
-        max_slots=max_slots,
-        n_requests=args.requests,
-    )
+    common = {
+        "prompt": args.prompt,
+        "output": args.output,
+        "slots": args.slots,
+        "max_slots": max(max_slots, 1),
+        "n_requests": args.requests,
+    }
+    if args.rates:
+        try:
+            rates = [float(r) for r in args.rates.split(",") if r.strip()]
+        except ValueError:
+            raise FitScopeError(f"--rates takes numbers separated by commas, not {args.rates!r}.") from None
+        if not rates or min(rates) <= 0:
+            raise FitScopeError("--rates needs positive numbers of requests per second.")
+        points = sweep_rates(service, rates, **common)
+    else:
+        points = sweep(service, users, think_time_s=args.think, **common)
     if args.json:
         report = {
             "gguf_path": path,
@@ -681,15 +691,20 @@ def cmd_load(args: argparse.Namespace) -> int:
         + f"; memory holds {max_slots} slots of {args.prompt + args.output} tokens"
     )
     print(
-        f"{'users':>5s} {'batching':>8s} {'tok/s':>7s} {'req/s':>6s} {'TTFT p50':>9s} {'p95':>7s} {'e2e p50':>8s} "
+        f"{'load':>6s} {'batching':>8s} {'tok/s':>7s} {'req/s':>6s} {'TTFT p50':>9s} {'p95':>7s} {'e2e p50':>8s} "
         f"{'p95':>7s}"
     )
     for p in points:
         print(
-            f"{p.users:5d} {'yes' if p.batching else 'no':>8s} {p.tokens_per_s:7.1f} {p.requests_per_s:6.2f} "
+            f"{load_label(p):>6s} {'yes' if p.batching else 'no':>8s} {p.tokens_per_s:7.1f} {p.requests_per_s:6.2f} "
             f"{p.ttft_p50_s:8.2f}s {p.ttft_p95_s:6.2f}s {p.e2e_p50_s:7.2f}s {p.e2e_p95_s:6.2f}s"
         )
     return 0
+
+
+def load_label(point) -> str:
+    """A load point: "4" users, or "0.5/s" arrivals."""
+    return str(point.users) if point.users is not None else f"{point.rate_per_s:g}/s"
 
 
 def cmd_window(args: argparse.Namespace) -> int:

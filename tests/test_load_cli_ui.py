@@ -84,3 +84,22 @@ def test_load_tab_measures_and_simulates(qtbot, tmp_path, tiny):
     assert "Measured here: prefill" in panel.summary.text()
     panel.users.setText("1, two")
     assert panel.simulate() == [] and "numbers separated by commas" in panel.status.text()
+
+
+def test_load_tab_by_arrival_rate(qtbot, tmp_path, tiny):
+    window = open_window(qtbot, make_services(tmp_path))
+    window.open_gguf(str(tiny))
+    settle(qtbot, window, lambda v: v.request.model.kind == "gguf")
+    panel = window.load_panel
+    qtbot.waitUntil(lambda: panel.profile is not None or panel.measure_button.isEnabled(), timeout=10000)
+    if panel.profile is None:
+        with qtbot.waitSignal(panel.simulated, timeout=60000):
+            panel.measure_button.click()
+    panel.mode.setCurrentIndex(panel.mode.findData("rate"))
+    panel.users.setText("5,50")
+    panel.requests.setValue(60)
+    results = panel.simulate()
+    assert [r.rate_per_s for r in results] == [5.0, 50.0, 5.0, 50.0]
+    assert panel.table.item(0, 0).text() == "5/s"
+    # Past what the endpoint can serve, requests queue: the 95th percentile wait grows.
+    assert results[1].queue_wait_p95_s >= results[0].queue_wait_p95_s

@@ -13,6 +13,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QComboBox,
     QDoubleSpinBox,
     QFormLayout,
     QGroupBox,
@@ -30,7 +31,7 @@ from PySide6.QtWidgets import (
 
 from app.adapters.batch_probe import BatchProfile
 from app.core.errors import FitScopeError
-from app.core.loadsim import Lengths, LoadResult, ServiceModel, sweep
+from app.core.loadsim import Lengths, LoadResult, ServiceModel, sweep, sweep_rates
 from app.ui.charts import COLORS, Chart
 
 # (gguf path) -> (cached profile or None, measure(on_event) -> profile, slots for N tokens)
@@ -60,9 +61,16 @@ class LoadPanel(QWidget):
         self.model_label.setWordWrap(True)
         self.model_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         form.addRow("Model", self.model_label)
+        self.mode = QComboBox()
+        self.mode.addItem("concurrent users (each sends again when answered)", "users")
+        self.mode.addItem("arrival rate (requests per second, at random)", "rate")
+        self.mode.setAccessibleName("How the load is given")
+        form.addRow("Load &given as", self.mode)
         self.users = QLineEdit("1,2,4,8,16")
-        self.users.setAccessibleName("Concurrent users to simulate")
-        form.addRow("Concurrent &users", self.users)
+        self.users.setAccessibleName("Load points to simulate")
+        self.users_label = QLabel("Concurrent &users")
+        self.users_label.setBuddy(self.users)
+        form.addRow(self.users_label, self.users)
         self.think = QDoubleSpinBox()
         self.think.setRange(0, 600)
         self.think.setSuffix(" s")
@@ -133,7 +141,7 @@ class LoadPanel(QWidget):
         self.table = QTableWidget(0, 10)
         self.table.setHorizontalHeaderLabels(
             [
-                "Users",
+                "Load",
                 "Batching",
                 "Tokens/s",
                 "Requests/s",
@@ -160,6 +168,7 @@ class LoadPanel(QWidget):
         layout = QHBoxLayout(self)
         layout.addWidget(box, 2)
         layout.addLayout(right, 5)
+        self.mode.currentIndexChanged.connect(self._mode_changed)
         self.measure_button.clicked.connect(self.measure)
         self.simulate_button.clicked.connect(self.simulate)
         self._update_buttons()
@@ -224,6 +233,30 @@ class LoadPanel(QWidget):
             self.status.setText(payload)
             self.error_shown.emit(payload)
 
+    @property
+    def by_rate(self) -> bool:
+        return self.mode.currentData() == "rate"
+
+    def _mode_changed(self) -> None:
+        rate = self.by_rate
+        self.users_label.setText("Arrival &rates (requests/s)" if rate else "Concurrent &users")
+        self.users.setText("0.1,0.2,0.4,0.8" if rate else "1,2,4,8,16")
+        self.think.setEnabled(not rate)
+        axis = "requests per second arriving" if rate else "concurrent users"
+        for chart in self.charts:
+            chart.setLabel("bottom", axis)
+        if self.profile is not None:
+            self.simulate()
+
+    def rates_list(self) -> list[float]:
+        try:
+            rates = sorted({float(u) for u in self.users.text().replace(" ", "").split(",") if u})
+        except ValueError:
+            raise FitScopeError("Arrival rates: numbers separated by commas, e.g. 0.1,0.2,0.5.") from None
+        if not rates or rates[0] <= 0 or rates[-1] > 1000:
+            raise FitScopeError("Arrival rates: positive numbers of requests per second, separated by commas.")
+        return rates
+
     def users_list(self) -> list[int]:
         try:
             users = sorted({int(u) for u in self.users.text().replace(" ", "").split(",") if u})
@@ -237,7 +270,7 @@ class LoadPanel(QWidget):
         if self.profile is None or self._source is None:
             return []
         try:
-            users = self.users_list()
+            points = self.rates_list() if self.by_rate else self.users_list()
         except FitScopeError as exc:
             self.status.setText(str(exc))
             return []
@@ -251,31 +284,36 @@ class LoadPanel(QWidget):
             max(self.prompt_hi.value(), self.prompt_lo.value()) + max(self.output_hi.value(), self.output_lo.value())
         )
         service = ServiceModel.from_timings(self.profile)
-        self.results = sweep(
-            service,
-            users,
-            think_time_s=self.think.value(),
-            prompt=prompt,
-            output=output,
-            slots=self.slots.value(),
-            max_slots=max(self.max_slots, 1),
-            n_requests=self.requests.value(),
-        )
+        common: dict[str, Any] = {
+            "prompt": prompt,
+            "output": output,
+            "slots": self.slots.value(),
+            "max_slots": max(self.max_slots, 1),
+            "n_requests": self.requests.value(),
+        }
+        if self.by_rate:
+            self.results = sweep_rates(service, points, **common)
+        else:
+            self.results = sweep(service, [int(p) for p in points], think_time_s=self.think.value(), **common)
         self._show()
         self.simulated.emit(self.results)
         return self.results
 
+    @staticmethod
+    def _x(r: LoadResult) -> float:
+        return float(r.users if r.users is not None else (r.rate_per_s or 0.0))
+
     def _show(self) -> None:
         for batching, line in self.throughput.items():
-            points = sorted((r for r in self.results if r.batching == batching), key=lambda r: r.users or 0)
-            line.setData([r.users or 0 for r in points], [r.tokens_per_s for r in points])
+            points = sorted((r for r in self.results if r.batching == batching), key=self._x)
+            line.setData([self._x(r) for r in points], [r.tokens_per_s for r in points])
         for (batching, key), curve in self.curves.items():
-            points = sorted((r for r in self.results if r.batching == batching), key=lambda r: r.users or 0)
-            curve.setData([r.users or 0 for r in points], [getattr(r, key) for r in points])
+            points = sorted((r for r in self.results if r.batching == batching), key=self._x)
+            curve.setData([self._x(r) for r in points], [getattr(r, key) for r in points])
         self.table.setRowCount(len(self.results))
         for row, r in enumerate(self.results):
             cells = [
-                str(r.users),
+                str(r.users) if r.users is not None else f"{r.rate_per_s:g}/s",
                 "yes" if r.batching else "no",
                 f"{r.tokens_per_s:.1f}",
                 f"{r.requests_per_s:.2f}",
