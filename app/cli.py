@@ -733,9 +733,27 @@ COMMANDS = {
 }
 
 
+def _run_module(module: str, rest: list[str]) -> int:
+    """A frozen build's stand-in for ``python -m MODULE`` (see app.adapters.child)."""
+    import runpy
+
+    if not module.startswith("app.adapters."):
+        print(f"fitscope: --run-module only runs FitScope's own workers, not {module!r}", file=sys.stderr)
+        return 2
+    sys.argv = [module, *rest]
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 0
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # The window's estimate worker is a spawned process; in a frozen build it re-enters here.
     multiprocessing.freeze_support()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--run-module"] and len(argv) >= 2:
+        return _run_module(argv[1], argv[2:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

@@ -42,6 +42,7 @@ from typing import Any, TextIO
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from app.adapters.child import module_command
 from app.core.errors import FitScopeError
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -221,7 +222,7 @@ def measure_batching(
     env = dict(os.environ)
     env["PYTHONPATH"] = str(_REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "app.adapters.batch_probe"],
+        module_command("app.adapters.batch_probe"),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -63,6 +63,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from app.adapters.child import module_command
 from app.core.errors import FitScopeError
 
 MIB = 1024 * 1024
@@ -446,9 +447,7 @@ def _ggml_type(name: str, which: str) -> str:
 def _build_command(gguf_path: str, s: DryRunSettings) -> list[str]:
     fa = {None: "auto", True: "on", False: "off"}[s.flash_attn]
     cmd = [
-        sys.executable,
-        "-m",
-        "app.adapters.llamacpp_probe",
+        *module_command("app.adapters.llamacpp_probe"),
         "--json",
         "--model",
         gguf_path,

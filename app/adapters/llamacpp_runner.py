@@ -33,6 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from app.adapters.child import module_command
 from app.adapters.llamacpp_probe import GGML_TYPE_IDS, _reason, parse_llama_log
 from app.core.errors import FitScopeError
 from app.core.measure import MeasuredBuffers, RunFigures, RunResult, RunSettings, figures_from_times
@@ -75,7 +76,7 @@ class LiveRun:
         env = dict(os.environ)
         env["PYTHONPATH"] = str(_REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", module],
+            module_command(module),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from app.adapters.child import module_command
 from app.core.errors import FitScopeError
 from app.core.quant import find_preset
 
@@ -45,7 +46,7 @@ class Quantization:
         env = dict(os.environ)
         env["PYTHONPATH"] = str(_REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "app.adapters.quantizer"],
+            module_command("app.adapters.quantizer"),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
