@@ -41,6 +41,7 @@ def make_services(tmp_path: Path, nvml=None) -> Services:
         demo_path=demo_model_path,
         prefs_path=tmp_path / "config" / "settings.json",
         history_path=tmp_path / "data" / "runs.sqlite3",
+        first_run_guide=False,
         poll_interval_ms=100,
         measure_bandwidth=False,
     )

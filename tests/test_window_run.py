@@ -150,9 +150,7 @@ def test_gpu_memory_of_the_run_is_charted_from_nvml(qtbot, tmp_path):
     qtbot.waitUntil(lambda: panel.child_pid is not None, timeout=30000)
     nvml.gpus[0].compute.append((panel.child_pid, 1536 * 1024**2))
     nvml.gpus[0].used_bytes += 1536 * 1024**2
-    qtbot.waitUntil(
-        lambda: panel.tokens_so_far > 0 and panel.gpu_process_curve.getData()[1] is not None, timeout=30000
-    )
+    qtbot.waitUntil(lambda: panel.tokens_so_far > 0 and panel.gpu_process_curve.getData()[1] is not None, timeout=30000)
     xs, ys = panel.gpu_process_curve.getData()
     assert ys[-1] == pytest.approx(1536.0)
     assert panel.gpu_curve.getData()[1][-1] == pytest.approx(nvml.gpus[0].used_bytes / 1024**2)

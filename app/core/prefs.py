@@ -31,6 +31,7 @@ class Preferences(BaseModel):
     controls: Controls = Controls()
     presentation: bool = False
     recent_files: tuple[str, ...] = Field(default=(), max_length=10)
+    walkthrough_seen: bool = False
 
 
 def load_preferences(path: Path) -> tuple[Preferences, str]:

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import QApplication
 
 from app.adapters.demo_model import demo_model_path
 from app.adapters.host import detect_host
+from app.adapters.logs import setup_logging
 from app.adapters.nvml import default_monitor
 from app.adapters.paths import preferences_path
 from app.core.catalog import RESOURCES_DIR
@@ -66,6 +67,7 @@ def run_window(argv: Sequence[str] | None = None, open_path: str | None = None, 
     problem = display_problem()
     if problem:
         raise FitScopeError(problem)
+    setup_logging()
     existing = QApplication.instance()
     app = existing if isinstance(existing, QApplication) else QApplication(list(argv or sys.argv[:1]))
     app.setApplicationName("FitScope")

@@ -51,6 +51,7 @@ from PySide6.QtWidgets import (
 from app.adapters.demo_model import DEMO_LICENSE, DEMO_MODEL_NAME
 from app.adapters.history import RunHistory
 from app.adapters.load_profile import cached_profile, measure_profile, memory_slots
+from app.adapters.logs import log_path
 from app.core import fit, report
 from app.core.catalog import load_devices, load_models
 from app.core.errors import FitScopeError
@@ -74,6 +75,7 @@ from app.core.scenario import (
 from app.core.tensors import CACHE_TYPES
 from app.ui.ab_panel import AbPanel
 from app.ui.charts import ConcurrencyChart, ContextChart, DeviceBar, LadderChart, SplitChart, legend_html
+from app.ui.help import AboutDialog, HowItWorksDialog, Walkthrough, diagnostics
 from app.ui.history_panel import HistoryPanel
 from app.ui.load_panel import LoadPanel
 from app.ui.panels import ContextControl, HardwareView, VerdictBanner
@@ -99,6 +101,7 @@ class Services:
     measure_bandwidth: bool = True
     make_estimate_pool: Callable[[], Executor] | None = process_pool
     history_path: Path | None = None  # None: the platform's data folder
+    first_run_guide: bool = True  # show the walk-through until it has been closed once
 
 
 class MainWindow(QMainWindow):
@@ -128,6 +131,8 @@ class MainWindow(QMainWindow):
         self._models = load_models()
         self._updating = False
         self._history_note = ""
+        self.last_error = ""
+        self.walkthrough: Walkthrough | None = None
         try:
             self.history: RunHistory | None = RunHistory(services.history_path)
         except FitScopeError as exc:
@@ -162,6 +167,8 @@ class MainWindow(QMainWindow):
             if note:
                 QTimer.singleShot(0, lambda n=note: self.show_error(n))
         self._hardware.submit(gpu_offload_supported)
+        if services.first_run_guide and not prefs.walkthrough_seen:
+            QTimer.singleShot(0, self.show_walkthrough)
         self.request_estimate()
 
     # -- construction -------------------------------------------------------------------------
@@ -445,7 +452,11 @@ class MainWindow(QMainWindow):
         action(view_menu, "&Full screen", self._toggle_full_screen, QKeySequence.StandardKey.FullScreen)
         action(view_menu, "Search &models", self._focus_search, QKeySequence.StandardKey.Find)
         help_menu = self.menuBar().addMenu("&Help")
-        action(help_menu, "&How the estimate works", self._show_how)
+        action(help_menu, "&Getting started", self.show_walkthrough)
+        action(help_menu, "&How the estimate works", self._show_how, QKeySequence.StandardKey.HelpContents)
+        action(help_menu, "Copy &diagnostics", self.copy_diagnostics)
+        help_menu.addSeparator()
+        action(help_menu, "&About FitScope", self._show_about)
 
     # -- preferences <-> widgets --------------------------------------------------------------
 
@@ -658,18 +669,45 @@ class MainWindow(QMainWindow):
         self.banner.set_scale(scale)
 
     def _show_how(self) -> None:
-        QMessageBox.information(
-            self,
-            "How the estimate works",
-            "FitScope adds up what llama.cpp allocates: the weights tensor by tensor, the KV cache (context x "
-            "layers x K/V width x cache type), the compute buffers of the largest graph, the output buffer and a "
-            "stated runtime overhead per GPU. Speed comes from memory bandwidth (decode) and compute (prefill), "
-            "with efficiency ranges observed for llama.cpp. The Details tab lists every assumption.",
-        )
+        HowItWorksDialog(self).open()
+
+    def _show_about(self) -> None:
+        AboutDialog(self.machine, self).open()
+
+    def show_walkthrough(self) -> Walkthrough:
+        """The three-step guide; closing it marks it seen (Help reopens it)."""
+        guide = Walkthrough(self.machine, self)
+        guide.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        guide.finished.connect(lambda _result: self._walkthrough_seen())
+        guide.open()
+        self.walkthrough = guide
+        return guide
+
+    def _walkthrough_seen(self) -> None:
+        if not self._prefs.walkthrough_seen:
+            self._prefs = self._prefs.model_copy(update={"walkthrough_seen": True})
+            self._save_timer.start()
+
+    def diagnostics_text(self) -> str:
+        p = self._prefs
+        context = {
+            "Model": f"{p.model.kind} {p.model.ref} {p.model.quant}".strip(),
+            "Hardware": p.hardware.label(self.machine),
+            "Settings": p.controls.model_dump_json(),
+            "Verdict": self.view.verdict.text if self.view is not None else "none yet",
+        }
+        return diagnostics(self.machine, context, self.last_error, str(log_path()))
+
+    def copy_diagnostics(self) -> str:
+        text = self.diagnostics_text()
+        QGuiApplication.clipboard().setText(text)
+        self.statusBar().showMessage("Diagnostics copied to the clipboard: paste them into a bug report", 6000)
+        return text
 
     def show_error(self, message: str) -> None:
         """A message the user must see; the window stays usable (the box is not modal)."""
         _log.warning("%s", message)
+        self.last_error = message
         box = QMessageBox(QMessageBox.Icon.Warning, "FitScope", message, QMessageBox.StandardButton.Ok, self)
         box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         box.setWindowModality(Qt.WindowModality.NonModal)
