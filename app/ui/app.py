@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -77,4 +78,24 @@ def run_window(argv: Sequence[str] | None = None, open_path: str | None = None, 
         app.setWindowIcon(QIcon(str(icon)))
     window = create_window(real_services(), open_path, ModelChoice() if demo else None)
     window.show()
+    if os.environ.get("FITSCOPE_REPORT_STARTUP"):
+        _report_startup(app, window)
     return app.exec()
+
+
+def _report_startup(app: QApplication, window: MainWindow) -> None:
+    """For scripts/bench_startup.py: print when the window was shown and when its first estimate
+    was on screen (seconds since the process started), then quit."""
+    import psutil
+
+    started = psutil.Process().create_time()
+    shown = time.time() - started
+
+    def first_view(_view: object) -> None:
+        print(
+            f"startup: window shown {shown:.3f} s, first estimate on screen {time.time() - started:.3f} s", flush=True
+        )
+        window.close()
+        app.quit()
+
+    window.view_changed.connect(first_view)

@@ -48,7 +48,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.adapters.demo_model import DEMO_LICENSE, DEMO_MODEL_NAME
+from app.adapters.demo_model import DEMO_LICENSE, DEMO_MODEL_NAME, demo_model_ready
 from app.adapters.history import RunHistory
 from app.adapters.load_profile import cached_profile, measure_profile, memory_slots
 from app.adapters.logs import log_path
@@ -141,8 +141,12 @@ class MainWindow(QMainWindow):
         self._efficiency: tuple[tuple[str, float], ...] = ()
         self._load_efficiencies()
 
+        # Start the first estimate before building the widgets: the worker process starts meanwhile.
+        self.request_estimate()
         self._build_ui()
         self._build_menus()
+        if prefs.model.kind == "demo" and not demo_model_ready():
+            self.banner.set_message("", "Preparing the built-in demo model (first start only)…")
         self._apply_prefs_to_widgets()
         self.hardware_view.set_gpus(self.machine.gpus, self._nvml_message)
         self.hardware_view.set_host(self.machine.host, self._measuring)
@@ -169,7 +173,6 @@ class MainWindow(QMainWindow):
         self._hardware.submit(gpu_offload_supported)
         if services.first_run_guide and not prefs.walkthrough_seen:
             QTimer.singleShot(0, self.show_walkthrough)
-        self.request_estimate()
 
     # -- construction -------------------------------------------------------------------------
 
