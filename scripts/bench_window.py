@@ -102,6 +102,7 @@ def main() -> int:
 
     services = real_services()
     services.measure_bandwidth = False
+    services.first_run_guide = False
     window = create_window(services)
     window.resize(1440, 900)
     window.show()

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from PySide6.QtGui import QImage
 
 from app.adapters.child import module_command
@@ -22,6 +23,7 @@ def test_workers_start_through_the_bundle_executable_when_frozen(monkeypatch):
     assert module_command("app.adapters.quantizer") == [sys.executable, "--run-module", "app.adapters.quantizer"]
 
 
+@pytest.mark.filterwarnings("ignore:'app.adapters.llamacpp_probe' found in sys.modules:RuntimeWarning")
 def test_run_module_runs_only_fitscopes_workers(capsys):
     assert main(["--run-module", "app.adapters.llamacpp_probe", "--help"]) == 0
     assert "Dry-run llama.cpp" in capsys.readouterr().out
