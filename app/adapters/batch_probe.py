@@ -32,7 +32,6 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -42,10 +41,9 @@ from typing import Any, TextIO
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from app.adapters.child import module_command
+from app.adapters.child import start_child
 from app.core.errors import FitScopeError
 
-_REPO_ROOT = Path(__file__).resolve().parents[2]
 _LOG_LEVEL_ERROR = 4
 _LOG_LEVEL_CONT = 5
 MAX_STEP_SAMPLES = 16  # decode steps timed per P and repetition: enough for a stable median, cheap
@@ -219,20 +217,7 @@ def measure_batching(
             f"{settings.needed_ctx} tokens, more than the {n_ctx} set; raise n_ctx or use fewer or shorter sequences."
         )
 
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(_REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.Popen(
-        module_command("app.adapters.batch_probe"),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        encoding="utf-8",
-        errors="replace",
-        bufsize=1,
-        env=env,
-        cwd=str(_REPO_ROOT),
-    )
+    proc = start_child("app.adapters.batch_probe")
     stderr: list[str] = []
 
     def drain() -> None:

@@ -4,9 +4,13 @@ not exist. ``app.cli.main`` answers ``--run-module``."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+from pathlib import Path
 
 RUN_MODULE_FLAG = "--run-module"
+_REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def module_command(module: str) -> list[str]:
@@ -14,3 +18,22 @@ def module_command(module: str) -> list[str]:
     if getattr(sys, "frozen", False):
         return [sys.executable, RUN_MODULE_FLAG, module]
     return [sys.executable, "-m", module]
+
+
+def start_child(module: str) -> subprocess.Popen[str]:
+    """Start ``module`` in a new process with pipes for stdin, stdout and stderr (text, line
+    buffered): the shape every llama.cpp worker of FitScope uses."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(_REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return subprocess.Popen(
+        module_command(module),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        encoding="utf-8",
+        errors="replace",
+        bufsize=1,
+        env=env,
+        cwd=str(_REPO_ROOT),
+    )

@@ -33,12 +33,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from app.adapters.child import module_command
+from app.adapters.child import start_child
 from app.adapters.llamacpp_probe import GGML_TYPE_IDS, _reason, parse_llama_log
 from app.core.errors import FitScopeError
 from app.core.measure import MeasuredBuffers, RunFigures, RunResult, RunSettings, figures_from_times
 
-_REPO_ROOT = Path(__file__).resolve().parents[2]
 STOP_GRACE_S = 1.0
 FULL_HASH_LIMIT_BYTES = 2 * 1024**3
 HASH_SLICE_BYTES = 64 * 1024**2
@@ -73,20 +72,7 @@ class LiveRun:
         if not Path(path).is_file():
             raise RunError(f"{path} does not exist or is not a file.")
         self.settings = settings
-        env = dict(os.environ)
-        env["PYTHONPATH"] = str(_REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-        self._proc = subprocess.Popen(
-            module_command(module),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            encoding="utf-8",
-            errors="replace",
-            bufsize=1,
-            env=env,
-            cwd=str(_REPO_ROOT),
-        )
+        self._proc = start_child(module)
         self._stderr: list[str] = []
         self._stderr_thread = threading.Thread(target=self._drain_stderr, daemon=True)
         self._stderr_thread.start()

@@ -13,17 +13,15 @@ import ctypes
 import json
 import os
 import re
-import subprocess
 import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from app.adapters.child import module_command
+from app.adapters.child import start_child
 from app.core.errors import FitScopeError
 from app.core.quant import find_preset
 
-_REPO_ROOT = Path(__file__).resolve().parents[2]
 _PROGRESS = re.compile(r"\[\s*(\d+)\s*/\s*(\d+)\s*\]")
 
 
@@ -43,19 +41,7 @@ class Quantization:
         if self.target.resolve() == self.source.resolve():
             raise QuantizeError("The quantized file must not replace its source; choose another name.")
         self.target.parent.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ)
-        env["PYTHONPATH"] = str(_REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-        self._proc = subprocess.Popen(
-            module_command("app.adapters.quantizer"),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            encoding="utf-8",
-            errors="replace",
-            env=env,
-            cwd=str(_REPO_ROOT),
-        )
+        self._proc = start_child("app.adapters.quantizer")
         self.cancelled = threading.Event()
         self._stderr: list[str] = []
         threading.Thread(target=self._drain, daemon=True).start()

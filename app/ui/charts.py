@@ -137,6 +137,12 @@ class Chart(pg.PlotWidget):
             axis.setTickFont(font)
             axis.label.setFont(font)
         self.plotItem.setTitle(self._title, color=fg.name(), size=f"{int(11 * scale)}pt")
+        legend = self.plotItem.legend
+        if legend is not None:
+            backdrop = QColor(bg)
+            backdrop.setAlpha(215)  # readable over the lines it covers
+            legend.setBrush(pg.mkBrush(backdrop))
+            legend.setLabelTextColor(fg)
         self._fg = fg
         self._scale = scale
         self._font = font

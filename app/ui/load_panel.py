@@ -121,14 +121,14 @@ class LoadPanel(QWidget):
         self.throughput = {}
         self.curves = {}
         for batching, style in ((True, Qt.PenStyle.SolidLine), (False, Qt.PenStyle.DashLine)):
-            policy = "batching" if batching else "one at a time"
+            policy = "batched" if batching else "one by one"
             self.throughput[batching] = self.throughput_chart.plot(
                 [], [], pen=pg.mkPen(COLORS["weights"], width=2, style=style), symbol="o", symbolSize=6, name=policy
             )
             for key, color, what in (
-                ("ttft_p95_s", COLORS["compute"], "first token p95"),
-                ("e2e_p50_s", COLORS["weights"], "whole answer p50"),
-                ("e2e_p95_s", COLORS["kv"], "whole answer p95"),
+                ("ttft_p95_s", COLORS["compute"], "1st token p95"),
+                ("e2e_p50_s", COLORS["weights"], "answer p50"),
+                ("e2e_p95_s", COLORS["kv"], "answer p95"),
             ):
                 self.curves[(batching, key)] = self.chart.plot(
                     [],
@@ -166,8 +166,8 @@ class LoadPanel(QWidget):
         right.addWidget(self.table, 2)
         right.addWidget(self.summary)
         layout = QHBoxLayout(self)
-        layout.addWidget(box, 2)
-        layout.addLayout(right, 5)
+        layout.addWidget(box, 1)
+        layout.addLayout(right, 3)
         self.mode.currentIndexChanged.connect(self._mode_changed)
         self.measure_button.clicked.connect(self.measure)
         self.simulate_button.clicked.connect(self.simulate)
