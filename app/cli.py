@@ -429,7 +429,9 @@ def _measure_and_report(args: argparse.Namespace, mode: str) -> int:
     result = run_live(settings, on_event=progress, hardware=hardware)
     on_gpu = settings.n_gpu_layers != 0 and result.gpu_offload_supported and status.available
     if on_gpu:
-        targets = [fit.target_from_gpu(g) for g in status.gpus] + [fit.host_ram_target(host.ram_total_bytes)]
+        targets = [fit.target_from_gpu(g) for g in status.gpus] + [
+            fit.host_ram_target(host.ram_total_bytes, host.measured_read_bandwidth_gb_s)
+        ]
     else:
         bw = measure_read_bandwidth_gb_s(budget_s=0.3)
         targets = [fit.cpu_target(host.model_copy(update={"measured_read_bandwidth_gb_s": bw}))]

@@ -82,9 +82,11 @@ def test_local_gpu_capacity_is_its_free_memory_and_catalog_counts_make_several_g
     assert targets[0].capacity_bytes == 20 * GIB
     assert targets[0].fp16_tflops == find_device("rtx-4090").fp16_tflops  # from the catalog match
     assert targets[1].capacity_bytes == 64 * GIB
+    assert targets[1].bandwidth_gb_s == 62.0  # this machine's host: its measured bandwidth
     two = resolve_targets(HardwareChoice(kind="catalog", device_id="rtx-3090", count=2, host_ram_gib=32), machine)
     assert [t.name for t in two] == ["NVIDIA GeForce RTX 3090 #1", "NVIDIA GeForce RTX 3090 #2", "Host RAM"]
     assert two[2].capacity_bytes == 32 * GIB
+    assert two[2].bandwidth_gb_s == fit.ASSUMED_HOST_BANDWIDTH_GB_S  # a host we have not measured
     cpu = resolve_targets(HardwareChoice(kind="cpu"), machine)
     assert [t.kind for t in cpu] == ["cpu"] and cpu[0].bandwidth_gb_s == 62.0
     with pytest.raises(CatalogError):

@@ -376,6 +376,27 @@ def _bench(child: _Child, llama_cpp: Any, llm: Any, settings: RunSettings, run: 
     child.emit({"event": "run_done", "run": run, "figures": figures.model_dump(mode="json")})
 
 
+def open_model(llama_cpp: Any, settings: Any) -> Any:
+    """``llama_cpp.Llama`` for a worker's settings (any record with the RunSettings field names;
+    batch, ubatch, swa_full and seed default to llama.cpp's runner defaults when absent). Raises
+    ValueError or RuntimeError when llama.cpp refuses the file."""
+    return llama_cpp.Llama(
+        model_path=settings.gguf_path,
+        n_ctx=settings.n_ctx,
+        n_batch=getattr(settings, "n_batch", 2048),
+        n_ubatch=getattr(settings, "n_ubatch", 512),
+        n_gpu_layers=settings.n_gpu_layers,
+        flash_attn=settings.flash_attn,
+        type_k=GGML_TYPE_IDS[settings.cache_type_k],
+        type_v=GGML_TYPE_IDS[settings.cache_type_v],
+        swa_full=getattr(settings, "swa_full", True),
+        n_threads=settings.n_threads,
+        n_threads_batch=settings.n_threads,
+        seed=getattr(settings, "seed", 0),
+        verbose=False,
+    )
+
+
 def _child_main() -> int:
     # Keep stdout for events: anything llama.cpp (or Python) prints goes to stderr.
     events_fd = os.dup(1)
@@ -416,21 +437,7 @@ def _child_run(child: _Child, settings: RunSettings) -> int:
     gpu_ok = bool(llama_cpp.llama_supports_gpu_offload())
     t0 = time.perf_counter()
     try:
-        llm = llama_cpp.Llama(
-            model_path=settings.gguf_path,
-            n_ctx=settings.n_ctx,
-            n_batch=settings.n_batch,
-            n_ubatch=settings.n_ubatch,
-            n_gpu_layers=settings.n_gpu_layers,
-            flash_attn=settings.flash_attn,
-            type_k=GGML_TYPE_IDS[settings.cache_type_k],
-            type_v=GGML_TYPE_IDS[settings.cache_type_v],
-            swa_full=settings.swa_full,
-            n_threads=settings.n_threads,
-            n_threads_batch=settings.n_threads,
-            seed=settings.seed,
-            verbose=False,
-        )
+        llm = open_model(llama_cpp, settings)
     except (ValueError, RuntimeError) as exc:
         reason = _reason(child.error_lines, "".join(child.log_chunks)) if child.error_lines else str(exc)
         child.emit({"event": "error", "message": f"llama.cpp could not load it: {reason}"})

@@ -29,8 +29,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.adapters.llamacpp_probe import GGML_TYPE_IDS, parse_llama_log
-from app.adapters.llamacpp_runner import LiveRun, RunError, _Child, _peak_rss_bytes
+from app.adapters.llamacpp_probe import parse_llama_log
+from app.adapters.llamacpp_runner import LiveRun, RunError, _Child, _peak_rss_bytes, open_model
 
 Event = dict[str, Any]
 
@@ -160,17 +160,7 @@ def _child() -> int:
     llama_cpp.llama_log_set(callback, ctypes.c_void_p(0))
     t0 = time.perf_counter()
     try:
-        llm = llama_cpp.Llama(
-            model_path=settings.gguf_path,
-            n_ctx=settings.n_ctx,
-            n_gpu_layers=settings.n_gpu_layers,
-            flash_attn=settings.flash_attn,
-            type_k=GGML_TYPE_IDS[settings.cache_type_k],
-            type_v=GGML_TYPE_IDS[settings.cache_type_v],
-            n_threads=settings.n_threads,
-            n_threads_batch=settings.n_threads,
-            verbose=False,
-        )
+        llm = open_model(llama_cpp, settings)
     except (ValueError, RuntimeError) as exc:
         child.emit({"event": "error", "message": f"llama.cpp could not load it: {exc}"})
         return 1

@@ -134,13 +134,18 @@ def cpu_target(host: HostSnapshot | None) -> Target:
     )
 
 
-def host_ram_target(capacity_bytes: int) -> Target:
-    """Host memory beside catalog GPUs (its size does not limit GPU memory, only spills)."""
+ASSUMED_HOST_BANDWIDTH_GB_S = 60.0  # a dual-channel DDR5 desktop; used only when nothing was measured
+
+
+def host_ram_target(capacity_bytes: int, bandwidth_gb_s: float | None = None) -> Target:
+    """Host memory beside GPUs (its size does not limit GPU memory, only spills). ``bandwidth_gb_s``
+    is this machine's measured read bandwidth when the host is this machine; otherwise an assumed
+    desktop figure, named in the speed estimate's assumptions."""
     return Target(
         name="Host RAM",
         kind="cpu",
         capacity_bytes=capacity_bytes,
-        bandwidth_gb_s=60.0,
+        bandwidth_gb_s=bandwidth_gb_s or ASSUMED_HOST_BANDWIDTH_GB_S,
         fp16_tflops=1.0,
         efficiency_class="cpu",
     )

@@ -183,7 +183,7 @@ def resolve_targets(choice: HardwareChoice, machine: Machine) -> list[Target]:
     if choice.kind == "local":
         gpus = [target_from_gpu(g, match_catalog_device(g.name, g.memory_total_bytes)) for g in machine.gpus]
         ram = host.ram_total_bytes if host else 16 * GIB
-        return [*gpus, host_ram_target(ram)]
+        return [*gpus, host_ram_target(ram, host.measured_read_bandwidth_gb_s if host else None)]
     device = find_device(choice.device_id or "")
     base = target_from_device(device)
     if not device.is_gpu:
