@@ -78,7 +78,6 @@ class LiveRun:
         self._stderr_thread.start()
         self._stop_requested = threading.Event()
         self._lock = threading.Lock()
-        self.peak_child_rss_bytes = 0
         assert self._proc.stdin is not None
         self._proc.stdin.write(settings.model_dump_json() + "\n")
         self._proc.stdin.flush()

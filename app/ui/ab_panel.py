@@ -505,6 +505,3 @@ class AbPanel(QWidget):
             self.error_shown.emit(str(exc))
             return
         self.status.setText(f"Wrote {name}.")
-
-
-__all__ = ["AbPanel", "SuiteEditor", "parse_suite"]

@@ -40,7 +40,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.adapters.llamacpp_runner import LiveRun, RunError, run_live
+from app.adapters.llamacpp_runner import LiveRun, run_live
 from app.core.errors import FitScopeError
 from app.core.measure import RunResult, RunSettings, Spread, summary
 from app.core.run_vs_estimate import CUDA_INSTALL_HINT
@@ -594,6 +594,3 @@ def demo_or_path(path: str | None, demo: Callable[[], Path]) -> Callable[[], str
     if path:
         return lambda: path
     return lambda: str(demo())
-
-
-__all__ = ["PRESETS", "RunContext", "RunError", "RunPanel", "demo_or_path"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
     QComboBox,
@@ -143,6 +142,3 @@ class ScalePanel(QWidget):
             "vllm": self.vllm.to_json() if self.vllm else None,
         }
         self._copy(json.dumps(data, indent=2))
-
-
-__all__ = ["ScalePanel", "Qt"]
