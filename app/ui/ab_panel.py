@@ -18,7 +18,6 @@ from typing import Any
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QComboBox,
     QDialog,
     QDialogButtonBox,
@@ -26,15 +25,12 @@ from PySide6.QtWidgets import (
     QGridLayout,
     QGroupBox,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QListWidget,
     QListWidgetItem,
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
-    QTableWidget,
-    QTableWidgetItem,
     QVBoxLayout,
     QWidget,
 )
@@ -48,6 +44,7 @@ from app.core.quant import PRESETS
 from app.core.quant_compare import Comparison, routing_config, to_toml
 from app.core.suites import Suite, SuiteError, builtin_suites, load_suite, parse_suite, suite_to_yaml
 from app.ui.charts import COLORS, Chart
+from app.ui.panels import fill_table, readonly_table
 
 GIB = 1024**3
 
@@ -179,10 +176,7 @@ class AbPanel(QWidget):
         self.chart.addItem(self.scatter)
         self.labels: list[pg.TextItem] = []
 
-        self.table = QTableWidget(0, 0)
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.verticalHeader().setVisible(False)
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.table = readonly_table()
         self.advice = QLabel("")
         self.advice.setWordWrap(True)
         self.advice.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -445,26 +439,28 @@ class AbPanel(QWidget):
         headers += ["Same tokens", "Top-1 agreement"] + [f"{n} pass" for n in suites]
         self.table.setColumnCount(len(headers))
         self.table.setHorizontalHeaderLabels(headers)
-        self.table.setRowCount(len(comparison.variants))
+        rows = []
         spots: list[dict[str, Any]] = []
-        for r, v in enumerate(comparison.variants):
-            cells = [
-                v.label + (" (reference)" if v.is_reference else ""),
-                v.quant,
-                f"{v.estimated_total_bytes / GIB:.2f} GiB" + ("" if v.fits else " (does not fit)"),
-                f"{v.peak_rss_bytes / GIB:.2f} GiB" if v.peak_rss_bytes else "-",
-                f"{v.decode_tokens_per_s:.1f}" if v.decode_tokens_per_s else "-",
-                f"{v.prefill_tokens_per_s:.0f}" if v.prefill_tokens_per_s else "-",
-                f"{v.ttft_s * 1000:.0f} ms" if v.ttft_s is not None else "-",
-                "—" if v.identical_token_share is None else f"{v.identical_token_share:.0%}",
-                "—" if v.top1_agreement is None else f"{v.top1_agreement:.0%}",
-            ] + [f"{v.pass_rates.get(n, 0.0):.0%}" for n in suites]
-            for c, text in enumerate(cells):
-                self.table.setItem(r, c, QTableWidgetItem(text))
+        for v in comparison.variants:
+            rows.append(
+                [
+                    v.label + (" (reference)" if v.is_reference else ""),
+                    v.quant,
+                    f"{v.estimated_total_bytes / GIB:.2f} GiB" + ("" if v.fits else " (does not fit)"),
+                    f"{v.peak_rss_bytes / GIB:.2f} GiB" if v.peak_rss_bytes else "-",
+                    f"{v.decode_tokens_per_s:.1f}" if v.decode_tokens_per_s else "-",
+                    f"{v.prefill_tokens_per_s:.0f}" if v.prefill_tokens_per_s else "-",
+                    f"{v.ttft_s * 1000:.0f} ms" if v.ttft_s is not None else "-",
+                    "—" if v.identical_token_share is None else f"{v.identical_token_share:.0%}",
+                    "—" if v.top1_agreement is None else f"{v.top1_agreement:.0%}",
+                ]
+                + [f"{v.pass_rates.get(n, 0.0):.0%}" for n in suites]
+            )
             overall = sum(v.pass_rates.values()) / max(len(v.pass_rates), 1)
             size = 12 + 30 * v.estimated_total_bytes / max(x.estimated_total_bytes for x in comparison.variants)
             color = COLORS["current"] if v.is_reference else (COLORS["weights"] if v.fits else COLORS["muted"])
             spots.append({"pos": (v.decode_tokens_per_s or 0.0, overall), "size": size, "brush": color})
+        fill_table(self.table, rows)
         self.scatter.setData(spots)
         for item in self.labels:
             self.chart.removeItem(item)

@@ -10,17 +10,15 @@ from PySide6.QtWidgets import (
     QAbstractItemView,
     QFileDialog,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QPushButton,
-    QTableWidget,
-    QTableWidgetItem,
     QVBoxLayout,
     QWidget,
 )
 
 from app.adapters.history import HistoryRow, RunHistory
 from app.core.errors import FitScopeError
+from app.ui.panels import fill_table, readonly_table
 
 MIB = 1024**2
 COLUMNS = [
@@ -64,12 +62,8 @@ class HistoryPanel(QWidget):
     def __init__(self, history: RunHistory | None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.history = history
-        self.table = QTableWidget(0, len(COLUMNS))
-        self.table.setHorizontalHeaderLabels(COLUMNS)
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table = readonly_table(COLUMNS)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.table.verticalHeader().setVisible(False)
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.table.setAccessibleName("Run history")
         self.compare_button = QPushButton("&Compare the two selected")
         self.export_button = QPushButton("E&xport CSV…")
@@ -79,11 +73,7 @@ class HistoryPanel(QWidget):
             buttons.addWidget(b)
         buttons.addStretch(1)
         self.note = QLabel("")
-        self.comparison = QTableWidget(0, 4)
-        self.comparison.setHorizontalHeaderLabels(["Figure", "Run A", "Run B", "B against A"])
-        self.comparison.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.comparison.verticalHeader().setVisible(False)
-        self.comparison.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.comparison = readonly_table(["Figure", "Run A", "Run B", "B against A"])
         layout = QVBoxLayout(self)
         layout.addWidget(self.table, 3)
         layout.addLayout(buttons)
@@ -102,25 +92,27 @@ class HistoryPanel(QWidget):
         else:
             self.rows = self.history.rows()
             self.note.setText(f"{len(self.rows)} runs kept in {self.history.path}" if self.rows else "No runs yet.")
-        self.table.setRowCount(len(self.rows))
-        for r, row in enumerate(self.rows):
-            cells = [
-                str(row.run_id),
-                dt.datetime.fromtimestamp(row.started_at).strftime("%Y-%m-%d %H:%M"),
-                row.model_name,
-                row.hardware,
-                row.mode,
-                f"{row.n_ctx:,}",
-                str(row.n_gpu_layers),
-                str(row.repeat),
-                "-" if row.ttft_s is None else f"{row.ttft_s * 1000:,.0f} ms",
-                _num(row.prefill_tokens_per_s),
-                _num(row.decode_tokens_per_s),
-                "-" if row.peak_rss_bytes is None else f"{row.peak_rss_bytes / MIB:,.0f} MiB",
-                row.llama_cpp_version,
-            ]
-            for c, text in enumerate(cells):
-                self.table.setItem(r, c, QTableWidgetItem(text))
+        fill_table(
+            self.table,
+            [
+                [
+                    str(row.run_id),
+                    dt.datetime.fromtimestamp(row.started_at).strftime("%Y-%m-%d %H:%M"),
+                    row.model_name,
+                    row.hardware,
+                    row.mode,
+                    f"{row.n_ctx:,}",
+                    str(row.n_gpu_layers),
+                    str(row.repeat),
+                    "-" if row.ttft_s is None else f"{row.ttft_s * 1000:,.0f} ms",
+                    _num(row.prefill_tokens_per_s),
+                    _num(row.decode_tokens_per_s),
+                    "-" if row.peak_rss_bytes is None else f"{row.peak_rss_bytes / MIB:,.0f} MiB",
+                    row.llama_cpp_version,
+                ]
+                for row in self.rows
+            ],
+        )
 
     def selected_ids(self) -> list[int]:
         rows = sorted({i.row() for i in self.table.selectedIndexes()})
@@ -129,19 +121,19 @@ class HistoryPanel(QWidget):
     def compare(self, a: int, b: int) -> None:
         if self.history is None:
             return
-        figures = self.history.compare(a, b)
-        self.comparison.setRowCount(len(figures))
-        for r, (name, va, vb, change) in enumerate(figures):
+        rows = []
+        for name, va, vb, change in self.history.compare(a, b):
             scale = 1 / MIB if name.endswith("_bytes") else 1.0
             digits = 3 if name.endswith("_s") else 1
-            cells = [
-                FIGURE_NAMES.get(name, name),
-                "-" if va is None else f"{va * scale:,.{digits}f}",
-                "-" if vb is None else f"{vb * scale:,.{digits}f}",
-                "-" if change is None else f"{100 * change:+.1f}%",
-            ]
-            for c, text in enumerate(cells):
-                self.comparison.setItem(r, c, QTableWidgetItem(text))
+            rows.append(
+                [
+                    FIGURE_NAMES.get(name, name),
+                    "-" if va is None else f"{va * scale:,.{digits}f}",
+                    "-" if vb is None else f"{vb * scale:,.{digits}f}",
+                    "-" if change is None else f"{100 * change:+.1f}%",
+                ]
+            )
+        fill_table(self.comparison, rows)
         self.note.setText(f"Run #{a} (A) against run #{b} (B).")
 
     def compare_selected(self) -> None:

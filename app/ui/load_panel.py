@@ -12,19 +12,15 @@ from typing import Any
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QComboBox,
     QDoubleSpinBox,
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QLineEdit,
     QPushButton,
     QSpinBox,
-    QTableWidget,
-    QTableWidgetItem,
     QVBoxLayout,
     QWidget,
 )
@@ -33,6 +29,7 @@ from app.adapters.batch_probe import BatchProfile
 from app.core.errors import FitScopeError
 from app.core.loadsim import Lengths, LoadResult, ServiceModel, sweep, sweep_rates
 from app.ui.charts import COLORS, Chart
+from app.ui.panels import fill_table, readonly_table
 
 # (gguf path) -> (cached profile or None, measure(on_event) -> profile, slots for N tokens)
 LoadSource = tuple[str, Callable[[], BatchProfile | None], Callable[[], BatchProfile], Callable[[int], int]]
@@ -143,8 +140,7 @@ class LoadPanel(QWidget):
                     symbolSize=6,
                     name=f"{policy}, {what}",
                 )
-        self.table = QTableWidget(0, 10)
-        self.table.setHorizontalHeaderLabels(
+        self.table = readonly_table(
             [
                 "Load",
                 "Batching",
@@ -158,9 +154,6 @@ class LoadPanel(QWidget):
                 "Slots",
             ]
         )
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.verticalHeader().setVisible(False)
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.summary = QLabel("")
         self.summary.setWordWrap(True)
         right = QVBoxLayout()
@@ -316,22 +309,24 @@ class LoadPanel(QWidget):
         for (batching, key), curve in self.curves.items():
             points = sorted((r for r in self.results if r.batching == batching), key=self._x)
             curve.setData([self._x(r) for r in points], [getattr(r, key) for r in points])
-        self.table.setRowCount(len(self.results))
-        for row, r in enumerate(self.results):
-            cells = [
-                str(r.users) if r.users is not None else f"{r.rate_per_s:g}/s",
-                "yes" if r.batching else "no",
-                f"{r.tokens_per_s:.1f}",
-                f"{r.requests_per_s:.2f}",
-                f"{r.ttft_p50_s:.2f} s",
-                f"{r.ttft_p95_s:.2f} s",
-                f"{r.e2e_p50_s:.2f} s",
-                f"{r.e2e_p95_s:.2f} s",
-                f"{r.queue_wait_p95_s:.2f} s",
-                f"{r.slots}" + (" (memory cap)" if r.slots_capped_by_memory else ""),
-            ]
-            for c, text in enumerate(cells):
-                self.table.setItem(row, c, QTableWidgetItem(text))
+        fill_table(
+            self.table,
+            [
+                [
+                    str(r.users) if r.users is not None else f"{r.rate_per_s:g}/s",
+                    "yes" if r.batching else "no",
+                    f"{r.tokens_per_s:.1f}",
+                    f"{r.requests_per_s:.2f}",
+                    f"{r.ttft_p50_s:.2f} s",
+                    f"{r.ttft_p95_s:.2f} s",
+                    f"{r.e2e_p50_s:.2f} s",
+                    f"{r.e2e_p95_s:.2f} s",
+                    f"{r.queue_wait_p95_s:.2f} s",
+                    f"{r.slots}" + (" (memory cap)" if r.slots_capped_by_memory else ""),
+                ]
+                for r in self.results
+            ],
+        )
         p = self.profile
         assert p is not None
         best = max((r for r in self.results if r.batching), key=lambda r: r.tokens_per_s, default=None)

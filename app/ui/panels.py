@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
+    QAbstractItemView,
     QFrame,
     QGridLayout,
     QHBoxLayout,
+    QHeaderView,
     QLabel,
     QProgressBar,
     QSlider,
     QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
     QVBoxLayout,
     QWidget,
 )
@@ -20,6 +25,30 @@ from PySide6.QtWidgets import (
 from app.core.estimate import GIB, MAX_CONTEXT_TOKENS
 from app.core.hardware import GpuSnapshot, HostSnapshot
 from app.core.scenario import MIN_CONTEXT_TOKENS, Verdict
+
+
+def readonly_table(headers: Sequence[str] = (), stretch_last: bool = False) -> QTableWidget:
+    """A table of figures: not editable, no row numbers, columns as wide as their contents."""
+    table = QTableWidget(0, len(headers))
+    table.setHorizontalHeaderLabels(list(headers))
+    table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+    table.verticalHeader().setVisible(False)
+    table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+    table.horizontalHeader().setStretchLastSection(stretch_last)
+    return table
+
+
+def fill_table(table: QTableWidget, rows: Sequence[Sequence[str]]) -> None:
+    """Show ``rows`` of text, reusing the cells already there (a slider step refills tables)."""
+    table.setRowCount(len(rows))
+    for r, cells in enumerate(rows):
+        for c, text in enumerate(cells):
+            item = table.item(r, c)
+            if item is None:
+                table.setItem(r, c, QTableWidgetItem(text))
+            else:
+                item.setText(text)
+
 
 LIGHTS = {"green": "#2e9d4a", "amber": "#e0a100", "red": "#d23c3c"}
 LIGHT_WORDS = {"green": "Fits", "amber": "Tight", "red": "Does not fit"}

@@ -21,21 +21,17 @@ import psutil
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QComboBox,
     QDoubleSpinBox,
     QFormLayout,
     QGridLayout,
     QGroupBox,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QLineEdit,
     QPlainTextEdit,
     QPushButton,
     QSpinBox,
-    QTableWidget,
-    QTableWidgetItem,
     QVBoxLayout,
     QWidget,
 )
@@ -45,6 +41,7 @@ from app.core.errors import FitScopeError
 from app.core.measure import RunResult, RunSettings, Spread, summary
 from app.core.run_vs_estimate import CUDA_INSTALL_HINT
 from app.ui.charts import COLORS, Chart
+from app.ui.panels import fill_table, readonly_table
 
 MIB = 1024**2
 PASSAGE = (
@@ -213,15 +210,10 @@ class RunPanel(QWidget):
         self.estimate_line.setVisible(False)
         self.memory_chart.addItem(self.estimate_line)
 
-        self.figures = QTableWidget(0, 4)
-        self.figures.setHorizontalHeaderLabels(["Figure", "Measured (median)", "Spread", "Estimated"])
-        self.buffers = QTableWidget(0, 5)
-        self.buffers.setHorizontalHeaderLabels(["llama.cpp buffer", "Reported", "Estimated", "Difference", "%"])
-        for table in (self.figures, self.buffers):
-            table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-            table.verticalHeader().setVisible(False)
-            table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-            table.horizontalHeader().setStretchLastSection(True)
+        self.figures = readonly_table(["Figure", "Measured (median)", "Spread", "Estimated"], stretch_last=True)
+        self.buffers = readonly_table(
+            ["llama.cpp buffer", "Reported", "Estimated", "Difference", "%"], stretch_last=True
+        )
         self.log_view = QPlainTextEdit()
         self.log_view.setReadOnly(True)
         self.log_view.setAccessibleName("llama.cpp's log while loading")
@@ -553,9 +545,9 @@ class RunPanel(QWidget):
         if report and report.get("measured_efficiency"):
             share = report["measured_efficiency"]["value"]
             rows.append(["Decode against the bandwidth limit", f"{100 * share:.0f}% of the roofline", "", ""])
-        _fill(self.figures, rows)
+        fill_table(self.figures, rows)
         comparison = (report or {}).get("comparison", [])
-        _fill(
+        fill_table(
             self.buffers,
             [
                 [
@@ -580,13 +572,6 @@ class RunPanel(QWidget):
             f"Done: {len(result.completed_runs)} of {result.settings.repeat} repetitions"
             + (f"; saved as run #{report['history_id']}" if report and "history_id" in report else "")
         )
-
-
-def _fill(table: QTableWidget, rows: list[list[str]]) -> None:
-    table.setRowCount(len(rows))
-    for r, cells in enumerate(rows):
-        for c, text in enumerate(cells):
-            table.setItem(r, c, QTableWidgetItem(text))
 
 
 def demo_or_path(path: str | None, demo: Callable[[], Path]) -> Callable[[], str]:

@@ -19,7 +19,6 @@ from typing import Any
 from PySide6.QtCore import QBuffer, QByteArray, QEvent, QIODevice, QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QCheckBox,
     QComboBox,
     QCompleter,
@@ -29,7 +28,6 @@ from PySide6.QtWidgets import (
     QGridLayout,
     QGroupBox,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QLineEdit,
     QListWidget,
@@ -41,8 +39,6 @@ from PySide6.QtWidgets import (
     QScrollArea,
     QSpinBox,
     QSplitter,
-    QTableWidget,
-    QTableWidgetItem,
     QTabWidget,
     QVBoxLayout,
     QWidget,
@@ -78,7 +74,7 @@ from app.ui.charts import ConcurrencyChart, ContextChart, DeviceBar, LadderChart
 from app.ui.help import AboutDialog, HowItWorksDialog, Walkthrough, diagnostics
 from app.ui.history_panel import HistoryPanel
 from app.ui.load_panel import LoadPanel
-from app.ui.panels import ContextControl, HardwareView, VerdictBanner
+from app.ui.panels import ContextControl, HardwareView, VerdictBanner, fill_table, readonly_table
 from app.ui.run_panel import RunContext, RunPanel, demo_or_path
 from app.ui.scale_panel import ScalePanel
 from app.ui.worker import TaskRunner, process_pool
@@ -321,19 +317,15 @@ class MainWindow(QMainWindow):
         }
         self.tabs.addTab(charts_page, "C&harts")
         self.tabs.addTab(self.ladder_chart, "&Quantization ladder")
-        self.compare_table = QTableWidget(0, 6)
-        self.compare_table.setHorizontalHeaderLabels(
-            ["Hardware", "Memory needed", "Memory there", "Fits", "Expected tokens/s", "Price (USD)"]
+        self.compare_table = readonly_table(
+            ["Hardware", "Memory needed", "Memory there", "Fits", "Expected tokens/s", "Price (USD)"], stretch_last=True
         )
-        self._table_defaults(self.compare_table)
         self.tabs.addTab(self.compare_table, "Com&pare hardware")
         details = QWidget()
         details_layout = QVBoxLayout(details)
-        self.breakdown_table = QTableWidget(0, 8)
-        self.breakdown_table.setHorizontalHeaderLabels(
-            ["Device", "Weights", "KV cache", "Compute", "Output", "Overhead", "Total", "Capacity"]
+        self.breakdown_table = readonly_table(
+            ["Device", "Weights", "KV cache", "Compute", "Output", "Overhead", "Total", "Capacity"], stretch_last=True
         )
-        self._table_defaults(self.breakdown_table)
         self.command_text = QPlainTextEdit()
         self.command_text.setReadOnly(True)
         self.command_text.setMaximumHeight(170)
@@ -389,13 +381,6 @@ class MainWindow(QMainWindow):
         self.ctv_combo.activated.connect(lambda _i: self._controls_edited(cache_type_v=self.ctv_combo.currentData()))
         self.fa_check.toggled.connect(lambda on: self._controls_edited(flash_attn=on))
         self.ngl_spin.valueChanged.connect(lambda v: self._controls_edited(gpu_layers=None if v < 0 else v))
-
-    @staticmethod
-    def _table_defaults(table: QTableWidget) -> None:
-        table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        table.verticalHeader().setVisible(False)
-        table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        table.horizontalHeader().setStretchLastSection(True)
 
     def _device_combo(self, include_local: bool, include_none: bool = False) -> QComboBox:
         combo = QComboBox()
@@ -838,7 +823,7 @@ class MainWindow(QMainWindow):
                         )
                     ]
                 )
-        _fill(self.breakdown_table, rows)
+        fill_table(self.breakdown_table, rows)
         compare = [self._compare_row_current(view)] if view.estimate is not None else []
         for r in view.comparison:
             if r.error:
@@ -856,7 +841,7 @@ class MainWindow(QMainWindow):
                     r.price_usd,
                 )
             )
-        _fill(self.compare_table, compare)
+        fill_table(self.compare_table, compare)
         try:
             self.command_text.setPlainText(report.copy_command_text(view))
         except FitScopeError as exc:
@@ -1192,17 +1177,6 @@ def hardware_key(choice: HardwareChoice) -> str:
 
 def _escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def _fill(table: QTableWidget, rows: list[list[str]]) -> None:
-    table.setRowCount(len(rows))
-    for r, cells in enumerate(rows):
-        for c, text in enumerate(cells):
-            item = table.item(r, c)
-            if item is None:
-                table.setItem(r, c, QTableWidgetItem(text))
-            else:
-                item.setText(text)
 
 
 def _compare_cells(label, budget, capacity, fits, gpu_layers, n_layer, decode, price) -> list[str]:
