@@ -68,7 +68,9 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-ctk", "--cache-type-k", default="f16")
     p.add_argument("-ctv", "--cache-type-v", default="f16")
     p.add_argument("-ngl", "--n-gpu-layers", type=int, default=0, help="layers on the GPU (-1: all; default 0)")
-    p.add_argument("-t", "--threads", type=int, default=None)
+    p.add_argument(
+        "-t", "--threads", type=int, default=None, help="CPU threads (default: llama-server's, the physical cores)"
+    )
     p.add_argument("--no-save", action="store_true", help="do not add the run to the history")
     p.add_argument("--json", action="store_true")
 
@@ -102,6 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("-n", "--n-gen", type=int, default=128, help="tg: tokens generated one by one (default 128)")
     bench.add_argument("-d", "--depth", type=int, default=0, help="context already filled before timing (default 0)")
     bench.add_argument("--repeat", type=int, default=3, help="repetitions (default 3; llama-bench uses 5)")
+    bench.add_argument(
+        "--sweep-threads",
+        action="store_true",
+        help="run once per thread count (1 to the physical cores, and the logical CPUs) to find the peaks",
+    )
     cmp_ = sub.add_parser("compare", help="run task suites on 2-4 quantized variants and recommend one per task")
     cmp_.add_argument("--gguf", action="append", metavar="PATH", required=True, help="a variant (repeat: 2-4)")
     cmp_.add_argument(
@@ -426,7 +433,23 @@ def _measure_and_report(args: argparse.Namespace, mode: str) -> int:
                 file=sys.stderr,
             )
 
-    result = run_live(settings, on_event=progress, hardware=hardware)
+    sweep = None
+    if getattr(args, "sweep_threads", False):
+        from app.adapters.cpu_topology import llama_math_threads, logical_cpus
+        from app.adapters.llamacpp_runner import sweep_threads
+        from app.core.llama_defaults import thread_sweep
+        from app.core.measure import sweep_rows
+
+        counts = thread_sweep(llama_math_threads(), logical_cpus())
+        if not args.json:
+            print(f"sweeping threads: {', '.join(map(str, counts))}", file=sys.stderr)
+        results = sweep_threads(settings, counts, on_event=progress)
+        sweep = sweep_rows(results)
+        # The report and the calibration follow the run with llama-server's threads.
+        result = next((r for r in results if r.threads and r.threads.is_llama_default), results[-1])
+        result = result.model_copy(update={"hardware": hardware})
+    else:
+        result = run_live(settings, on_event=progress, hardware=hardware)
     on_gpu = settings.n_gpu_layers != 0 and result.gpu_offload_supported and status.available
     if on_gpu:
         targets = [fit.target_from_gpu(g) for g in status.gpus] + [
@@ -437,12 +460,15 @@ def _measure_and_report(args: argparse.Namespace, mode: str) -> int:
         targets = [fit.cpu_target(host.model_copy(update={"measured_read_bandwidth_gb_s": bw}))]
     run_est = estimate_for_run(result, model.arch, model.tensors, targets, fit.repack_profile(host))
     report = run_report(result, model.label, run_est)
+    if sweep is not None:
+        report["thread_sweep"] = [row.model_dump() for row in sweep]
     if not args.no_save:
         history = RunHistory()
         run_id = history.add(result, report.get("estimate"))
-        if run_est.efficiency is not None:
+        measured = report.get("measured_efficiency")
+        if measured:
             key = machine_key(host, status.gpus if status.available else ())
-            history.set_efficiency(key, run_est.efficiency[0], run_est.efficiency[1], run_id)
+            history.set_efficiency(key, measured["target"], measured["value"], run_id, measured["n_threads"])
         history.close()
         report["history_id"] = run_id
     if args.json:
@@ -463,6 +489,17 @@ def format_run_report(r: dict) -> str:
         f"inter-token p50 {fmt(r['itl_p50_s'], ' ms', 1000)} / p95 {fmt(r['itl_p95_s'], ' ms', 1000)}; "
         f"peak RSS {fmt(r['peak_rss_bytes'], ' MiB', 1 / MIB, 0)}",
     ]
+    if r.get("threads"):
+        lines.append(f"threads: {r['threads']['text']}")
+    for row in r.get("thread_sweep") or []:
+        pp, tg = row["prefill_tokens_per_s"], row["decode_tokens_per_s"]
+        lines.append(
+            f"  {row['n_threads']:3d} thread{'s' if row['n_threads'] != 1 else ' '}: "
+            f"pp {fmt(pp, ' tok/s')}{' (peak)' if row['best_prefill'] else ''}, "
+            f"tg {fmt(tg, ' tok/s')}{' (peak)' if row['best_decode'] else ''}"
+        )
+    if r.get("calibration_note"):
+        lines.append(r["calibration_note"])
     est = r.get("estimate")
     if est:
         d = est["decode_tokens_per_s"]
@@ -557,6 +594,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 "decode_tokens_per_s": v.decode_tokens_per_s,
                 "prefill_tokens_per_s": v.prefill_tokens_per_s,
                 "ttft_s": v.ttft_s,
+                "n_threads": v.n_threads,
                 "identical_token_share": v.identical_token_share,
                 "top1_agreement": v.top1_agreement,
                 "answers": [

@@ -2,6 +2,11 @@
 child process streaming events to this process) and through a bare llama-cpp-python loop in this
 process, alternating, and the ratio of their decode speeds.
 
+The runner is given no thread count, as `fitscope run` with no --threads: it must pick
+llama-server's (the physical cores). The bare loop is given that count explicitly (n_threads =
+n_threads_batch = llama-server's), so the ratio shows both the runner's overhead and whether its
+default matches llama.cpp's own tools.
+
     .venv/bin/python scripts/bench_runner_overhead.py [--gguf PATH] [-n 128] [--rounds 4]
 
 Target: the runner keeps at least 95% of the bare decode tokens/s.
@@ -17,6 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from app.adapters.cpu_topology import llama_math_threads  # noqa: E402
 from app.adapters.demo_model import demo_model_path  # noqa: E402
 from app.adapters.llamacpp_runner import run_live  # noqa: E402
 from app.core.measure import RunSettings  # noqa: E402
@@ -48,16 +54,31 @@ def main() -> int:
 
     import llama_cpp
 
-    llm = llama_cpp.Llama(model_path=path, n_ctx=args.ctx_size, flash_attn=True, swa_full=True, verbose=False)
+    threads = llama_math_threads()
+    llm = llama_cpp.Llama(
+        model_path=path,
+        n_ctx=args.ctx_size,
+        flash_attn=True,
+        swa_full=True,
+        n_threads=threads,
+        n_threads_batch=threads,
+        verbose=False,
+    )
     settings = RunSettings(
         gguf_path=path, prompt=PROMPT, max_tokens=args.n_predict, n_ctx=args.ctx_size, ignore_eos=True, repeat=1
     )
     bare_decode_tokens_per_s(llm, 8)  # warm the caches once
     app_rates, bare_rates = [], []
-    print(f"{Path(path).name}: {args.n_predict} tokens per run, {args.rounds} rounds, alternating")
+    print(
+        f"{Path(path).name}: {args.n_predict} tokens per run, {args.rounds} rounds, alternating; "
+        f"bare loop with n_threads={threads} (llama-server's count here), runner with no thread option"
+    )
     print(f"{'round':>5s} {'runner tok/s':>13s} {'bare tok/s':>11s} {'ratio':>7s}")
     for i in range(args.rounds):
         result = run_live(settings)
+        if result.n_threads_used != threads:
+            print(f"the runner used {result.n_threads_used} threads, not llama-server's {threads}")
+            return 1
         app = result.runs[0].decode_tokens_per_s_wall or 0.0
         bare = bare_decode_tokens_per_s(llm, args.n_predict)
         app_rates.append(app)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from app.adapters import history as history_module
-from app.adapters.history import DEFAULT_DB_NAME, HistoryRow, RunHistory, default_history_path
+from app.adapters.history import DEFAULT_DB_NAME, SCHEMA_VERSION, HistoryRow, RunHistory, default_history_path
 from app.core import measure
 from app.core.errors import FitScopeError
 from app.core.measure import MIB, MeasuredBuffers, RunResult, RunSettings
@@ -104,7 +104,7 @@ def test_default_path_follows_data_dir(tmp_path: Path, monkeypatch: pytest.Monke
 def test_schema_version_and_wal(store: RunHistory) -> None:
     conn = sqlite3.connect(store.path)
     try:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         assert {"runs", "efficiency"} <= tables
@@ -246,24 +246,51 @@ def test_export_csv(store: RunHistory, tmp_path: Path) -> None:
 def test_efficiencies_newest_wins_per_target(store: RunHistory) -> None:
     r1 = store.add(_gemma_run(started_at=T0))
     r2 = store.add(_gemma_run(started_at=T0 + 60))
-    store.set_efficiency("host-a", "CPU", 0.55, r1)
-    store.set_efficiency("host-a", "NVIDIA GeForce RTX 4090", 0.71, r1)
-    store.set_efficiency("host-a", "CPU", 0.62, r2)
-    store.set_efficiency("host-b", "CPU", 0.40, r2)
+    store.set_efficiency("host-a", "CPU", 0.55, r1, 2)
+    store.set_efficiency("host-a", "NVIDIA GeForce RTX 4090", 0.71, r1, 2)
+    store.set_efficiency("host-a", "CPU", 0.62, r2, 2)
+    store.set_efficiency("host-b", "CPU", 0.40, r2, 2)
 
-    assert store.efficiencies("host-a") == {"CPU": 0.62, "NVIDIA GeForce RTX 4090": 0.71}
-    assert store.efficiencies("host-b") == {"CPU": 0.40}
-    assert store.efficiencies("nowhere") == {}
+    assert store.efficiencies("host-a", 2) == {"CPU": 0.62, "NVIDIA GeForce RTX 4090": 0.71}
+    assert store.efficiencies("host-b", 2) == {"CPU": 0.40}
+    assert store.efficiencies("nowhere", 2) == {}
 
     with pytest.raises(KeyError):
-        store.set_efficiency("host-a", "CPU", 0.5, 9999)
+        store.set_efficiency("host-a", "CPU", 0.5, 9999, 2)
     with pytest.raises(ValueError):
-        store.set_efficiency("host-a", "CPU", float("nan"), r1)
+        store.set_efficiency("host-a", "CPU", float("nan"), r1, 2)
 
     # Deleting the run a calibration came from takes the calibration with it.
     store.delete(r2)
-    assert store.efficiencies("host-a") == {"CPU": 0.55, "NVIDIA GeForce RTX 4090": 0.71}
-    assert store.efficiencies("host-b") == {}
+    assert store.efficiencies("host-a", 2) == {"CPU": 0.55, "NVIDIA GeForce RTX 4090": 0.71}
+    assert store.efficiencies("host-b", 2) == {}
+
+
+def test_an_efficiency_measured_with_other_threads_never_calibrates(store: RunHistory) -> None:
+    default_run = store.add(_gemma_run(started_at=T0))
+    one_thread = store.add(_gemma_run(started_at=T0 + 60))
+    store.set_efficiency("host-a", "CPU", 0.60, default_run, 2)
+    store.set_efficiency("host-a", "CPU", 0.45, one_thread, 1)  # newer, but another configuration
+    assert store.efficiencies("host-a", 2) == {"CPU": 0.60}
+    assert store.efficiencies("host-a", 1) == {"CPU": 0.45}
+
+
+def test_a_version_1_history_keeps_its_runs_and_drops_their_thread_less_calibration(tmp_path: Path) -> None:
+    from app.adapters import history
+
+    path = tmp_path / "runs.sqlite3"
+    version_1 = history._SCHEMA.replace(",\n    n_threads INTEGER", "")
+    assert "n_threads" not in version_1
+    conn = sqlite3.connect(path)
+    conn.executescript(version_1)
+    conn.execute("INSERT INTO efficiency VALUES (1, 'host-a', 'CPU', 0.41, 1, 0)")
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+    with RunHistory(path) as store:
+        # Measured with llama-cpp-python's one-thread default: not this machine's llama-server speed.
+        assert store.efficiencies("host-a", 2) == {}
+        assert store.efficiencies("host-a", 1) == {}
 
 
 def test_delete(store: RunHistory) -> None:
@@ -361,7 +388,7 @@ def test_newer_schema_is_refused_and_left_alone(tmp_path: Path) -> None:
     path = tmp_path / DEFAULT_DB_NAME
     conn = sqlite3.connect(path)
     conn.execute("CREATE TABLE runs (id INTEGER PRIMARY KEY, something_new TEXT)")
-    conn.execute("PRAGMA user_version = 2")
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     conn.commit()
     conn.close()
     before = path.read_bytes()

@@ -8,6 +8,7 @@ import json
 import pytest
 from test_window import make_services, open_window, settle
 
+from app.adapters.cpu_topology import llama_math_threads
 from app.adapters.tiny_gguf import write_tiny_llama
 
 pytestmark = pytest.mark.llamacpp
@@ -81,7 +82,8 @@ def test_load_tab_measures_and_simulates(qtbot, tmp_path, tiny):
     xs, ys = panel.curves[(True, "e2e_p95_s")].getData()
     assert list(xs) == [1, 2, 4] and list(ys) == [r.e2e_p95_s for r in results if r.batching]
     assert list(panel.throughput[False].getData()[1]) == [r.tokens_per_s for r in results if not r.batching]
-    assert "Measured here: prefill" in panel.summary.text()
+    assert f"Measured here with {llama_math_threads()} threads" in panel.summary.text()
+    assert "(like llama-server): prefill" in panel.summary.text()
     panel.users.setText("1, two")
     assert panel.simulate() == [] and "numbers separated by commas" in panel.status.text()
 

@@ -8,6 +8,7 @@ import tomllib
 import pytest
 from test_window import make_services, open_window, settle
 
+from app.adapters.cpu_topology import llama_math_threads
 from app.adapters.tiny_gguf import write_tiny_llama
 from app.core.scenario import ModelChoice
 
@@ -32,7 +33,10 @@ def test_make_a_variant_compare_and_export_the_routing_config(qtbot, tmp_path):
     assert [v.label for v in comparison.variants] == ["tiny-F32", "tiny-Q4_0"]
     assert panel.table.rowCount() == 2 and panel.table.item(0, 0).text() == "tiny-F32 (reference)"
     assert comparison.variants[1].top1_agreement is not None
-    assert panel.table.item(1, 8).text() == f"{comparison.variants[1].top1_agreement:.0%}"
+    assert panel.table.item(1, 9).text() == f"{comparison.variants[1].top1_agreement:.0%}"
+    # Each variant ran with llama-server's thread count, and the table says so.
+    assert all(v.n_threads == llama_math_threads() for v in comparison.variants)
+    assert panel.table.item(1, 7).text() == str(llama_math_threads())
     assert "needs ≥" in panel.advice.text()
     out = tmp_path / "routing.toml"
     panel.export_routing(out, "toml")

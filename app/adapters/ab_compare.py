@@ -123,6 +123,7 @@ def compare_variants(
                 if is_reference or not ref_tokens
                 else sum(o.top1_matches or 0 for o in run.outcomes) / ref_tokens,
                 is_reference=is_reference,
+                n_threads=run.n_threads,
             )
         )
     progress("Done.")

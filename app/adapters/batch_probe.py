@@ -42,6 +42,8 @@ from typing import Any, TextIO
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.adapters.child import start_child
+from app.adapters.cpu_topology import llama_math_threads
+from app.core import llama_defaults
 from app.core.errors import FitScopeError
 
 _LOG_LEVEL_ERROR = 4
@@ -65,8 +67,8 @@ class BatchSettings(_Frozen):
     prompt_tokens: int = Field(default=64, ge=1)
     gen_tokens: int = Field(default=32, ge=1)
     n_ctx: int = Field(default=2048, ge=16)
-    n_batch: int = Field(default=2048, ge=1)
-    n_ubatch: int = Field(default=512, ge=1)
+    n_batch: int = Field(default=llama_defaults.N_BATCH, ge=1)
+    n_ubatch: int = Field(default=llama_defaults.N_UBATCH, ge=1)
     n_threads: int | None = Field(default=None, ge=1)
     repeat: int = Field(default=2, ge=1, le=50)
     seed: int = 0
@@ -182,7 +184,7 @@ def measure_batching(
     n_ctx: int = 2048,
     n_threads: int | None = None,
     repeat: int = 2,
-    n_batch: int = 2048,
+    n_batch: int = llama_defaults.N_BATCH,
     seed: int = 0,
     timeout_s: float = 600.0,
     on_event: Callable[[Event], None] | None = None,
@@ -190,7 +192,8 @@ def measure_batching(
     """Measure prefill, batched decode steps and batched end-to-end runs of ``gguf_path`` in a
     llama.cpp child process (CPU or whatever backend llama-cpp-python was built with).
 
-    ``n_threads`` defaults to the number of physical cores. ``on_event`` receives the child's
+    ``n_threads`` defaults to llama-server's count (``cpu_topology.llama_math_threads``).
+    ``on_event`` receives the child's
     progress events on the calling thread. Raises :class:`BatchProbeError` for impossible settings,
     a model llama.cpp refuses, a child that dies, or one that runs past ``timeout_s``.
     """
@@ -205,7 +208,7 @@ def measure_batching(
             gen_tokens=gen_tokens,
             n_ctx=n_ctx,
             n_batch=n_batch,
-            n_threads=n_threads,
+            n_threads=n_threads or llama_math_threads(),
             repeat=repeat,
             seed=seed,
         )
@@ -279,15 +282,6 @@ def measure_batching(
 
 
 # -- child side ----------------------------------------------------------------------------------
-
-
-def _default_threads() -> int:
-    try:
-        import psutil
-
-        return int(psutil.cpu_count(logical=False) or os.cpu_count() or 1)
-    except ImportError:  # pragma: no cover - psutil is a dependency
-        return os.cpu_count() or 1
 
 
 class _Engine:
@@ -383,7 +377,7 @@ def _measure(out: TextIO, settings: BatchSettings) -> int:
         _emit(out, {"event": "error", "message": f"llama.cpp could not {what}: {reason}"})
         return 1
 
-    n_threads = settings.n_threads or _default_threads()
+    n_threads = settings.n_threads or llama_math_threads()
     t0 = time.perf_counter()
     mparams = lib.llama_model_default_params()
     model = lib.llama_model_load_from_file(settings.gguf_path.encode(), mparams)

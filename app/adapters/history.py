@@ -45,7 +45,7 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 DEFAULT_DB_NAME = "runs.sqlite3"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # The kinds MeasuredBuffers.total() accepts, in the order compare() lists them. "rs" (recurrent
 # state: Mamba / RWKV / hybrid models) is the KV cache's counterpart there, so it is compared too.
@@ -99,7 +99,8 @@ CREATE TABLE IF NOT EXISTS efficiency (
     target_name TEXT NOT NULL,
     efficiency REAL NOT NULL,
     run_id INTEGER NOT NULL,
-    saved_at REAL NOT NULL
+    saved_at REAL NOT NULL,
+    n_threads INTEGER
 );
 CREATE INDEX IF NOT EXISTS efficiency_machine ON efficiency (machine_key, target_name);
 """
@@ -261,6 +262,10 @@ class RunHistory:
                     for statement in _SCHEMA.split(";"):
                         if statement.strip():
                             conn.execute(statement)
+                    columns = {row[1] for row in conn.execute("PRAGMA table_info(efficiency)")}
+                    if "n_threads" not in columns:
+                        # Version 1 kept no thread count: its efficiencies stay, but never calibrate.
+                        conn.execute("ALTER TABLE efficiency ADD COLUMN n_threads INTEGER")
                     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                     conn.execute("COMMIT")
                 except BaseException:
@@ -417,28 +422,33 @@ class RunHistory:
                 raise KeyError(run_id)
             conn.execute("DELETE FROM efficiency WHERE run_id = ?", (run_id,))
 
-    def set_efficiency(self, machine_key: str, target_name: str, efficiency: float, run_id: int) -> None:
+    def set_efficiency(
+        self, machine_key: str, target_name: str, efficiency: float, run_id: int, n_threads: int | None
+    ) -> None:
         """Records the decode efficiency (measured / bandwidth-bound tokens per second, a fraction
-        above 0) that run ``run_id`` measured for ``target_name`` on ``machine_key``. Earlier values
-        are kept; the newest wins. ValueError for a value that is not a positive finite number,
-        KeyError when there is no such run."""
+        above 0) that run ``run_id`` measured for ``target_name`` on ``machine_key`` with
+        ``n_threads`` CPU threads. Earlier values are kept; the newest wins. ValueError for a value
+        that is not a positive finite number, KeyError when there is no such run."""
         if not math.isfinite(efficiency) or efficiency <= 0:
             raise ValueError(f"efficiency must be a positive finite number, not {efficiency!r}")
         with self._transaction() as conn:
             if conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is None:
                 raise KeyError(run_id)
             conn.execute(
-                "INSERT INTO efficiency (machine_key, target_name, efficiency, run_id, saved_at)"
-                " VALUES (?, ?, ?, ?, ?)",
-                (machine_key, target_name, float(efficiency), run_id, time.time()),
+                "INSERT INTO efficiency (machine_key, target_name, efficiency, run_id, saved_at, n_threads)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (machine_key, target_name, float(efficiency), run_id, time.time(), n_threads),
             )
 
-    def efficiencies(self, machine_key: str) -> dict[str, float]:
-        """Target name -> the newest decode efficiency recorded on ``machine_key``."""
+    def efficiencies(self, machine_key: str, n_threads: int) -> dict[str, float]:
+        """Target name -> the newest decode efficiency recorded on ``machine_key`` by a run with
+        ``n_threads`` threads (llama-server's count, so that estimates follow what llama-server does;
+        values measured with other or unrecorded thread counts never calibrate)."""
         with self._lock:
             # By insertion order rather than saved_at: a clock set back must not resurrect an old value.
             found = self._conn.execute(
-                "SELECT target_name, efficiency FROM efficiency WHERE machine_key = ? ORDER BY id", (machine_key,)
+                "SELECT target_name, efficiency FROM efficiency WHERE machine_key = ? AND n_threads = ? ORDER BY id",
+                (machine_key, n_threads),
             ).fetchall()
         return dict(found)
 

@@ -64,6 +64,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from app.adapters.child import module_command
+from app.adapters.cpu_topology import llama_math_threads
 from app.core.errors import FitScopeError
 
 MIB = 1024 * 1024
@@ -681,8 +682,8 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
         cparams.n_batch = args.n_batch
         cparams.n_ubatch = args.n_ubatch
         cparams.n_seq_max = args.n_seq_max
-        cparams.n_threads = 2
-        cparams.n_threads_batch = 2
+        # Threads change no allocation; llama-server's count keeps the dry run like the real one.
+        cparams.n_threads = cparams.n_threads_batch = llama_math_threads()
         cparams.flash_attn_type = {
             "auto": L.LLAMA_FLASH_ATTN_TYPE_AUTO,
             "on": L.LLAMA_FLASH_ATTN_TYPE_ENABLED,

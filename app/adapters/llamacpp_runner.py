@@ -34,7 +34,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from app.adapters.child import start_child
+from app.adapters.cpu_topology import llama_math_threads, with_llama_threads
 from app.adapters.llamacpp_probe import GGML_TYPE_IDS, _reason, parse_llama_log
+from app.core import llama_defaults
 from app.core.errors import FitScopeError
 from app.core.measure import MeasuredBuffers, RunFigures, RunResult, RunSettings, figures_from_times
 
@@ -71,7 +73,7 @@ class LiveRun:
         path = gguf_path or settings.gguf_path
         if not Path(path).is_file():
             raise RunError(f"{path} does not exist or is not a file.")
-        self.settings = settings
+        self.settings = with_llama_threads(settings)
         self._proc = start_child(module)
         self._stderr: list[str] = []
         self._stderr_thread = threading.Thread(target=self._drain_stderr, daemon=True)
@@ -79,7 +81,7 @@ class LiveRun:
         self._stop_requested = threading.Event()
         self._lock = threading.Lock()
         assert self._proc.stdin is not None
-        self._proc.stdin.write(settings.model_dump_json() + "\n")
+        self._proc.stdin.write(self.settings.model_dump_json() + "\n")
         self._proc.stdin.flush()
 
     @property
@@ -203,7 +205,7 @@ def run_live(
         raise RunError(f"llama.cpp stopped during the run (exit code {code})" + (f": {tail}" if tail else "."))
     final = done or {}
     return RunResult(
-        settings=settings,
+        settings=live.settings,
         started_at=float(loaded["started_at"]),
         llama_cpp_version=str(loaded["llama_cpp_version"]),
         gpu_offload_supported=bool(loaded["gpu_offload_supported"]),
@@ -218,7 +220,38 @@ def run_live(
         output_text="".join(text_parts),
         hardware=hardware or {},
         log_tail=str(loaded.get("log_tail", "")),
+        n_threads_used=loaded.get("n_threads"),
+        llama_server_threads=llama_math_threads(),
     )
+
+
+def sweep_threads(
+    settings: RunSettings,
+    counts: tuple[int, ...],
+    on_event: Callable[[Event], None] | None = None,
+    on_start: Callable[[LiveRun], None] | None = None,
+) -> list[RunResult]:
+    """Runs ``settings`` once per thread count in ``counts`` (one child each, in order) and returns
+    the results; a stop ends the sweep after the run it interrupted. Events carry ``threads``.
+    Raises :class:`RunError` as :func:`run_live` does."""
+    results: list[RunResult] = []
+    lives: list[LiveRun] = []
+
+    def started(live: LiveRun) -> None:
+        lives.append(live)
+        if on_start is not None:
+            on_start(live)
+
+    for n in counts:
+
+        def tagged(event: Event, n: int = n) -> None:
+            if on_event is not None:
+                on_event(event | {"threads": n})
+
+        results.append(run_live(settings.model_copy(update={"n_threads": n}), on_event=tagged, on_start=started))
+        if lives and lives[-1].stop_requested:
+            break
+    return results
 
 
 # -- child side ----------------------------------------------------------------------------------
@@ -377,20 +410,23 @@ def _bench(child: _Child, llama_cpp: Any, llm: Any, settings: RunSettings, run: 
 
 def open_model(llama_cpp: Any, settings: Any) -> Any:
     """``llama_cpp.Llama`` for a worker's settings (any record with the RunSettings field names;
-    batch, ubatch, swa_full and seed default to llama.cpp's runner defaults when absent). Raises
-    ValueError or RuntimeError when llama.cpp refuses the file."""
+    batch, ubatch, swa_full and seed default to llama-server's defaults when absent, threads to
+    llama-server's count: :mod:`app.core.llama_defaults`). Raises ValueError or RuntimeError when
+    llama.cpp refuses the file."""
+    n_threads = settings.n_threads or llama_math_threads()
     return llama_cpp.Llama(
         model_path=settings.gguf_path,
         n_ctx=settings.n_ctx,
-        n_batch=getattr(settings, "n_batch", 2048),
-        n_ubatch=getattr(settings, "n_ubatch", 512),
+        n_batch=getattr(settings, "n_batch", llama_defaults.N_BATCH),
+        n_ubatch=getattr(settings, "n_ubatch", llama_defaults.N_UBATCH),
+        use_mmap=llama_defaults.USE_MMAP,
         n_gpu_layers=settings.n_gpu_layers,
         flash_attn=settings.flash_attn,
         type_k=GGML_TYPE_IDS[settings.cache_type_k],
         type_v=GGML_TYPE_IDS[settings.cache_type_v],
         swa_full=getattr(settings, "swa_full", True),
-        n_threads=settings.n_threads,
-        n_threads_batch=settings.n_threads,
+        n_threads=n_threads,
+        n_threads_batch=n_threads,
         seed=getattr(settings, "seed", 0),
         verbose=False,
     )
@@ -457,6 +493,7 @@ def _child_run(child: _Child, settings: RunSettings) -> int:
             "model_size_bytes": int(llama_cpp.llama_model_size(llm.model)),
             "n_layer": int(llama_cpp.llama_model_n_layer(llm.model)),
             "prompt_tokens": n_prompt,
+            "n_threads": int(llama_cpp.llama_n_threads(llm._ctx.ctx)),
             "buffers": MeasuredBuffers(
                 model_buffers=parsed.model_buffers,
                 kv_buffers=parsed.kv_buffers,

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from app.adapters.batch_probe import BatchProfile, measure_batching
+from app.adapters.cpu_topology import llama_math_threads
 from app.adapters.paths import data_dir
 from app.core.estimate import MAX_CONTEXT_TOKENS, Settings, Target, max_parallel_sequences
 from app.core.fit import model_from_gguf
@@ -25,10 +26,13 @@ def _cache_path(gguf_path: str | os.PathLike[str], machine_key: str) -> Path:
 
 
 def cached_profile(gguf_path: str | os.PathLike[str], machine_key: str) -> BatchProfile | None:
-    """The profile measured earlier for this file on this machine, if any."""
+    """The profile measured earlier for this file on this machine with llama-server's thread count,
+    if any (one measured with other threads describes another configuration)."""
     path = _cache_path(gguf_path, machine_key)
     with contextlib.suppress(OSError, ValueError):
-        return BatchProfile.model_validate_json(path.read_text(encoding="utf-8"))
+        profile = BatchProfile.model_validate_json(path.read_text(encoding="utf-8"))
+        if profile.n_threads == llama_math_threads():
+            return profile
     return None
 
 

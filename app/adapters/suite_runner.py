@@ -78,6 +78,7 @@ class SuiteRun(_Frozen):
     peak_rss_bytes: int | None
     outcomes: tuple[PromptOutcome, ...]
     stopped: bool = False
+    n_threads: int | None = None
 
 
 def run_suite(
@@ -129,6 +130,7 @@ def run_suite(
         peak_rss_bytes=(done or {}).get("peak_rss_bytes"),
         outcomes=tuple(complete),
         stopped=done is None,
+        n_threads=live.settings.n_threads,
     )
 
 

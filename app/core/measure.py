@@ -20,6 +20,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.core import llama_defaults
+from app.core.llama_defaults import ThreadChoice, choose_threads
+
 MIB = 1024**2
 
 
@@ -33,14 +36,14 @@ class RunSettings(_Frozen):
     gguf_path: str
     mode: Literal["generate", "bench"] = "generate"
     n_ctx: int = Field(default=4096, ge=16, le=1 << 24)
-    n_batch: int = Field(default=2048, ge=1)
-    n_ubatch: int = Field(default=512, ge=1)
-    flash_attn: bool = True
+    n_batch: int = Field(default=llama_defaults.N_BATCH, ge=1)
+    n_ubatch: int = Field(default=llama_defaults.N_UBATCH, ge=1)
+    flash_attn: bool = llama_defaults.FLASH_ATTN
     cache_type_k: str = "f16"
     cache_type_v: str = "f16"
     swa_full: bool = True
     n_gpu_layers: int = Field(default=0, ge=-1, description="-1: all")
-    n_threads: int | None = Field(default=None, ge=1)
+    n_threads: int | None = Field(default=None, ge=1, description="None: llama-server's default, set when it starts")
     prompt: str | None = None
     prompt_tokens: int | None = Field(default=None, ge=1, description="a synthetic prompt of exactly N tokens")
     max_tokens: int = Field(default=128, ge=1, le=1 << 20)
@@ -102,6 +105,18 @@ class RunResult(_Frozen):
     output_text: str = ""
     hardware: dict[str, str] = {}
     log_tail: str = ""
+    n_threads_used: int | None = Field(default=None, description="llama_n_threads() of the run's context")
+    llama_server_threads: int | None = Field(
+        default=None, description="the threads llama-server uses on the machine that ran it (None: not recorded)"
+    )
+
+    @property
+    def threads(self) -> ThreadChoice | None:
+        """The run's threads against llama-server's default, when both were recorded."""
+        used = self.n_threads_used or self.settings.n_threads
+        if used is None or self.llama_server_threads is None:
+            return None
+        return choose_threads(used, self.llama_server_threads)
 
     @property
     def completed_runs(self) -> tuple[RunFigures, ...]:
@@ -184,3 +199,32 @@ def summary(result: RunResult) -> dict[str, Spread | None]:
         "itl_p50_s": spread([r.itl_p50_s for r in runs]),
         "itl_p95_s": spread([r.itl_p95_s for r in runs]),
     }
+
+
+class SweepRow(_Frozen):
+    """One thread count of a benchmark sweep: median prefill (pp) and decode (tg) tokens/s."""
+
+    n_threads: int
+    prefill_tokens_per_s: float | None
+    decode_tokens_per_s: float | None
+    best_prefill: bool = False
+    best_decode: bool = False
+
+
+def sweep_rows(results: Sequence[RunResult]) -> tuple[SweepRow, ...]:
+    """A thread sweep's table, in thread order, with the peaks of prefill and decode marked."""
+    rows = []
+    for r in results:
+        stats = summary(r)
+        pp, tg = stats["prefill_tokens_per_s"], stats["decode_tokens_per_s"]
+        rows.append(
+            SweepRow(
+                n_threads=r.n_threads_used or r.settings.n_threads or 0,
+                prefill_tokens_per_s=pp.median if pp else None,
+                decode_tokens_per_s=tg.median if tg else None,
+            )
+        )
+    rows.sort(key=lambda row: row.n_threads)
+    best_pp = max((r for r in rows if r.prefill_tokens_per_s), key=lambda r: r.prefill_tokens_per_s or 0, default=None)
+    best_tg = max((r for r in rows if r.decode_tokens_per_s), key=lambda r: r.decode_tokens_per_s or 0, default=None)
+    return tuple(r.model_copy(update={"best_prefill": r is best_pp, "best_decode": r is best_tg}) for r in rows)

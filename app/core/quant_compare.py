@@ -46,6 +46,7 @@ class VariantResult:
     identical_token_share: float | None = None
     top1_agreement: float | None = None
     is_reference: bool = False
+    n_threads: int | None = None
 
 
 @dataclass(frozen=True)

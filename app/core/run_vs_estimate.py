@@ -164,6 +164,7 @@ def run_report(result: RunResult, model_label: str, run_estimate: RunEstimate | 
         return round(value.median, 4) if value is not None else None
 
     b = result.buffers
+    threads = result.threads
     out: dict[str, Any] = {
         "model": model_label,
         "gguf_path": result.settings.gguf_path,
@@ -171,6 +172,14 @@ def run_report(result: RunResult, model_label: str, run_estimate: RunEstimate | 
         "mode": result.settings.mode,
         "settings": result.settings.model_dump(),
         "llama_cpp_version": result.llama_cpp_version,
+        "threads": None
+        if threads is None
+        else {
+            "n_threads": threads.n_threads,
+            "llama_server_threads": threads.llama_server_threads,
+            "like_llama_server": threads.is_llama_default,
+            "text": threads.describe(),
+        },
         "gpu_offload_supported": result.gpu_offload_supported,
         "load_s": round(result.load_s, 4),
         "ttft_s": median("ttft_s"),
@@ -210,7 +219,16 @@ def run_report(result: RunResult, model_label: str, run_estimate: RunEstimate | 
             for c in compare_buffers(result, est)
         ]
         if run_estimate.efficiency is not None:
-            out["measured_efficiency"] = {"target": run_estimate.efficiency[0], "value": run_estimate.efficiency[1]}
+            efficiency = {"target": run_estimate.efficiency[0], "value": run_estimate.efficiency[1]}
+            if threads is None or threads.is_llama_default:
+                out["measured_efficiency"] = efficiency | {"n_threads": threads.n_threads if threads else None}
+            else:
+                # A run with other threads than llama-server's measures another configuration: shown,
+                # never mixed into this machine's calibration.
+                out["uncalibrated_efficiency"] = efficiency
+                out["calibration_note"] = (
+                    f"Not used to calibrate this machine's estimates: it ran with {threads.describe()}."
+                )
         out["diagnosis"] = diagnose(result, est, run_estimate.speed)
     else:
         out["diagnosis"] = diagnose(result, None, None)

@@ -435,7 +435,7 @@ class AbPanel(QWidget):
     def show_comparison(self, comparison: Comparison) -> None:
         self.comparison = comparison
         suites = [s.name for s in comparison.suites]
-        headers = ["Variant", "Quant", "Memory (est.)", "Peak RSS", "Decode tok/s", "Prefill tok/s", "TTFT"]
+        headers = ["Variant", "Quant", "Memory (est.)", "Peak RSS", "Decode tok/s", "Prefill tok/s", "TTFT", "Threads"]
         headers += ["Same tokens", "Top-1 agreement"] + [f"{n} pass" for n in suites]
         self.table.setColumnCount(len(headers))
         self.table.setHorizontalHeaderLabels(headers)
@@ -451,6 +451,7 @@ class AbPanel(QWidget):
                     f"{v.decode_tokens_per_s:.1f}" if v.decode_tokens_per_s else "-",
                     f"{v.prefill_tokens_per_s:.0f}" if v.prefill_tokens_per_s else "-",
                     f"{v.ttft_s * 1000:.0f} ms" if v.ttft_s is not None else "-",
+                    str(v.n_threads) if v.n_threads else "-",
                     "—" if v.identical_token_share is None else f"{v.identical_token_share:.0%}",
                     "—" if v.top1_agreement is None else f"{v.top1_agreement:.0%}",
                 ]

@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.adapters.batch_probe import BatchProfile
+from app.adapters.cpu_topology import llama_math_threads
 from app.core.errors import FitScopeError
 from app.core.loadsim import Lengths, LoadResult, ServiceModel, sweep, sweep_rates
 from app.ui.charts import COLORS, Chart
@@ -332,7 +333,9 @@ class LoadPanel(QWidget):
         best = max((r for r in self.results if r.batching), key=lambda r: r.tokens_per_s, default=None)
         single = max((r for r in self.results if not r.batching), key=lambda r: r.tokens_per_s, default=None)
         lines = [
-            f"Measured here: prefill {p.prefill_tokens_per_s:,.0f} tokens/s; decode "
+            f"Measured here with {p.n_threads} thread{'s' if p.n_threads != 1 else ''}"
+            + (" (like llama-server)" if p.n_threads == llama_math_threads() else "")
+            + f": prefill {p.prefill_tokens_per_s:,.0f} tokens/s; decode "
             + ", ".join(f"{n} at once {rate:,.1f} tokens/s" for n, rate in p.decode_tokens_per_s.items())
             + ".",
             f"Memory holds the KV cache of {self.max_slots} slots of this length; "

@@ -21,6 +21,7 @@ import psutil
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDoubleSpinBox,
     QFormLayout,
@@ -36,9 +37,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.adapters.llamacpp_runner import LiveRun, run_live
+from app.adapters.cpu_topology import llama_math_threads, logical_cpus
+from app.adapters.llamacpp_runner import LiveRun, run_live, sweep_threads
 from app.core.errors import FitScopeError
-from app.core.measure import RunResult, RunSettings, Spread, summary
+from app.core.llama_defaults import thread_sweep
+from app.core.measure import RunResult, RunSettings, Spread, SweepRow, summary, sweep_rows
 from app.core.run_vs_estimate import CUDA_INSTALL_HINT
 from app.ui.charts import COLORS, Chart
 from app.ui.panels import fill_table, readonly_table
@@ -107,7 +110,10 @@ class RunPanel(QWidget):
         self._gpu_memory: list[tuple[float, float, float]] = []
         self.last_result: RunResult | None = None
         self.last_report: dict[str, Any] | None = None
+        self.last_sweep: tuple[SweepRow, ...] = ()
         self.gpu_offload_supported: bool | None = None
+        self._llama_threads = llama_math_threads()
+        self._sweep_counts = thread_sweep(self._llama_threads, logical_cpus())
         self._build()
         self._timer = QTimer(self, interval=100)
         self._timer.timeout.connect(self._drain)
@@ -161,6 +167,18 @@ class RunPanel(QWidget):
         self.repeat.setValue(3)
         self.repeat.setToolTip("Runs the same prompt N times; the figures are medians with their spread")
         form.addRow("Re&peat", self.repeat)
+        self.threads = QSpinBox()
+        self.threads.setRange(0, max(256, 2 * logical_cpus()))
+        self.threads.setSpecialValueText(f"like llama-server: {self._llama_threads} physical cores")
+        self.threads.setAccessibleName("CPU threads")
+        self.threads.setToolTip(
+            "CPU threads for llama.cpp. The default is what llama-server and llama-bench use on this machine "
+            "(the physical cores); runs with another count are shown but do not calibrate later estimates."
+        )
+        form.addRow("T&hreads", self.threads)
+        self.sweep = QCheckBox("Sweep threads (" + ", ".join(map(str, self._sweep_counts)) + ")")
+        self.sweep.setToolTip("Benchmark once per thread count to see where prefill and decode peak")
+        form.addRow("", self.sweep)
         self.ngl = QSpinBox()
         self.ngl.setRange(-1, 1000)
         self.ngl.setSpecialValueText("all")
@@ -264,6 +282,7 @@ class RunPanel(QWidget):
             self._was_bench = bench
         self.preset_combo.setEnabled(not bench)
         self.depth_spin.setEnabled(bench)
+        self.sweep.setEnabled(bench)
         if bench:
             self.prompt_edit.setEnabled(False)
             self.long_tokens.setEnabled(True)
@@ -343,11 +362,20 @@ class RunPanel(QWidget):
         self._events = queue.Queue()
         events = self._events
         collect = self._collect_settings()
+        counts = self._sweep_counts if self.bench_mode and self.sweep.isChecked() else ()
+        self.last_sweep = ()
 
         def work() -> None:
             try:
                 settings = self.settings_for(context, collect)
-                result = run_live(settings, on_event=lambda e: events.put(("event", e)), on_start=self._started_live)
+                on_event = lambda e: events.put(("event", e))  # noqa: E731
+                if counts:
+                    results = sweep_threads(settings, counts, on_event=on_event, on_start=self._started_live)
+                    events.put(("sweep", sweep_rows(results)))
+                    # The figures and the calibration follow the run with llama-server's threads.
+                    result = next((r for r in results if r.threads and r.threads.is_llama_default), results[-1])
+                else:
+                    result = run_live(settings, on_event=on_event, on_start=self._started_live)
                 report = self._finish(result)
                 events.put(("finished", (result, report)))
             except FitScopeError as exc:
@@ -363,8 +391,9 @@ class RunPanel(QWidget):
 
     def _collect_settings(self) -> dict[str, Any]:
         """The widgets' values, read here on the GUI thread for the run's thread to use."""
+        threads = {"n_threads": self.threads.value() or None}
         if self.bench_mode:
-            return {
+            return threads | {
                 "mode": "bench",
                 "prompt_tokens": self.long_tokens.value(),
                 "max_tokens": self.max_tokens.value(),
@@ -374,7 +403,7 @@ class RunPanel(QWidget):
                 "n_gpu_layers": self.ngl.value() if self.ngl.isEnabled() else 0,
             }
         long = PRESETS.get(self.preset_combo.currentText()) is None
-        return {
+        return threads | {
             "prompt": None if long else self.prompt_edit.toPlainText(),
             "prompt_tokens": self.long_tokens.value() if long else None,
             "max_tokens": self.max_tokens.value(),
@@ -424,6 +453,8 @@ class RunPanel(QWidget):
                 break
             if kind == "event":
                 self._on_event(payload, pieces)
+            elif kind == "sweep":
+                self.last_sweep = payload
             else:
                 finished = (kind, payload)
         if pieces:
@@ -450,7 +481,11 @@ class RunPanel(QWidget):
     def _on_event(self, event: dict[str, Any], pieces: list[str]) -> None:
         kind = event.get("event")
         if kind == "loaded":
-            self.status.setText(f"Loaded in {event['load_s']:.2f} s; generating…")
+            if "threads" in event and event.get("event") == "loaded":
+                self._run_index = 0
+                self._token_times = []
+            sweep = f" ({event['threads']} threads)" if "threads" in event else ""
+            self.status.setText(f"Loaded in {event['load_s']:.2f} s{sweep}; generating…")
         elif kind == "token":
             if event.get("run", 0) == self._run_index:
                 self._token_times.append(float(event["t"]))
@@ -516,7 +551,9 @@ class RunPanel(QWidget):
                 estimated,
             ]
 
+        threads = result.threads
         rows = [
+            ["Threads", threads.describe() if threads else str(result.settings.n_threads or "-"), "", ""],
             ["Load time", f"{result.load_s:.2f} s", "", ""],
             row("Time to first token", stats["ttft_s"], "ms", 1000, 0, rng("ttft_s", 1000, 0) + " ms" if est else ""),
             row(
@@ -545,6 +582,17 @@ class RunPanel(QWidget):
         if report and report.get("measured_efficiency"):
             share = report["measured_efficiency"]["value"]
             rows.append(["Decode against the bandwidth limit", f"{100 * share:.0f}% of the roofline", "", ""])
+        for sweep_row in self.last_sweep:
+            peaks = [name for name, best in (("pp", sweep_row.best_prefill), ("tg", sweep_row.best_decode)) if best]
+            pp, tg = sweep_row.prefill_tokens_per_s, sweep_row.decode_tokens_per_s
+            rows.append(
+                [
+                    f"Sweep: {sweep_row.n_threads} thread{'s' if sweep_row.n_threads != 1 else ''}",
+                    f"pp {pp:,.1f} / tg {tg:,.1f} tok/s" if pp and tg else "-",
+                    "peak: " + " and ".join(peaks) if peaks else "",
+                    "",
+                ]
+            )
         fill_table(self.figures, rows)
         comparison = (report or {}).get("comparison", [])
         fill_table(
@@ -565,6 +613,8 @@ class RunPanel(QWidget):
             self.estimate_line.setVisible(True)
         self.log_view.setPlainText(result.log_tail)
         notes = list((report or {}).get("diagnosis", []))
+        if report and report.get("calibration_note"):
+            notes.append(report["calibration_note"])
         if result.runs and result.runs[-1].stopped:
             notes.insert(0, "Stopped before the end; the figures cover what ran.")
         self.diagnosis.setText("\n".join(notes))

@@ -44,6 +44,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.adapters.cpu_topology import llama_math_threads
 from app.adapters.demo_model import DEMO_LICENSE, DEMO_MODEL_NAME, demo_model_ready
 from app.adapters.history import RunHistory
 from app.adapters.load_profile import cached_profile, measure_profile, memory_slots
@@ -1047,7 +1048,8 @@ class MainWindow(QMainWindow):
 
     def _load_efficiencies(self) -> None:
         if self.history is not None:
-            self._efficiency = tuple(sorted(self.history.efficiencies(self._machine_key()).items()))
+            found = self.history.efficiencies(self._machine_key(), llama_math_threads())
+            self._efficiency = tuple(sorted(found.items()))
 
     def _update_run_context(self, view: View) -> None:
         choice = view.request.model
@@ -1090,7 +1092,9 @@ class MainWindow(QMainWindow):
                 report["history_id"] = run_id
                 measured = report.get("measured_efficiency")
                 if measured:
-                    self.history.set_efficiency(self._machine_key(), measured["target"], measured["value"], run_id)
+                    self.history.set_efficiency(
+                        self._machine_key(), measured["target"], measured["value"], run_id, measured["n_threads"]
+                    )
         except FitScopeError as exc:
             self.show_error(f"The run finished but could not be saved: {exc}")
             return
