@@ -24,7 +24,11 @@ def _add_estimate_args(p: argparse.ArgumentParser) -> None:
     src.add_argument("--gguf", metavar="PATH", help="a local GGUF file (its real tensors are summed)")
     src.add_argument("--hf-config", metavar="PATH", help="a Hugging Face config.json")
     src.add_argument("--model", metavar="CATALOG_ID", help="a catalog model, e.g. llama-3.1-8b")
-    src.add_argument("--quant", default="Q4_K_M", help="llama.cpp preset for --model/--hf-config (default Q4_K_M)")
+    src.add_argument(
+        "--quant",
+        default=None,
+        help="llama.cpp preset for --model/--hf-config (default Q4_K_M; MXFP4_MOE for models released in MXFP4)",
+    )
     dev = p.add_argument_group("hardware")
     dev.add_argument(
         "--gpu",
@@ -50,11 +54,34 @@ def _add_estimate_args(p: argparse.ArgumentParser) -> None:
         "--swa-full",
         dest="swa_full",
         action="store_true",
-        default=True,
+        default=None,
         help="full-size sliding-window cache (llama-cpp-python's default)",
     )
     swa.add_argument("--no-swa-full", dest="swa_full", action="store_false", help="llama-server's default")
-    llm.add_argument("-ngl", "--n-gpu-layers", type=int, default=None, help="layers on the GPUs (default: all)")
+    llm.add_argument(
+        "-ngl",
+        "--n-gpu-layers",
+        default=None,
+        help="layers on the GPUs: a number, or 'auto' as llama.cpp's --fit chooses (default: all)",
+    )
+    moe = llm.add_mutually_exclusive_group()
+    moe.add_argument("--n-cpu-moe", type=int, default=None, help="keep the experts of the first N layers in RAM")
+    moe.add_argument("--cpu-moe", action="store_true", help="keep every layer's experts in RAM")
+    llm.add_argument("--fit-target", type=int, default=1024, help="MiB kept free per GPU by -ngl auto (default 1024)")
+    llm.add_argument("--no-mmap", action="store_true", help="load the weights instead of mapping them")
+    build = p.add_argument_group("llama.cpp build and program")
+    build.add_argument(
+        "--backend",
+        choices=["auto", "cpu", "cuda", "rocm", "vulkan", "metal"],
+        default="auto",
+        help="the llama.cpp build (default: by the GPUs' vendor; the CPU build without GPUs)",
+    )
+    build.add_argument(
+        "--consumer",
+        choices=["llama-server", "llama-cpp-python"],
+        default="llama-server",
+        help="who runs llama.cpp: llama-server (default) or llama-cpp-python (FitScope's own runs)",
+    )
     p.add_argument("-p", "--prompt-tokens", type=int, default=512, help="prompt length for time to first token")
     p.add_argument("--json", action="store_true", help="machine-readable output (bytes as integers)")
 
@@ -158,6 +185,13 @@ def build_parser() -> argparse.ArgumentParser:
 # -- commands ------------------------------------------------------------------------------------
 
 
+def _int_option(flag: str, value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise FitScopeError(f"Invalid {flag}: '{value}' is not a whole number (or 'auto').") from None
+
+
 def _settings(args: argparse.Namespace, host_profile: str):
     from pydantic import ValidationError
 
@@ -173,9 +207,13 @@ def _settings(args: argparse.Namespace, host_profile: str):
             cache_type_v=args.cache_type_v,
             parallel_sequences=args.parallel,
             kv_unified=args.kv_unified,
-            swa_full=args.swa_full,
-            gpu_layers=args.n_gpu_layers,
+            swa_full=args.swa_full if args.swa_full is not None else args.consumer != "llama-server",
+            gpu_layers=None if args.n_gpu_layers in (None, "auto") else _int_option("-ngl", args.n_gpu_layers),
             repack=host_profile,  # type: ignore[arg-type]
+            backend=args.backend,
+            consumer=args.consumer,
+            mmap=not args.no_mmap,
+            n_cpu_moe=(1 << 20) if args.cpu_moe else (args.n_cpu_moe or 0),
         )
     except ValidationError as exc:
         first = exc.errors()[0]
@@ -198,8 +236,10 @@ def _model(args: argparse.Namespace):
     if args.gguf:
         return fit.model_from_gguf(args.gguf)
     if args.hf_config:
-        return fit.model_from_hf_config(args.hf_config, args.quant)
-    return fit.model_from_catalog(args.model, args.quant)
+        return fit.model_from_hf_config(args.hf_config, args.quant or "Q4_K_M")
+    from app.core.catalog import find_model
+
+    return fit.model_from_catalog(args.model, args.quant or find_model(args.model).default_quant or "Q4_K_M")
 
 
 def _targets(args: argparse.Namespace):
@@ -234,15 +274,45 @@ def _targets(args: argparse.Namespace):
 
 def cmd_estimate(args: argparse.Namespace) -> int:
     from app.core import fit
+    from app.core.report import server_command
 
     model = _model(args)
     targets, host = _targets(args)
     settings = _settings(args, fit.repack_profile(host))
+    plan = None
+    if args.n_gpu_layers == "auto":
+        from app.core.autofit import auto_fit
+
+        fixed = settings.n_cpu_moe if (args.cpu_moe or args.n_cpu_moe is not None) else None
+        plan = auto_fit(model.arch, model.tensors, settings, targets, args.fit_target * MIB, fixed_cpu_moe=fixed)
+        settings = plan.estimate.settings
+        if plan.gpus_hidden:
+            targets = [t for t in targets if t.kind == "cpu"]
     result = fit.fit(model, settings, targets, prompt_tokens=args.prompt_tokens)
+    gpu_layers = result.estimate.gpu_layers if any(t.kind == "gpu" for t in targets) else 0
+    command = server_command(
+        result.estimate,
+        args.gguf or "MODEL.gguf",
+        gpu_layers,
+        model.arch.sliding_window is not None,
+        plan is not None and plan.gpus_hidden,
+    )
     if args.json:
-        print(json.dumps(result.to_json(), indent=2))
+        out = result.to_json() | {"llama_server_command": command}
+        if plan is not None:
+            out["auto_fit"] = {
+                "gpu_layers": plan.gpu_layers,
+                "n_cpu_moe": plan.n_cpu_moe,
+                "margin_bytes": plan.margin_bytes,
+                "gpus_hidden": plan.gpus_hidden,
+                "steps": list(plan.steps),
+            }
+        print(json.dumps(out, indent=2))
     else:
         print(format_result(result))
+        if plan is not None:
+            print("\nAuto fit (as llama.cpp's --fit): " + " ".join(plan.steps))
+        print(f"\nllama-server command:\n  {command}")
     return 0
 
 
@@ -270,12 +340,25 @@ def format_result(result) -> str:
             )
         )
     s = result.speed
+    from app.core.scenario import placement_of
+
+    placement = {
+        "gpu": "fits on the GPU",
+        "partial": f"runs partly in system memory ({e.gpu_layers} of {e.n_layer + 1} layers on the GPU"
+        + (f", experts of {e.cpu_moe_layers} layers in RAM" if e.cpu_moe_layers else "")
+        + ")",
+        "cpu": "runs on the CPU",
+        "none": "does not fit",
+    }[placement_of(e)]
+    build = e.backend.upper() if e.backend != "cpu" else "CPU"
     lines += [
         "",
-        f"Verdict: {'fits' if e.fits else 'does not fit'}. Largest context that fits: {result.max_context:,} tokens; "
+        f"llama.cpp build: {build}, as {e.settings.consumer} runs it; "
+        f"repacked weights: {e.repack_bytes / GIB:.2f} GiB.",
+        f"Verdict: {placement}. Largest context that fits: {result.max_context:,} tokens; "
         f"concurrent users at {e.settings.context_tokens:,} tokens each: {result.max_users}"
         + (
-            f"; GPU layers that fit: {result.max_gpu_layers} of {e.n_layer + 1}."
+            f"; GPU layers that fit with no margin: {result.max_gpu_layers} of {e.n_layer + 1}."
             if result.max_gpu_layers is not None
             else "."
         ),

@@ -149,7 +149,9 @@ def test_70b_splits_across_two_4090s(capsys):
 
 def test_human_output_gives_a_verdict(capsys):
     out = run_ok(capsys, "estimate", "--model", "llama-3.1-8b", "-c", "8192", "--gpu", "rtx-4090")
-    assert "Verdict: fits." in out
+    assert "Verdict: fits on the GPU." in out
+    assert "llama.cpp build: CUDA, as llama-server runs it" in out
+    assert "llama-server -m MODEL.gguf -c 8192 -np 1 -b 2048 -ub 512 -fa on -ctk f16 -ctv f16 -ngl 33" in out
     assert "NVIDIA GeForce RTX 4090" in out
     assert "Assumptions:" in out
 
@@ -323,3 +325,69 @@ def test_no_arguments_opens_the_window_or_says_why_it_cannot(capsys, monkeypatch
     assert main([]) == 2
     err = capsys.readouterr().err
     assert err.startswith("fitscope: No display found") and "xvfb-run fitscope" in err
+
+
+def test_auto_layers_for_a_70b_on_one_rtx_4090_run_partly_mapped_in_ram(capsys):
+    out = run_ok(
+        capsys,
+        "estimate",
+        "--model",
+        "llama-3.1-70b",
+        "-c",
+        "8192",
+        "--gpu",
+        "rtx-4090",
+        "--host-ram-gib",
+        "32",
+        "-ngl",
+        "auto",
+        "--json",
+    )
+    r = out
+    plan = r["auto_fit"]
+    # llama.cpp's --fit: 1 GiB kept free, about 40 of 81 layers on the GPU, nothing repacked.
+    assert 38 <= plan["gpu_layers"] <= 46 and plan["margin_bytes"] == 1024**3
+    gpu, host = r["devices"]
+    assert gpu["capacity_bytes"] - gpu["total_bytes"] >= 1024**3 and host["fits"]
+    assert r["repack_bytes"] == 0 and host["weights_bytes"] > 15 * 1024**3
+    assert r["llama_server_command"].endswith(f"-ngl {plan['gpu_layers']}")
+
+
+def test_gpt_oss_120b_keeps_its_mxfp4_experts_in_ram_with_attention_on_the_gpu(capsys):
+    out = run_ok(
+        capsys,
+        "estimate",
+        "--model",
+        "gpt-oss-120b",
+        "-c",
+        "16384",
+        "--gpu",
+        "rtx-4090",
+        "--host-ram-gib",
+        "96",
+        "-ngl",
+        "auto",
+        "--json",
+    )
+    r = out
+    assert r["quant"] == "MXFP4_MOE" and 62e9 < r["model_bytes"] < 65e9  # the published 63 GB file
+    plan = r["auto_fit"]
+    assert plan["gpu_layers"] == 37 and 0 < plan["n_cpu_moe"] <= 36
+    assert f"--n-cpu-moe {plan['n_cpu_moe']}" in r["llama_server_command"] or "--cpu-moe" in r["llama_server_command"]
+    assert r["decode_tokens_per_s"]["low"] > 5
+    explicit = run_ok(
+        capsys,
+        "estimate",
+        "--model",
+        "gpt-oss-120b",
+        "-c",
+        "16384",
+        "--gpu",
+        "rtx-4090",
+        "--host-ram-gib",
+        "96",
+        "--cpu-moe",
+        "--json",
+    )
+    gpu, host = explicit["devices"]
+    assert gpu["weights_bytes"] < 4 * 1024**3 < host["weights_bytes"]

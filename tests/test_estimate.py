@@ -143,7 +143,31 @@ def test_two_gpus_split_layers_and_partial_offload() -> None:
     assert 0 < n < 80
     partial = estimate(arch, t, Settings(context_tokens=8192, gpu_layers=n), one)
     assert partial.fits and partial.devices[1].layers == 81 - n
-    assert partial.devices[1].compute_bytes > 100 * MIB  # the CPU computes its layers too
+    gpu, host = partial.devices
+    # A CUDA build: the CPU layers stay memory-mapped (nothing repacked), their matrix products run
+    # on the GPU, which copies the largest of those weights into its compute buffer (the FFN
+    # projection, 28672 x 8192 in Q6_K on some layers: 180.6 MiB) beside the activations.
+    assert partial.backend == "cuda" and host.repack_bytes == 0
+    largest_ffn = max(x.n_bytes for x in t if x.layer is not None and x.layer < 81 - n and "ffn" in x.name)
+    assert largest_ffn == 28672 * 8192 // 256 * 210
+    assert gpu.compute_bytes >= largest_ffn + 512 * (8192 + 28672) * 4
+    # The pinned host compute buffer: embeddings, the f16 mask (8192 x 512) and q + attention out.
+    assert host.compute_bytes == 512 * 8192 * 4 + 512 * 16 + 8192 * 512 * 2 + 2 * 512 * 8192 * 4
+
+
+def test_a_cpu_build_repacks_and_a_cuda_build_maps_the_same_layers() -> None:
+    arch = find_model("llama-3.1-70b")
+    t = quantize_layout(arch, "Q4_K_M")
+    one = [_gpu("rtx-4090"), host_ram_target(64 * GIB)]
+    s = Settings(context_tokens=8192, gpu_layers=40)
+    cuda = estimate(arch, t, s, one)
+    cpu_build = estimate(arch, t, s.model_copy(update={"backend": "cpu"}), one)
+    assert cuda.backend == "cuda" and cuda.repack_bytes == 0
+    assert cpu_build.backend == "cpu" and cpu_build.repack_bytes > 10 * GIB
+    assert cuda.devices[1].weights_bytes == cpu_build.devices[1].weights_bytes
+    # Without mmap a CPU build loads repacked tensors straight into the repack buffer.
+    no_mmap = estimate(arch, t, s.model_copy(update={"backend": "cpu", "mmap": False}), one)
+    assert no_mmap.devices[1].weights_bytes == cpu_build.devices[1].weights_bytes - cpu_build.repack_bytes
 
 
 def test_limits_are_the_edge_of_fitting() -> None:

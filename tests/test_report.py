@@ -305,9 +305,14 @@ def test_command_for_a_fixed_layer_count(too_big_view: View) -> None:
 
 
 def test_swa_full_only_for_sliding_window_models(evaluator: Evaluator, fits_view: View) -> None:
+    # The estimate follows llama-server's own small sliding-window cache by default...
     gemma = _view(evaluator, ref="gemma-3-4b")
     assert gemma.model is not None and gemma.model.arch.sliding_window is not None
-    assert llama_server_command(gemma).endswith("--swa-full")
+    assert "--swa-full" not in llama_server_command(gemma)
+    # ...and says --swa-full when the full one (llama-cpp-python's default) was estimated.
+    full = _view(evaluator, ref="gemma-3-4b", controls=Controls(consumer="llama-cpp-python"))
+    assert llama_server_command(full).endswith("--swa-full")
+    assert full.estimate.kv_cache_bytes > gemma.estimate.kv_cache_bytes
     assert "--swa-full" not in llama_server_command(fits_view)
 
 
@@ -338,7 +343,7 @@ def test_python_snippet_compiles_with_the_estimate_settings(fits_view: View) -> 
         "flash_attn": True,
         "type_k": 1,
         "type_v": 1,
-        "swa_full": True,
+        "swa_full": False,
     }
 
 

@@ -11,7 +11,7 @@ import pytest
 from app.core import fit
 from app.core.catalog import find_device
 from app.core.errors import CatalogError, EstimateError
-from app.core.estimate import GIB, MAX_CONTEXT_TOKENS, Settings, estimate, max_context_tokens
+from app.core.estimate import GIB, MAX_CONTEXT_TOKENS, estimate, max_context_tokens
 from app.core.hardware import GpuSnapshot, HostSnapshot
 from app.core.prefs import SCHEMA_VERSION, Preferences, load_preferences, save_preferences
 from app.core.quant import find_preset, quantize_layout
@@ -119,17 +119,32 @@ def test_amber_when_under_ten_percent_is_left():
     hw = HardwareChoice(kind="catalog", device_id="rtx-3060-12gb")
     view = view_of(model, hw, Controls(context_tokens=4096))
     limit = view.max_context_tokens
-    tight = view_of(model, hw, Controls(context_tokens=limit))
+    # Every layer asked for: it fits, with under 10% (and under llama.cpp's 1 GiB margin) left.
+    tight = view_of(model, hw, Controls(context_tokens=limit, gpu_layers=33))
     d = tight.estimate.devices[0]
     assert d.fits and d.capacity_bytes - d.total_bytes < 0.1 * d.capacity_bytes
     assert tight.verdict.level == "amber" and tight.verdict.headline.startswith("Fits, but only just")
+    # "auto" follows llama.cpp's --fit, which keeps 1 GiB free: some layers move to system memory.
+    auto = view_of(model, hw, Controls(context_tokens=limit))
+    gpu = auto.estimate.devices[0]
+    assert gpu.capacity_bytes - gpu.total_bytes >= 1024**3 and auto.estimate.gpu_layers < 33
+    assert auto.verdict.headline.startswith("Runs partly in system memory, at about ")
+    assert "keeping 1 GiB free" in auto.verdict.headline
 
 
 def test_auto_gpu_layers_fall_back_to_the_cpu_when_the_gpu_is_busy():
+    # 0.3 GiB free: not even the buffers a CUDA build keeps on GPU 0 at -ngl 0 (the output head's
+    # copy and its logits) fit, so the only run is on the CPU with the GPU hidden.
     machine = Machine(gpus=(gpu(free_gib=0.3),), host=HOST)
     view = view_of(ModelChoice(kind="catalog", ref="llama-3.2-1b"), HardwareChoice(), machine=machine)
     assert view.estimate.fits and view.estimate.gpu_layers == 0
-    assert view.verdict.level == "amber" and "0 of 17 layers fit on the GPU" in view.verdict.headline
+    assert [d.kind for d in view.estimate.devices] == ["cpu"] and view.estimate.backend == "cpu"
+    assert view.verdict.level == "amber" and "--device none" in view.verdict.headline
+    # With 2 GiB free the GPU can keep those buffers, though not the whole model with a 1 GiB margin.
+    roomier = Machine(gpus=(gpu(free_gib=2.2),), host=HOST)
+    view = view_of(ModelChoice(kind="catalog", ref="llama-3.2-1b"), HardwareChoice(), machine=roomier)
+    assert view.estimate.fits and view.estimate.devices[0].kind == "gpu"
+    assert view.estimate.devices[0].compute_bytes > 0
 
 
 def test_red_verdict_suggests_a_context_or_quantization_that_fits():
@@ -139,8 +154,18 @@ def test_red_verdict_suggests_a_context_or_quantization_that_fits():
     assert view.verdict.level == "red" and view.verdict.headline.startswith("Does not fit:")
     fitting = [r for r in view.ladder if r.fits]
     assert fitting, "some 2-bit preset fits 24 GiB"
-    best = max(fitting, key=lambda r: r.budget_bytes)
-    assert f"A smaller quantization, {best.preset}, would fit" in view.verdict.text
+    on_gpu = [r for r in fitting if r.placement == "gpu"]
+    assert on_gpu, "some 2-bit preset fits 24 GiB on the GPU"
+    best = max(on_gpu, key=lambda r: r.budget_bytes)
+    assert f"A smaller quantization, {best.preset}, fits on the GPU at this context." in view.verdict.text
+    # With "auto" layers the ladder says which rows run partly in system memory, with their speed,
+    # and no smaller preset is shown as fitting where a larger one is not (no CPU-build repack).
+    view = view_of(model, hw, Controls(context_tokens=8192))
+    partial = [r for r in view.ladder if r.placement == "partial"]
+    assert partial and all("runs partly in system memory at" in r.placement_words for r in partial)
+    q4_0 = next(r for r in view.ladder if r.preset == "Q4_0")
+    q4_1 = next(r for r in view.ladder if r.preset == "Q4_1")
+    assert q4_0.budget_bytes < q4_1.budget_bytes and (q4_0.fits or not q4_1.fits)
 
 
 def test_impossible_settings_are_explained():
@@ -156,7 +181,7 @@ def test_context_curve_and_largest_context_agree_with_the_estimator():
     view = view_of(LLAMA_8B, hw, Controls(context_tokens=8192))
     model = fit.model_from_catalog("llama-3.1-8b", "Q4_K_M")
     targets = resolve_targets(hw, Machine(host=HOST))
-    settings = Settings(context_tokens=8192, repack="x86-avx512")
+    settings = Controls(context_tokens=8192).settings("x86-avx512")
     curve = view.context_curve
     assert curve.contexts[0] == 512 and curve.contexts[-1] == 131072
     i = curve.contexts.index(16384)
@@ -177,7 +202,7 @@ def test_ladder_rows_are_the_presets_own_estimates():
     targets = resolve_targets(hw, Machine(host=HOST))
     q8 = next(r for r in view.ladder if r.preset == "Q8_0")
     tensors = quantize_layout(model.arch, find_preset("Q8_0"))
-    est = estimate(model.arch, tensors, Settings(context_tokens=8192, repack="x86-avx512"), targets)
+    est = estimate(model.arch, tensors, Controls(context_tokens=8192).settings("x86-avx512"), targets)
     assert q8.budget_bytes == est.devices[0].total_bytes and q8.fits
     assert [r.budget_bytes for r in view.ladder] == sorted(r.budget_bytes for r in view.ladder)
     assert sum(r.current for r in view.ladder) == 1

@@ -99,7 +99,7 @@ def test_first_launch_opens_on_the_demo_model_on_this_cpu(qtbot, tmp_path, demo_
     est = estimate(
         model.arch,
         model.tensors,
-        Settings(context_tokens=4096, repack=view.estimate.settings.repack),
+        Controls(context_tokens=4096).settings(view.estimate.settings.repack),
         list(view.targets),
     )
     assert split_totals(window) == {est.devices[0].name: est.devices[0].total_bytes}
@@ -135,7 +135,7 @@ def test_context_slider_moves_every_chart_and_the_verdict(qtbot, tmp_path):
     arch = view.model.arch
     targets = catalog_targets("rtx-4090", 64 * GIB)
     tensors = fit.model_from_catalog("llama-3.1-8b", "Q4_K_M").tensors
-    est = estimate(arch, tensors, Settings(context_tokens=16384, repack=view.estimate.settings.repack), targets)
+    est = estimate(arch, tensors, Controls(context_tokens=16384).settings(view.estimate.settings.repack), targets)
     # Llama 3.1 8B, f16 cache: 32 layers x 2 x 1024 x 2 bytes x 16384 cells = 2 GiB exactly.
     assert est.kv_cache_bytes == 2 * GIB
     gpu_bar = window.split_chart.shown[0]

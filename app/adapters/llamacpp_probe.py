@@ -385,6 +385,7 @@ class DryRunSettings(_Frozen):
     n_gpu_layers: int = 0
     use_extra_bufts: bool = True
     real_load: bool = False
+    n_outputs_max: int = 0  # 0: n_batch (llama-cpp-python); llama-server sets its slot count
 
 
 class DryRunResult(_Frozen):
@@ -471,6 +472,8 @@ def _build_command(gguf_path: str, s: DryRunSettings) -> list[str]:
         "--kv-unified" if s.kv_unified else "--no-kv-unified",
         "--swa-full" if s.swa_full else "--no-swa-full",
         "--use-extra-bufts" if s.use_extra_bufts else "--no-use-extra-bufts",
+        "--n-outputs-max",
+        str(s.n_outputs_max),
     ]
     if s.real_load:
         cmd.append("--real-load")
@@ -505,6 +508,7 @@ def dry_run(
     n_gpu_layers: int = 0,
     use_extra_bufts: bool = True,
     real_load: bool = False,
+    n_outputs_max: int = 0,
     timeout_s: float = 120,
 ) -> DryRunResult:
     """Ask llama.cpp, in a child process, what this model needs with these context settings.
@@ -531,6 +535,7 @@ def dry_run(
         n_gpu_layers=n_gpu_layers,
         use_extra_bufts=use_extra_bufts,
         real_load=real_load,
+        n_outputs_max=n_outputs_max,
     )
     if not path.exists():
         raise ProbeError(f"Model file {path} does not exist.", path=str(path), reason="file not found")
@@ -693,6 +698,7 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
         cparams.type_v = GGML_TYPE_IDS[args.type_v]
         cparams.kv_unified = args.kv_unified
         cparams.swa_full = args.swa_full
+        cparams.n_outputs_max = args.n_outputs_max
 
         error_lines.clear()
         ctx = L.llama_init_from_model(model, cparams)
@@ -729,6 +735,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--swa-full", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--use-extra-bufts", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--real-load", action="store_true")
+    p.add_argument("--n-outputs-max", type=int, default=0)
     return p.parse_args(argv)
 
 

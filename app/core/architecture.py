@@ -102,6 +102,11 @@ class Architecture(_Frozen):
         default=None,
         description="for hybrid models: indices of the attention layers (the rest are recurrent)",
     )
+    native_expert_type: Literal["MXFP4"] | None = Field(
+        default=None,
+        description="the type the routed experts were released in (gpt-oss: MXFP4); published GGUFs keep it",
+    )
+    default_quant: str | None = Field(default=None, description="the file people download, when not Q4_K_M")
 
     @model_validator(mode="after")
     def _check_shapes(self) -> Architecture:

@@ -19,15 +19,17 @@ tests/test_proof.py:
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from app.core import backends
 from app.core.architecture import Architecture
+from app.core.backends import Backend, Consumer
 from app.core.errors import EstimateError
 from app.core.tensors import CACHE_TYPES, GGMLType, TensorInfo, is_quantized, row_bytes
 
@@ -73,6 +75,14 @@ class Settings(_Frozen):
     swa_full: bool = True
     gpu_layers: int | None = Field(default=None, ge=0, description="None: every layer on the GPUs")
     repack: RepackProfile = "x86-avx2"
+    backend: Backend | Literal["auto"] = Field(
+        default="auto", description="the llama.cpp build; auto: CUDA/ROCm/Metal by the GPUs' vendor, CPU without GPUs"
+    )
+    consumer: Consumer = Field(
+        default="llama-cpp-python", description="llama-server reserves logits for its slots only (n_outputs_max)"
+    )
+    mmap: bool = True
+    n_cpu_moe: int = Field(default=0, ge=0, description="--n-cpu-moe: expert tensors of the first N layers in RAM")
 
     @model_validator(mode="after")
     def _check(self) -> Settings:
@@ -85,6 +95,15 @@ class Settings(_Frozen):
     def effective_ubatch(self) -> int:
         return min(self.ubatch_tokens, self.batch_tokens)
 
+    @property
+    def n_outputs_max(self) -> int:
+        """Rows of logits the worst-case graph reserves: llama-server sets ``n_outputs_max`` to its
+        slots (``server_output_limits``, tools/server/server-context.cpp); llama-cpp-python leaves
+        it at 0, which llama_context turns into n_batch."""
+        if self.consumer == "llama-server":
+            return min(self.batch_tokens, self.parallel_sequences)
+        return self.batch_tokens
+
     def describe(self) -> str:
         fa = "on" if self.flash_attn else "off"
         return (
@@ -92,6 +111,8 @@ class Settings(_Frozen):
             f"-ctk {self.cache_type_k} -ctv {self.cache_type_v} -np {self.parallel_sequences}"
             + (" --kv-unified" if self.kv_unified else "")
             + (" --swa-full" if self.swa_full else " --no-swa-full")
+            + ("" if self.mmap else " --no-mmap")
+            + (f" --n-cpu-moe {self.n_cpu_moe}" if self.n_cpu_moe else "")
         )
 
 
@@ -173,6 +194,11 @@ class Estimate(_Frozen):
         description="for layers 0..n_layer (n_layer = the output layer): the index in ``devices`` holding it"
     )
     assumptions: tuple[str, ...]
+    backend: Backend = "cpu"
+    cpu_moe_layers: int = Field(default=0, description="layers whose expert tensors stay in host memory")
+    runtime_scratch_bytes: int = Field(
+        default=0, description="per GPU: memory-pool scratch llama.cpp does not print (inside overhead_bytes)"
+    )
 
     def _sum(self, field: str) -> int:
         return sum(getattr(d, field) for d in self.devices)
@@ -351,18 +377,28 @@ def recurrent_state_bytes_per_layer(arch: Architecture, settings: Settings) -> i
 
 
 def compute_bytes(arch: Architecture, settings: Settings, kv_cells: int, swa_cells: int | None) -> int:
-    """Peak of the worst-case graph's live intermediates (one ubatch of min(n_ctx, n_ubatch)
-    tokens against a full KV window), as ggml's allocator reserves it on the CPU backend.
+    """Peak of the worst-case graph's live intermediates on one device holding every layer and the
+    output head (see :func:`compute_parts`)."""
+    return max(compute_parts(arch, settings, kv_cells, swa_cells))
+
+
+def compute_parts(arch: Architecture, settings: Settings, kv_cells: int, swa_cells: int | None) -> tuple[int, int]:
+    """(output head peak, repeating layers' peak) of the worst-case graph's live intermediates (one
+    ubatch of min(n_ctx, n_ubatch) tokens against a full KV window), as ggml's allocator reserves
+    them on the CPU backend.
 
     The terms are the tensors alive at the three candidate peaks: the logits (output head), the
     feed-forward block, and (without flash attention) the attention scores.
     """
     n_ctx_total = _pad(settings.context_tokens, 256)
     n_ub = min(settings.effective_ubatch, n_ctx_total)
+    # Logits are reserved for n_outputs_max rows only (llama_context::sched_reserve); the last
+    # layer selects those rows (inp_out_ids) before the output norm and head.
+    n_out = min(n_ub, settings.n_outputs_max)
     e = arch.n_embd
     vocab = arch.n_vocab
     f32 = 4
-    p_out = n_ub * (vocab + 2 * e) * f32
+    p_out = n_out * (vocab + 2 * e) * f32
     if arch.mla is not None:
         # MLA keeps each head's absorbed query (latent + rope + nope dims, f32) alive into the output
         # phase: exact on DeepSeek-V2's dry run, 4% low on V2-Lite's.
@@ -374,31 +410,51 @@ def compute_bytes(arch: Architecture, settings: Settings, kv_cells: int, swa_cel
         ssm = arch.ssm
         # Mamba: in/out projections, conv window and the scan's y + state per token.
         p_ffn = n_ub * f32 * (4 * ssm.d_inner + 2 * e + ssm.d_state * 2 + (ssm.d_conv - 1))
-        return max(p_out, p_ffn)
+        return p_out, p_ffn
 
     ff = _memo(arch, ("ff",), lambda: max(arch.ff(i) for i in range(arch.n_layer))) if arch.moe is None else 0
+    p_moe_down = 0
     if arch.moe is not None:
         moe = arch.moe
         dense = max((arch.ff(i) for i in range(moe.n_dense_lead_layers)), default=0)
         # Routed experts: per token, n_expert_used rows of gate/up/act per expert.
         routed = moe.n_expert_used * moe.expert_ff
         ff = max(dense, routed + moe.shared_ff)
+        # build_moe_ffn's down projection: the activation, each expert's output and its weighted
+        # copy are alive together (n_used x (ff_exp + 2 e)), which outgrows gate/up/act on models
+        # with many narrow experts (Qwen3-MoE: exact on no-alloc dry runs with few output rows).
+        p_moe_down = n_ub * f32 * (moe.n_expert_used * (moe.expert_ff + 2 * e) + 3 * e)
     mask = 2 if settings.flash_attn else 4
     p_ffn = n_ub * (f32 * (3 * ff + 4 * e) + mask * n_kv)
+    p_ffn = max(p_ffn, p_moe_down + n_ub * mask * n_kv)
     if swa_cells is not None:
         p_ffn += n_ub * mask * swa_cells
 
     if settings.flash_attn:
-        return max(p_out, p_ffn)
+        return p_out, p_ffn
 
     n_head = arch.max_heads()
     kv_w = max((sum(w) for w in _all_kv_widths(arch)), default=0)
     p_attn = n_ub * n_kv * f32 * (n_head + 1) + n_ub * f32 * (5 * e + kv_w)
+    q_width = n_head * arch.head_dim_k_eff
+    if q_width > e:
+        # q (and its roped copy) wider than the embedding (Qwen3-MoE: 32 x 128 heads on 2048):
+        # exact on dry runs of Qwen3-30B-A3B and Qwen3-235B-A22B.
+        p_attn += n_ub * f32 * 2 * (q_width - e)
     if swa_cells is not None and arch.arch == "gemma3":
         # Gemma 3's scores are reserved beside its SWA mask (f32 without flash attention);
         # measured on Gemma-3-4B/12B dry runs, where Gemma 2's are not.
         p_attn += n_ub * swa_cells * f32
-    return max(p_out, p_ffn, p_attn)
+    return p_out, max(p_ffn, p_attn)
+
+
+_EXPERT_TENSOR = re.compile(r"\.ffn_(up|down|gate_up|gate)_(ch|)exps\.")
+
+
+def is_expert_tensor(name: str) -> bool:
+    """Routed-expert weights, as llama.cpp's --cpu-moe / --n-cpu-moe patterns match them
+    (``blk.N.ffn_(up|down|gate_up|gate)_(ch|)exps``, common/arg.cpp and common/fit.cpp)."""
+    return _EXPERT_TENSOR.search(name) is not None
 
 
 def _layer_of(t: TensorInfo, n_layer: int) -> int:
@@ -444,8 +500,7 @@ def _split_layers(n_layer: int, gpu_layers: int, capacities: tuple[int, ...]) ->
     return out
 
 
-@dataclass(frozen=True)
-class TensorTotals:
+class TensorTotals(_Frozen):
     """A model's tensors summed per placement layer (0..n_layer, n_layer = the output layer).
 
     ``input_bytes`` is what always stays in host memory (token embedding and the like);
@@ -462,6 +517,13 @@ class TensorTotals:
     has_output: bool
     active_layer_bytes: tuple[float, ...]
     active_params: float
+    expert_bytes: tuple[int, ...] = ()
+    active_expert_bytes: tuple[float, ...] = ()
+    largest_matmul: tuple[tuple[int, int, int], ...] = Field(
+        default=(), description="per layer: (bytes, ne0, ne1) of its largest non-expert 2-D weight"
+    )
+    largest_expert: tuple[tuple[int, int, int], ...] = ()
+    output_head: tuple[int, int, int] = (0, 0, 0)
 
 
 _TOTALS_CACHE: dict[int, tuple[Sequence[TensorInfo], int, TensorTotals]] = {}
@@ -488,12 +550,27 @@ def _sum_tensors(arch: Architecture, tensors: Sequence[TensorInfo]) -> TensorTot
     layer_bytes = [0] * (n_layer + 1)
     repack = {name: [0] * (n_layer + 1) for name in _REPACK_TYPES}
     active = [0.0] * (n_layer + 1)
+    experts = [0] * (n_layer + 1)
+    active_experts = [0.0] * (n_layer + 1)
+    largest = [(0, 0, 0)] * (n_layer + 1)
+    largest_expert = [(0, 0, 0)] * (n_layer + 1)
     input_bytes = token_embd = 0
     has_output = any(t.name == "output.weight" for t in tensors)
+    output_head = (0, 0, 0)
     params = 0.0
     for t in tensors:
         layer = _layer_of(t, n_layer)
-        expert = "_exps." in t.name
+        expert = is_expert_tensor(t.name)
+        shape3 = (t.n_bytes, t.shape[0], t.shape[1] if len(t.shape) > 1 else 1)
+        if t.name == "output.weight" or (t.name == "token_embd.weight" and not has_output):
+            output_head = shape3
+        if layer >= 0 and len(t.shape) >= 2:
+            if expert:
+                experts[layer] += t.n_bytes
+                active_experts[layer] += t.n_bytes * share
+                largest_expert[layer] = max(largest_expert[layer], shape3)
+            else:
+                largest[layer] = max(largest[layer], shape3)
         if t.name == "token_embd.weight":
             token_embd = t.n_bytes
             if not has_output:
@@ -519,7 +596,30 @@ def _sum_tensors(arch: Architecture, tensors: Sequence[TensorInfo]) -> TensorTot
         has_output=has_output,
         active_layer_bytes=tuple(active),
         active_params=params,
+        expert_bytes=tuple(experts),
+        active_expert_bytes=tuple(active_experts),
+        largest_matmul=tuple(largest),
+        largest_expert=tuple(largest_expert),
+        output_head=output_head,
     )
+
+
+def resolve_backend(settings: Settings, gpus: Sequence[Target]) -> Backend:
+    """The llama.cpp build an estimate models: the one asked for, or by the GPUs' vendor (CPU
+    without GPUs). A GPU build with no GPU target behaves as the CPU build."""
+    if not gpus:
+        return "cpu"
+    if settings.backend != "auto":
+        return settings.backend
+    return backends.default_backend(gpus[0].efficiency_class)
+
+
+def mask_bytes(settings: Settings, caches: Sequence[KVCacheDetail]) -> int:
+    """The graph's attention masks: one per KV cache, n_kv x n_ubatch, f16 with flash attention and
+    f32 without (``build_attn_inp_kq_mask``, src/llama-graph.cpp)."""
+    n_ub = min(settings.effective_ubatch, _pad(settings.context_tokens, 256))
+    per = 2 if settings.flash_attn else 4
+    return sum(c.cells * n_ub * per for c in caches)
 
 
 def estimate(
@@ -531,7 +631,9 @@ def estimate(
     """Memory llama.cpp will use on each target for ``arch`` with ``tensors`` under ``settings``.
 
     ``targets`` holds zero or more GPUs and exactly one CPU (host memory) entry; with no GPU, the
-    whole model runs on the CPU. All figures are bytes.
+    whole model runs on the CPU. All figures are bytes. With GPUs, the buffers follow the build in
+    ``settings.backend`` (see :mod:`app.core.backends`): no repacking beside a host buffer type, op
+    offload into GPU 0's compute buffer, the pinned host compute buffer, pipeline-parallel copies.
 
     Raises EstimateError for settings llama.cpp refuses (a quantized V cache without flash
     attention, a context beyond MAX_CONTEXT_TOKENS) or a target list without a CPU.
@@ -542,6 +644,7 @@ def estimate(
         raise EstimateError("An estimate needs exactly one CPU (host memory) target.")
     cpu = cpus[0]
     n_layer = arch.n_layer
+    backend = resolve_backend(settings, gpus)
     ngl = (n_layer + 1) if settings.gpu_layers is None else min(settings.gpu_layers, n_layer + 1)
     if not gpus:
         ngl = 0
@@ -551,15 +654,27 @@ def estimate(
 
     n_dev = len(gpus)
     totals = tensor_totals(arch, tensors)
+    cpu_moe = min(settings.n_cpu_moe, n_layer) if arch.moe is not None and gpus else 0
+    # Host-resident weights take the GPU's pinned host buffer type before the repack types
+    # (make_cpu_buft_list): a CUDA/ROCm/Vulkan build repacks nothing.
+    repacks = settings.repack != "none" and not (gpus and backends.has_host_buffer(backend))
     weights = [0] * (n_dev + 1)  # index -1 → CPU (last slot)
     repack = 0
     repack_by_layer = totals.repack_bytes[settings.repack]
     weights[-1] += totals.input_bytes
     for layer in range(n_layer + 1):
         dev = device_of(layer)
-        weights[dev] += totals.layer_bytes[layer]
-        if dev == -1:
+        layer_weights = totals.layer_bytes[layer]
+        if layer < cpu_moe and dev != -1:
+            # --n-cpu-moe: this layer's routed experts stay in host memory.
+            weights[-1] += totals.expert_bytes[layer]
+            layer_weights -= totals.expert_bytes[layer]
+        weights[dev] += layer_weights
+        if dev == -1 and repacks:
             repack += repack_by_layer[layer]
+    if repacks and not settings.mmap:
+        # Without mmap a repacked tensor is loaded straight into the repack buffer: no second copy.
+        weights[-1] -= repack
     out_dev = device_of(n_layer)
     if not totals.has_output and out_dev != -1:
         # Tied embeddings: the output layer on a GPU gets its own copy of the token embedding.
@@ -579,23 +694,45 @@ def estimate(
         state[device_of(i)] += per_layer_state
 
     cells, _ = context_cells(settings)
-    swa_cells = next((d.cells for d, _ in caches if d.kind == "swa"), None)
-    full_cells = next((d.cells for d, _ in caches if d.kind == "full"), cells)
-    peak = compute_bytes(arch, settings, full_cells if caches else cells, swa_cells)
+    details = [d for d, _ in caches]
+    swa_cells = next((d.cells for d in details if d.kind == "swa"), None)
+    full_cells = next((d.cells for d in details if d.kind == "full"), cells)
+    p_out, p_layers = compute_parts(arch, settings, full_cells if caches else cells, swa_cells)
+    peak = max(p_out, p_layers)
     compute = [0] * (n_dev + 1)
     gpu_used = sorted(set(layer_dev) - {-1})
+    all_on_gpus = bool(gpus) and ngl >= n_layer + 1
     for g in gpu_used:
-        compute[g] = peak
-    if ngl < n_layer + 1 or not gpu_used:
+        # Each GPU reserves its own part of the graph: the logits only where the output head is
+        # (public two-GPU logs: 256 MiB without the head, 363 MiB with it, Qwen2.5-32B at 2k).
+        compute[g] = max(p_layers, p_out if g == out_dev else 0)
+    n_ub = min(settings.effective_ubatch, _pad(settings.context_tokens, 256))
+    masks = mask_bytes(settings, details)
+    gpu_build = bool(gpus) and backend != "cpu"
+    if gpu_build:
+        copies = backends.pipeline_copies(backend, len(gpu_used), all_on_gpus, cpu_moe > 0)
+        inputs = n_ub * arch.n_embd * 4 + copies * (n_ub * 16 + masks)
+        if copies > 1:
+            for g in gpu_used:
+                compute[g] += (copies - 1) * (masks + n_ub * arch.n_embd * 4)
+        if all_on_gpus:
+            compute[-1] = inputs
+        else:
+            compute[-1] = inputs + _host_attention_bytes(arch, settings, full_cells if caches else cells)
+        if backends.offloads_ops(backend, n_ub):
+            offload = _offload_peak(arch, settings, totals, layer_dev, cpu_moe, masks if gpu_used else 0)
+            compute[0] = max(compute[0], offload)
+    elif ngl < n_layer + 1 or not gpu_used:
         compute[-1] = peak
     else:
-        # Full offload: the host keeps only the inputs and the logits staging area.
         compute[-1] = _host_staging_bytes(arch, settings)
     output = max(1, settings.parallel_sequences) * arch.n_vocab * 4
+    scratch = _fa_scratch_bytes(arch, settings, details, backend) if gpu_build else 0
 
     breakdown = []
     for g, target in enumerate(gpus):
         layers_here = layer_counts[g]
+        busy = g in gpu_used or compute[g] > 0
         breakdown.append(
             DeviceBreakdown(
                 name=target.name,
@@ -607,7 +744,7 @@ def estimate(
                 recurrent_state_bytes=state[g],
                 compute_bytes=compute[g],
                 output_bytes=0,
-                overhead_bytes=target.runtime_overhead_bytes if (g in gpu_used) else 0,
+                overhead_bytes=(target.runtime_overhead_bytes + (scratch if g in gpu_used else 0)) if busy else 0,
                 layers=layers_here,
             )
         )
@@ -617,7 +754,7 @@ def estimate(
             kind="cpu",
             capacity_bytes=cpu.capacity_bytes,
             weights_bytes=weights[-1],
-            repack_bytes=repack if settings.repack != "none" else 0,
+            repack_bytes=repack,
             kv_cache_bytes=kv[-1],
             recurrent_state_bytes=state[-1],
             compute_bytes=compute[-1],
@@ -629,13 +766,79 @@ def estimate(
     return Estimate(
         settings=settings,
         devices=tuple(breakdown),
-        kv_caches=tuple(d for d, _ in caches),
+        kv_caches=tuple(details),
         model_bytes=totals.model_bytes,
         gpu_layers=ngl,
         n_layer=n_layer,
         layer_devices=_breakdown_indices(layer_dev, len(breakdown)),
-        assumptions=tuple(_assumptions(settings, gpus, cpu)),
+        assumptions=tuple(_assumptions(settings, gpus, cpu, backend, repacks, cpu_moe)),
+        backend=backend,
+        cpu_moe_layers=cpu_moe,
+        runtime_scratch_bytes=scratch,
     )
+
+
+def _offload_peak(
+    arch: Architecture,
+    settings: Settings,
+    totals: TensorTotals,
+    layer_dev: tuple[int, ...],
+    cpu_moe: int,
+    gpu_masks: int,
+) -> int:
+    """GPU 0's compute buffer when host-resident weights' batched products run there: each such
+    weight is copied into the buffer for its own split (ggml_backend_sched_split_graph), beside the
+    product's input and output and the residual stream; with layers on the GPU, the attention
+    masks' copies live there too."""
+    n_ub = min(settings.effective_ubatch, _pad(settings.context_tokens, 256))
+    n_out = min(n_ub, settings.n_outputs_max)
+    f32 = 4
+    n_used = arch.moe.n_expert_used if arch.moe is not None else 1
+    n_layer = arch.n_layer
+    best = 0
+    for layer in range(n_layer):
+        on_host = layer_dev[layer] == -1
+        if on_host:
+            size, k, n = totals.largest_matmul[layer]
+            if size:
+                best = max(best, size + n_ub * f32 * (k + n))
+        if (on_host or layer < cpu_moe) and totals.largest_expert:
+            size, k, n = totals.largest_expert[layer]
+            if size:
+                best = max(best, size + n_used * n_ub * f32 * (k + n))
+    if layer_dev[n_layer] == -1 and totals.output_head[0]:
+        size, k, n = totals.output_head
+        best = max(best, size + n_out * f32 * (k + n))
+    if not best:
+        return 0
+    return best + n_ub * arch.n_embd * f32 + gpu_masks
+
+
+def _host_attention_bytes(arch: Architecture, settings: Settings, n_kv: int) -> int:
+    """With layers left on the CPU, their attention runs there (its matrix products are offloaded,
+    the attention itself has no weight): q and the attention output, or without flash attention
+    the scores over the whole KV window."""
+    n_ub = min(settings.effective_ubatch, _pad(settings.context_tokens, 256))
+    q_width = arch.max_heads() * arch.head_dim_k_eff
+    if settings.flash_attn:
+        return 2 * n_ub * q_width * 4
+    return n_ub * n_kv * 4 * (arch.max_heads() + 1)
+
+
+def _fa_scratch_bytes(arch: Architecture, settings: Settings, caches: Sequence[KVCacheDetail], backend: str) -> int:
+    """ggml-cuda's flash attention converts a quantized K/V view of one layer to f16 in its pool
+    (launch_fattn, ggml/src/ggml-cuda/fattn-common.cuh): the largest layer at the full KV length."""
+    if not (settings.flash_attn and backends.converts_quantized_kv(backend)):
+        return 0
+    quant_k = is_quantized(_cache_type(settings.cache_type_k))
+    quant_v = is_quantized(_cache_type(settings.cache_type_v))
+    if not (quant_k or quant_v):
+        return 0
+    widths = _all_kv_widths(arch)
+    cells = max((c.cells for c in caches), default=0)
+    k_w = max((w[0] for w in widths), default=0) if quant_k else 0
+    v_w = max((w[1] for w in widths), default=0) if quant_v else 0
+    return cells * (k_w + v_w) * 2
 
 
 def _host_staging_bytes(arch: Architecture, settings: Settings) -> int:
@@ -643,19 +846,35 @@ def _host_staging_bytes(arch: Architecture, settings: Settings) -> int:
     return n_ub * arch.n_embd * 4 + n_ub * 16
 
 
-def _assumptions(settings: Settings, gpus: list[Target], cpu: Target) -> list[str]:
+def _assumptions(
+    settings: Settings, gpus: list[Target], cpu: Target, backend: str, repacks: bool, cpu_moe: int
+) -> list[str]:
     out = [
-        f"llama.cpp settings: {settings.describe()} (FitScope's runner defaults unless changed).",
+        f"llama.cpp settings: {settings.describe()}; a {backend.upper() if backend != 'cpu' else 'CPU'} build "
+        f"of llama.cpp, as {settings.consumer} uses it.",
         "Weights are summed tensor by tensor; the token embedding always stays in host memory.",
         f"Host runtime overhead (process, libraries, threads): {CPU_RUNTIME_OVERHEAD_BYTES // MIB} MiB.",
     ]
+    if settings.consumer == "llama-server":
+        out.append(
+            f"llama-server reserves logits for its {settings.parallel_sequences} slot(s) only (n_outputs_max), "
+            "so its compute and output buffers are smaller than llama-cpp-python's."
+        )
+    if gpus and not repacks and backends.has_host_buffer(backend):
+        out.append(
+            "Weights left in host memory are "
+            + ("memory-mapped from the file" if settings.mmap else "in pinned host memory (--no-mmap)")
+            + "; a GPU build repacks nothing."
+        )
+    if cpu_moe:
+        out.append(f"The routed experts of the first {cpu_moe} layers stay in host memory (--n-cpu-moe {cpu_moe}).")
     if gpus:
         out.append(
             f"Per-GPU runtime overhead not printed by llama.cpp (CUDA context, cuBLAS workspace, memory pool): "
             f"{gpus[0].runtime_overhead_bytes // MIB} MiB each (public logs show 0.3-0.6 GiB)."
         )
         out.append("Layers are split across GPUs in proportion to their memory, as llama.cpp's default split.")
-    if settings.repack != "none":
+    if repacks:
         out.append(
             f"CPU weight repacking ({settings.repack}): repacked matrices take extra host memory beside "
             "the memory-mapped file."

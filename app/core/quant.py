@@ -319,6 +319,10 @@ def quantize_layout(
             ggml_type = T.F32 if (t.keep_f32 or len(t.shape) < 2) else T.F16
         elif p.base_type in (T.F32, T.F16, T.BF16):
             ggml_type = p.base_type
+        elif arch.native_expert_type == "MXFP4" and len(t.shape) > 2 and t.shape[2] > 1:
+            # Released in MXFP4 (gpt-oss): the published K-quant files keep the experts as they are
+            # (e.g. a Q4_K_M gpt-oss-20b is an 11.6 GB file, not the 14+ GB a fresh Q4_K_M would be).
+            ggml_type = T.MXFP4
         else:
             ggml_type = _fallback(_choose(st, p, t, arch, imatrix), t.shape[0])
         out.append(TensorInfo(t.name, ggml_type, t.shape))

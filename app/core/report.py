@@ -412,11 +412,20 @@ def llama_server_command(view: View, model_path: str | None = None) -> str:
     either, ``MODEL.gguf`` stands in. Raises EstimateError when the view has no estimate.
     """
     est = _require_estimate(view)
+    gpus_hidden = any(t.kind == "gpu" for t in view.targets) and not any(d.kind == "gpu" for d in est.devices)
+    sliding = view.model is not None and view.model.arch.sliding_window is not None
+    return server_command(est, _model_path(view, model_path), _ngl(view, est), sliding, gpus_hidden)
+
+
+def server_command(est: Estimate, model_path: str, gpu_layers: int, sliding_window: bool, gpus_hidden: bool) -> str:
+    """The one llama-server command builder: the estimate's context settings and placement as
+    llama-server flags (``--n-cpu-moe`` for experts kept in RAM, ``--device none`` when the GPUs
+    must be hidden, ``--swa-full`` only where the model has a sliding window)."""
     s = est.settings
     args = [
         "llama-server",
         "-m",
-        shlex.quote(_model_path(view, model_path)),
+        shlex.quote(model_path),
         "-c",
         str(s.context_tokens),
         "-np",
@@ -432,12 +441,18 @@ def llama_server_command(view: View, model_path: str | None = None) -> str:
         "-ctv",
         s.cache_type_v,
         "-ngl",
-        str(_ngl(view, est)),
+        str(gpu_layers),
     ]
+    if gpus_hidden:
+        args += ["--device", "none"]
+    if est.cpu_moe_layers:
+        args += ["--cpu-moe"] if est.cpu_moe_layers >= est.n_layer else ["--n-cpu-moe", str(est.cpu_moe_layers)]
+    if not s.mmap:
+        args.append("--no-mmap")
     if s.kv_unified:
         args.append("--kv-unified")
-    # llama-server defaults to the small sliding-window cache; FitScope estimated the full one.
-    if s.swa_full and view.model is not None and view.model.arch.sliding_window is not None:
+    # llama-server defaults to the small sliding-window cache; say so when the full one was estimated.
+    if s.swa_full and sliding_window:
         args.append("--swa-full")
     return " ".join(args)
 

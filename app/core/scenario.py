@@ -19,6 +19,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from app.core.autofit import auto_fit
 from app.core.catalog import find_device, load_devices
 from app.core.devices import DeviceSpec
 from app.core.errors import EstimateError, FitScopeError
@@ -30,7 +31,6 @@ from app.core.estimate import (
     Target,
     estimate,
     max_context_tokens,
-    max_gpu_layers,
     max_parallel_sequences,
 )
 from app.core.fit import (
@@ -103,6 +103,10 @@ class Controls(_Frozen):
     cache_type_v: str = "f16"
     flash_attn: bool = True
     gpu_layers: int | None = Field(default=None, ge=0)
+    n_cpu_moe: int | None = Field(default=None, ge=0, description="experts of the first N layers in RAM; None: auto")
+    backend: str = Field(default="auto", description="the llama.cpp build; auto: by the hardware")
+    consumer: str = "llama-server"
+    mmap: bool = True
 
     def settings(self, repack: str = "x86-avx2", gpu_layers: int | None = None) -> Settings:
         """llama.cpp's settings for these controls. Raises EstimateError for values it refuses."""
@@ -121,6 +125,12 @@ class Controls(_Frozen):
                 flash_attn=self.flash_attn,
                 gpu_layers=gpu_layers,
                 repack=repack,  # type: ignore[arg-type]
+                backend=self.backend,  # type: ignore[arg-type]
+                consumer=self.consumer,  # type: ignore[arg-type]
+                # llama-server defaults to a window-sized SWA cache, llama-cpp-python to a full one.
+                swa_full=self.consumer != "llama-server",
+                mmap=self.mmap,
+                n_cpu_moe=self.n_cpu_moe or 0,
             )
         except ValidationError as exc:
             raise EstimateError(exc.errors()[0]["msg"]) from None
@@ -270,6 +280,18 @@ class LadderRow:
     gpu_layers: int
     decode_tokens_per_s: Range
     current: bool
+    placement: Literal["gpu", "partial", "cpu", "none"] = "gpu"
+
+    @property
+    def placement_words(self) -> str:
+        """What this row is, in the three words a buyer needs (plus the CPU-only case)."""
+        rate = f"{self.decode_tokens_per_s.low:.0f}-{self.decode_tokens_per_s.high:.0f} tokens/s"
+        return {
+            "gpu": "fits on the GPU",
+            "partial": f"runs partly in system memory at {rate}",
+            "cpu": f"runs on the CPU at {rate}",
+            "none": "does not fit",
+        }[self.placement]
 
 
 @dataclass(frozen=True)
@@ -367,6 +389,18 @@ def _speed_words(decode: Range) -> str:
     return f"Expect about {r(lo)}-{r(hi)} tokens/s (roughly {r(w_lo)}-{r(w_hi)} words a second)."
 
 
+def placement_of(est: Estimate) -> Literal["gpu", "partial", "cpu", "none"]:
+    """Where an estimate runs: all on the GPUs, partly in system memory, on the CPU alone, or nowhere."""
+    if not est.fits:
+        return "none"
+    gpus = [d for d in est.devices if d.kind == "gpu"]
+    if not gpus or est.gpu_layers == 0:
+        return "cpu"
+    if est.gpu_layers < est.n_layer + 1 or est.cpu_moe_layers > 0:
+        return "partial"
+    return "gpu"
+
+
 def make_verdict(
     est: Estimate,
     speed: SpeedEstimate,
@@ -374,6 +408,7 @@ def make_verdict(
     max_context: int,
     smaller_quant: str | None,
     n_ctx_train: int = 0,
+    gpus_hidden: bool = False,
 ) -> Verdict:
     """The answer in plain words, with a light: green (fits with room), amber (fits with under 10%
     to spare, or only partly on the GPU), red (does not fit)."""
@@ -399,13 +434,19 @@ def make_verdict(
         if max_context >= MIN_CONTEXT_TOKENS and max_context < controls.context_tokens:
             advice.append(f"The largest context that fits is {max_context:,} tokens per user.")
         if smaller_quant:
-            advice.append(f"A smaller quantization, {smaller_quant}, would fit at this context.")
+            advice.append(smaller_quant)
         if not advice:
             advice.append("Choose a smaller model, or hardware with more memory.")
         return Verdict("red", headline, (shares, *advice))
     gpu_devices = [d for d in est.devices if d.kind == "gpu"]
-    partial = gpu_devices and est.gpu_layers < est.n_layer + 1
+    partial = gpu_devices and (est.gpu_layers < est.n_layer + 1 or est.cpu_moe_layers > 0)
     speed_text = _speed_words(speed.decode_tokens_per_s)
+    if gpus_hidden:
+        headline = (
+            "Runs on the CPU only: the GPU has too little free memory even for the working buffers llama.cpp "
+            "keeps on it, so hide it (llama-server --device none)."
+        )
+        return Verdict("amber", headline, tuple(s for s in (shares, speed_text) if s))
     beyond = ""
     if n_ctx_train and controls.context_tokens > n_ctx_train:
         beyond = (
@@ -414,15 +455,22 @@ def make_verdict(
         )
     if partial:
         gpus = "GPUs" if len(gpu_devices) > 1 else "GPU"
-        if controls.gpu_layers is None:
+        rate = f"{speed.decode_tokens_per_s.low:.0f}-{speed.decode_tokens_per_s.high:.0f} tokens/s"
+        if est.gpu_layers >= est.n_layer + 1:
             headline = (
-                f"Runs, but only {est.gpu_layers} of {est.n_layer + 1} layers fit on the {gpus}; "
-                "the rest run on the CPU, which is much slower."
+                f"Runs partly in system memory, at about {rate}: every layer is on the {gpus}, but the experts of "
+                f"{est.cpu_moe_layers} of {est.n_layer} layers stay in system memory (--n-cpu-moe "
+                f"{est.cpu_moe_layers})."
+            )
+        elif controls.gpu_layers is None:
+            headline = (
+                f"Runs partly in system memory, at about {rate}: {est.gpu_layers} of {est.n_layer + 1} layers fit "
+                f"on the {gpus} (keeping 1 GiB free, as llama.cpp's --fit does); the rest run on the CPU."
             )
         else:
             headline = (
-                f"Fits with {est.gpu_layers} of {est.n_layer + 1} layers on the {gpus}, as chosen; "
-                "the rest run on the CPU, which is much slower."
+                f"Runs partly in system memory, at about {rate}: {est.gpu_layers} of {est.n_layer + 1} layers on "
+                f"the {gpus}, as chosen; the rest run on the CPU."
             )
         return Verdict("amber", headline, tuple(s for s in (shares, speed_text, beyond) if s))
     level: Literal["green", "amber"] = "green"
@@ -523,10 +571,18 @@ class Evaluator:
         ladder, note = self._ladder(model, c, targets, repack)
         smaller = None
         if not est.fits:
-            # The best-quality preset that fits where the current one does not.
+            # The best-quality preset that fits where the current one does not, on the GPU if any
+            # does; otherwise one that runs partly in system memory, said as such with its speed.
             fitting = [r for r in ladder if r.fits and r.budget_bytes < budget_of(est).used_bytes]
-            smaller = fitting[-1].preset if fitting else None
-        verdict = make_verdict(est, speed, c, max_ctx, smaller, model.arch.n_ctx_train)
+            on_gpu = [r for r in fitting if r.placement == "gpu"]
+            if on_gpu:
+                smaller = f"A smaller quantization, {on_gpu[-1].preset}, fits on the GPU at this context."
+            elif fitting:
+                smaller = f"A smaller quantization, {fitting[-1].preset}, {fitting[-1].placement_words}."
+        hidden = (
+            bool(targets) and any(t.kind == "gpu" for t in targets) and not any(d.kind == "gpu" for d in est.devices)
+        )
+        verdict = make_verdict(est, speed, c, max_ctx, smaller, model.arch.n_ctx_train, gpus_hidden=hidden)
         comparison = tuple(self._compare_row(model, c, choice, machine, repack) for choice in request.compare)
         return View(
             request=request,
@@ -557,16 +613,13 @@ class Evaluator:
         if c.gpu_layers is not None or not has_gpu:
             layers = c.gpu_layers if has_gpu else None
             return estimate(arch, tensors, settings.model_copy(update={"gpu_layers": layers}), targets), layers
-        full = estimate(arch, tensors, settings, targets)
-        if full.fits:
-            return full, arch.n_layer + 1
-        best = max_gpu_layers(arch, tensors, settings, targets)
-        if best == 0:
-            on_cpu = estimate(arch, tensors, settings.model_copy(update={"gpu_layers": 0}), targets)
-            # Everything on the CPU may still fit (a GPU busy with other programs); else show the
-            # full-offload picture, which says how far the GPU is from enough.
-            return (on_cpu, 0) if on_cpu.fits else (full, arch.n_layer + 1)
-        return estimate(arch, tensors, settings.model_copy(update={"gpu_layers": best}), targets), best
+        # "auto": llama.cpp's --fit (a margin per GPU, experts to system memory before layers).
+        plan = auto_fit(arch, tensors, settings, targets, fixed_cpu_moe=c.n_cpu_moe)
+        if plan.estimate.fits:
+            return plan.estimate, plan.gpu_layers
+        # Nothing that fits: show the full-offload picture, which says how far the GPU is from enough.
+        full = estimate(arch, tensors, settings.model_copy(update={"gpu_layers": None}), targets)
+        return full, arch.n_layer + 1
 
     def _context_curves(
         self, model: ModelSource, c: Controls, targets: list[Target], repack: str, gpu_layers: int
@@ -635,6 +688,7 @@ class Evaluator:
             b = budget_of(est)
             rows.append(
                 LadderRow(
+                    placement=placement_of(est),
                     preset=preset.name,
                     ppl_increase=preset.ppl_increase,
                     description=preset.description,

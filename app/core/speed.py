@@ -64,8 +64,16 @@ class SpeedEstimate:
 def active_bytes_by_device(arch: Architecture, tensors: Sequence[TensorInfo], est: Estimate) -> list[float]:
     """Weight bytes read per decoded token on each device of ``est`` (same order)."""
     out = [0.0] * len(est.devices)
-    for layer, n_bytes in enumerate(tensor_totals(arch, tensors).active_layer_bytes):
-        out[est.layer_devices[layer]] += n_bytes
+    totals = tensor_totals(arch, tensors)
+    host = len(est.devices) - 1
+    for layer, n_bytes in enumerate(totals.active_layer_bytes):
+        device = est.layer_devices[layer]
+        if layer < est.cpu_moe_layers and device != host:
+            # --n-cpu-moe: this layer's routed experts are read from host memory.
+            moved = totals.active_expert_bytes[layer]
+            out[host] += moved
+            n_bytes -= moved
+        out[device] += n_bytes
     return out
 
 

@@ -7,6 +7,7 @@ sent to the estimate worker, and the returned ``View`` is shown everywhere at on
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections.abc import Callable
@@ -50,7 +51,7 @@ from app.adapters.history import RunHistory
 from app.adapters.load_profile import cached_profile, measure_profile, memory_slots
 from app.adapters.logs import log_path
 from app.core import fit, report
-from app.core.catalog import load_devices, load_models
+from app.core.catalog import find_model, load_devices, load_models
 from app.core.errors import FitScopeError
 from app.core.estimate import GIB, Settings
 from app.core.hardware import HostSnapshot, NvmlStatus, machine_key
@@ -280,6 +281,16 @@ class MainWindow(QMainWindow):
         self.ngl_spin.setSpecialValueText("auto (the most that fit)")
         self.ngl_spin.setAccessibleName("GPU layers")
         adv.addRow("&GPU layers", self.ngl_spin)
+        self.cpu_moe_spin = QSpinBox()
+        self.cpu_moe_spin.setRange(-1, 1024)
+        self.cpu_moe_spin.setSpecialValueText("auto (as llama.cpp's --fit)")
+        self.cpu_moe_spin.setSuffix(" layers")
+        self.cpu_moe_spin.setAccessibleName("Experts in system memory")
+        self.cpu_moe_spin.setToolTip(
+            "Mixture-of-experts models: keep the experts of the first N layers in system memory "
+            "(llama-server --n-cpu-moe N; 0: none). Attention and shared weights stay on the GPU."
+        )
+        adv.addRow("E&xperts in system memory", self.cpu_moe_spin)
         ctl.addRow(self.advanced)
         left_layout.addWidget(ctl_box)
 
@@ -382,6 +393,7 @@ class MainWindow(QMainWindow):
         self.ctv_combo.activated.connect(lambda _i: self._controls_edited(cache_type_v=self.ctv_combo.currentData()))
         self.fa_check.toggled.connect(lambda on: self._controls_edited(flash_attn=on))
         self.ngl_spin.valueChanged.connect(lambda v: self._controls_edited(gpu_layers=None if v < 0 else v))
+        self.cpu_moe_spin.valueChanged.connect(lambda v: self._controls_edited(n_cpu_moe=None if v < 0 else v))
 
     def _device_combo(self, include_local: bool, include_none: bool = False) -> QComboBox:
         combo = QComboBox()
@@ -467,6 +479,7 @@ class MainWindow(QMainWindow):
             self._select_combo(self.ctv_combo, c.cache_type_v)
             self.fa_check.setChecked(c.flash_attn)
             self.ngl_spin.setValue(-1 if c.gpu_layers is None else c.gpu_layers)
+            self.cpu_moe_spin.setValue(-1 if c.n_cpu_moe is None else c.n_cpu_moe)
             self._select_combo(self.quant_combo, p.model.quant)
             self._select_model_item(p.model)
             self._update_hardware_widgets()
@@ -557,7 +570,12 @@ class MainWindow(QMainWindow):
         if self._updating or current is None:
             return
         kind, ref = current.data(Qt.ItemDataRole.UserRole)
-        self.choose_model(ModelChoice(kind=kind, ref=ref, quant=self.quant_combo.currentData() or "Q4_K_M"))
+        quant = self.quant_combo.currentData() or "Q4_K_M"
+        if kind == "catalog":
+            # A model released in its own format (gpt-oss: MXFP4 experts) starts on the file people download.
+            with contextlib.suppress(FitScopeError):
+                quant = find_model(ref).default_quant or quant
+        self.choose_model(ModelChoice(kind=kind, ref=ref, quant=quant))
 
     def _filter_models(self, text: str) -> None:
         needle = text.strip().lower()
@@ -801,6 +819,8 @@ class MainWindow(QMainWindow):
         self.ngl_spin.setToolTip(
             f"llama.cpp's -ngl: {arch.n_layer + 1} puts all {arch.n_layer} layers and the output layer on the GPU"
         )
+        self.cpu_moe_spin.setMaximum(arch.n_layer)
+        self.cpu_moe_spin.setEnabled(arch.moe is not None and self.ngl_spin.isEnabled())
         self.context_control.set_trained_context(arch.n_ctx_train)
         if m.quant in {p.name for p in PRESETS} and not self.quant_combo.isEnabled():
             self._select_combo(self.quant_combo, m.quant)
