@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from app.core.errors import FitScopeError
+from app.core.hardware import HOST_MEMORY
 
 GIB = 1024**3
 MIB = 1024**2
@@ -37,6 +38,12 @@ def _add_estimate_args(p: argparse.ArgumentParser) -> None:
         help="'local' for the detected NVIDIA GPUs, or a catalog id; repeat for several GPUs",
     )
     dev.add_argument("--cpu", action="store_true", help="run on the CPU only (host memory)")
+    dev.add_argument(
+        "--host-memory",
+        choices=sorted(HOST_MEMORY),
+        default=None,
+        help="host RAM beside catalog GPUs, for its bandwidth (default ddr5-5600-2ch)",
+    )
     dev.add_argument(
         "--host-ram-gib", type=float, default=None, help="host memory beside catalog GPUs (default: this machine's)"
     )
@@ -265,7 +272,10 @@ def _targets(args: argparse.Namespace):
             targets.append(fit.target_from_device(find_device(gid)))
     if targets:
         ram = int(args.host_ram_gib * GIB) if args.host_ram_gib else host.ram_total_bytes
-        targets.append(fit.host_ram_target(ram))
+        if "local" in gpu_args or not gpu_args:
+            targets.append(fit.host_ram_target(ram, measure_read_bandwidth_gb_s(budget_s=0.3)))
+        else:
+            targets.append(fit.host_ram_target(ram, host_memory=args.host_memory))
     else:
         bw = measure_read_bandwidth_gb_s(budget_s=0.3)
         targets.append(fit.cpu_target(host.model_copy(update={"measured_read_bandwidth_gb_s": bw})))

@@ -108,7 +108,10 @@ def test_json_figures_are_the_estimate_and_survive_json_dumps(fits_view: View) -
     assert data["total_bytes"] == est.total_bytes
     assert data["model_bytes"] == est.model_bytes
     assert [d["total_bytes"] for d in data["devices"]] == [d.total_bytes for d in est.devices]
-    assert [d["name"] for d in data["devices"]] == ["NVIDIA GeForce RTX 4090", "Host RAM"]
+    assert [d["name"] for d in data["devices"]] == [
+        "NVIDIA GeForce RTX 4090",
+        "Host RAM (DDR5-5600, 2 channels (desktop))",
+    ]
     assert data["fits"] is True
     assert data["gpu_layers"] == 33
     assert data["max_context"] == fits_view.max_context_tokens > 8192

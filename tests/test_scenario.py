@@ -84,9 +84,15 @@ def test_local_gpu_capacity_is_its_free_memory_and_catalog_counts_make_several_g
     assert targets[1].capacity_bytes == 64 * GIB
     assert targets[1].bandwidth_gb_s == 62.0  # this machine's host: its measured bandwidth
     two = resolve_targets(HardwareChoice(kind="catalog", device_id="rtx-3090", count=2, host_ram_gib=32), machine)
-    assert [t.name for t in two] == ["NVIDIA GeForce RTX 3090 #1", "NVIDIA GeForce RTX 3090 #2", "Host RAM"]
+    assert [t.name for t in two][:2] == ["NVIDIA GeForce RTX 3090 #1", "NVIDIA GeForce RTX 3090 #2"]
+    assert two[2].name.startswith("Host RAM (DDR5") and two[2].efficiency_class == "host-spec"
     assert two[2].capacity_bytes == 32 * GIB
-    assert two[2].bandwidth_gb_s == fit.ASSUMED_HOST_BANDWIDTH_GB_S  # a host we have not measured
+    # A host we have not measured: the chosen memory's spec-sheet peak (2 x 8 bytes x 5600 MT/s).
+    assert two[2].bandwidth_gb_s == 89.6
+    epyc = resolve_targets(
+        HardwareChoice(kind="catalog", device_id="rtx-3090", host_ram_gib=512, host_memory="ddr5-6000-12ch"), machine
+    )
+    assert epyc[1].bandwidth_gb_s == 576.0 and "12 channels" in epyc[1].name
     cpu = resolve_targets(HardwareChoice(kind="cpu"), machine)
     assert [t.kind for t in cpu] == ["cpu"] and cpu[0].bandwidth_gb_s == 62.0
     with pytest.raises(CatalogError):

@@ -526,3 +526,30 @@ def test_charts_follow_a_dark_palette(qtbot, tmp_path):
     for chart in window.charts.values():
         assert chart.backgroundBrush().color().name() == "#1e1e1e"
         assert chart.plotItem.getAxis("left").textPen().color().name() == "#e6e6e6"
+
+
+def test_build_program_and_experts_controls_change_the_estimate(qtbot, tmp_path):
+    window = open_window(qtbot, make_services(tmp_path))
+    window.choose_model(ModelChoice(kind="catalog", ref="llama-3.1-70b", quant="Q4_K_M"))
+    window.choose_hardware(HardwareChoice(kind="catalog", device_id="rtx-4090", host_ram_gib=64))
+    view = settle(qtbot, window, lambda v: v.request.model.ref == "llama-3.1-70b" and v.estimate is not None)
+    # A CUDA build by default: the layers left in RAM are mapped, nothing repacked, and the verdict
+    # says the model runs partly in system memory, with its speed.
+    assert view.estimate.backend == "cuda" and view.estimate.repack_bytes == 0
+    assert window.banner.headline.text().startswith("Runs partly in system memory, at about ")
+    window.backend_combo.setCurrentIndex(window.backend_combo.findData("cpu"))
+    window.backend_combo.activated.emit(window.backend_combo.currentIndex())
+    view = settle(qtbot, window, lambda v: v.request.controls.backend == "cpu")
+    assert view.estimate.backend == "cpu" and view.estimate.repack_bytes > 0
+    # A mixture of experts: the experts control is enabled, and N layers' experts move to RAM.
+    window.choose_model(ModelChoice(kind="catalog", ref="qwen3-30b-a3b", quant="Q4_K_M"))
+    window.backend_combo.setCurrentIndex(window.backend_combo.findData("auto"))
+    window.backend_combo.activated.emit(window.backend_combo.currentIndex())
+    settle(qtbot, window, lambda v: v.request.model.ref == "qwen3-30b-a3b" and v.request.controls.backend == "auto")
+    assert window.cpu_moe_spin.isEnabled()
+    window.ngl_spin.setValue(49)
+    window.cpu_moe_spin.setValue(48)
+    view = settle(qtbot, window, lambda v: v.request.controls.n_cpu_moe == 48)
+    gpu, host = view.estimate.devices
+    assert view.estimate.cpu_moe_layers == 48 and gpu.weights_bytes < 2 * GIB < host.weights_bytes
+    assert "the experts of 48 of 48 layers stay in system memory" in window.banner.headline.text()

@@ -124,7 +124,9 @@ class Target(_Frozen):
     capacity_bytes: int = Field(ge=0)
     bandwidth_gb_s: float = Field(gt=0)
     fp16_tflops: float = Field(gt=0)
-    efficiency_class: Literal["nvidia", "amd", "apple", "cpu"] = "nvidia"
+    efficiency_class: Literal["nvidia", "amd", "apple", "cpu", "host-spec"] = Field(
+        default="nvidia", description="cpu: a measured read bandwidth; host-spec: a DRAM spec-sheet peak"
+    )
     overhead_bytes: int | None = Field(default=None, ge=0, description="None: the documented default")
 
     @property

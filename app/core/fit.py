@@ -24,7 +24,7 @@ from app.core.estimate import (
     max_parallel_sequences,
 )
 from app.core.gguf_reader import read_gguf
-from app.core.hardware import GpuSnapshot, HostSnapshot
+from app.core.hardware import DEFAULT_HOST_MEMORY, HOST_MEMORY, GpuSnapshot, HostSnapshot
 from app.core.hf_config import read_hf_config
 from app.core.quant import find_preset, preset_for_ftype, quantize_layout
 from app.core.speed import SpeedEstimate, estimate_speed
@@ -134,20 +134,32 @@ def cpu_target(host: HostSnapshot | None) -> Target:
     )
 
 
-ASSUMED_HOST_BANDWIDTH_GB_S = 60.0  # a dual-channel DDR5 desktop; used only when nothing was measured
 
 
-def host_ram_target(capacity_bytes: int, bandwidth_gb_s: float | None = None) -> Target:
+def host_ram_target(
+    capacity_bytes: int, bandwidth_gb_s: float | None = None, host_memory: str | None = None
+) -> Target:
     """Host memory beside GPUs (its size does not limit GPU memory, only spills). ``bandwidth_gb_s``
-    is this machine's measured read bandwidth when the host is this machine; otherwise an assumed
-    desktop figure, named in the speed estimate's assumptions."""
+    is this machine's measured read bandwidth when the host is this machine; otherwise the
+    theoretical peak of ``host_memory`` (a HOST_MEMORY key, default dual-channel DDR5), which the
+    speed model discounts as a spec-sheet figure. Raises KeyError for an unknown ``host_memory``."""
+    if bandwidth_gb_s:
+        return Target(
+            name="Host RAM",
+            kind="cpu",
+            capacity_bytes=capacity_bytes,
+            bandwidth_gb_s=bandwidth_gb_s,
+            fp16_tflops=1.0,
+            efficiency_class="cpu",
+        )
+    label, peak = HOST_MEMORY[host_memory or DEFAULT_HOST_MEMORY]
     return Target(
-        name="Host RAM",
+        name=f"Host RAM ({label})",
         kind="cpu",
         capacity_bytes=capacity_bytes,
-        bandwidth_gb_s=bandwidth_gb_s or ASSUMED_HOST_BANDWIDTH_GB_S,
+        bandwidth_gb_s=peak,
         fp16_tflops=1.0,
-        efficiency_class="cpu",
+        efficiency_class="host-spec",
     )
 
 

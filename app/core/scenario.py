@@ -68,6 +68,9 @@ class HardwareChoice(_Frozen):
     host_ram_gib: float | None = Field(
         default=None, gt=0, le=65536, description="host memory beside catalog GPUs; None: this machine's"
     )
+    host_memory: str | None = Field(
+        default=None, description="a HOST_MEMORY key for catalog GPUs' host RAM; None: dual-channel DDR5"
+    )
 
     def label(self, machine: Machine | None = None) -> str:
         if self.kind == "cpu":
@@ -209,7 +212,7 @@ def resolve_targets(choice: HardwareChoice, machine: Machine) -> list[Target]:
         host_bytes = int(choice.host_ram_gib * GIB)
     else:
         host_bytes = host.ram_total_bytes if host else 64 * GIB
-    return [*gpus, host_ram_target(host_bytes)]
+    return [*gpus, host_ram_target(host_bytes, host_memory=choice.host_memory)]
 
 
 # -- requests and views --------------------------------------------------------------------------

@@ -24,7 +24,8 @@ DECODE_EFFICIENCY: dict[str, tuple[float, float]] = {
     "nvidia": (0.50, 0.75),
     "amd": (0.45, 0.70),
     "apple": (0.55, 0.80),
-    "cpu": (0.70, 0.90),  # of a measured read bandwidth; a spec-sheet figure deserves 0.3-0.6
+    "cpu": (0.70, 0.90),  # of a measured read bandwidth
+    "host-spec": (0.30, 0.60),  # of a DRAM spec-sheet peak (host memory of hardware not measured)
 }
 # Share of dense FP16 throughput reached in prefill (quantized matmuls dequantize on the fly).
 PREFILL_EFFICIENCY: dict[str, tuple[float, float]] = {
@@ -32,6 +33,7 @@ PREFILL_EFFICIENCY: dict[str, tuple[float, float]] = {
     "amd": (0.15, 0.40),
     "apple": (0.30, 0.60),
     "cpu": (0.25, 0.55),
+    "host-spec": (0.25, 0.55),
 }
 # Fixed cost per decoded token (kernel launches, sampling), seconds: (best case, worst case).
 PER_TOKEN_OVERHEAD_S: dict[str, tuple[float, float]] = {
@@ -39,6 +41,7 @@ PER_TOKEN_OVERHEAD_S: dict[str, tuple[float, float]] = {
     "amd": (0.0005, 0.002),
     "apple": (0.0005, 0.002),
     "cpu": (0.0001, 0.0008),
+    "host-spec": (0.0001, 0.0008),
 }
 
 

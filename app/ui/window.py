@@ -54,7 +54,7 @@ from app.core import fit, report
 from app.core.catalog import find_model, load_devices, load_models
 from app.core.errors import FitScopeError
 from app.core.estimate import GIB, Settings
-from app.core.hardware import HostSnapshot, NvmlStatus, machine_key
+from app.core.hardware import DEFAULT_HOST_MEMORY, HOST_MEMORY, HostSnapshot, NvmlStatus, machine_key
 from app.core.measure import RunResult
 from app.core.prefs import MAX_COMPARED, Preferences, save_preferences
 from app.core.quant import PRESETS
@@ -200,8 +200,16 @@ class MainWindow(QMainWindow):
         row.addWidget(self.count_spin)
         row.addWidget(QLabel("host RAM"))
         row.addWidget(self.host_ram_spin)
+        self.host_memory_combo = QComboBox()
+        for key, (memory_label, peak) in HOST_MEMORY.items():
+            self.host_memory_combo.addItem(f"{memory_label}, {peak:.0f} GB/s", key)
+        self.host_memory_combo.setAccessibleName("Host memory type")
+        self.host_memory_combo.setToolTip(
+            "The system memory of the box: how fast layers and experts left in system memory are read"
+        )
         form.addRow("Estimate &for", self.target_combo)
         form.addRow("", row)
+        form.addRow("", self.host_memory_combo)
         self.compare_combos: list[QComboBox] = []
         self.compare_counts: list[QSpinBox] = []
         self.compare_box = QWidget()
@@ -291,6 +299,34 @@ class MainWindow(QMainWindow):
             "(llama-server --n-cpu-moe N; 0: none). Attention and shared weights stay on the GPU."
         )
         adv.addRow("E&xperts in system memory", self.cpu_moe_spin)
+        self.backend_combo = QComboBox()
+        for key, build_name in (
+            ("auto", "auto (by the hardware)"),
+            ("cpu", "CPU only"),
+            ("cuda", "CUDA"),
+            ("rocm", "ROCm"),
+            ("vulkan", "Vulkan"),
+            ("metal", "Metal"),
+        ):
+            self.backend_combo.addItem(build_name, key)
+        self.backend_combo.setAccessibleName("llama.cpp build")
+        self.backend_combo.setToolTip(
+            "Which llama.cpp build runs the model: a GPU build keeps no repacked copy of the weights left in "
+            "system memory, and keeps working buffers on the first GPU even for layers on the CPU"
+        )
+        adv.addRow("llama.cpp &build", self.backend_combo)
+        self.consumer_combo = QComboBox()
+        self.consumer_combo.addItem("llama-server", "llama-server")
+        self.consumer_combo.addItem("llama-cpp-python (FitScope's runs)", "llama-cpp-python")
+        self.consumer_combo.setAccessibleName("Program running llama.cpp")
+        self.consumer_combo.setToolTip(
+            "llama-server reserves answers only for its users and keeps a small sliding-window cache; "
+            "llama-cpp-python reserves a whole batch of answers and a full-size cache"
+        )
+        adv.addRow("R&un by", self.consumer_combo)
+        self.mmap_check = QCheckBox("&Memory-map the weights (mmap)")
+        self.mmap_check.setToolTip("llama.cpp's default; --no-mmap loads them into memory instead")
+        adv.addRow("", self.mmap_check)
         ctl.addRow(self.advanced)
         left_layout.addWidget(ctl_box)
 
@@ -394,6 +430,12 @@ class MainWindow(QMainWindow):
         self.fa_check.toggled.connect(lambda on: self._controls_edited(flash_attn=on))
         self.ngl_spin.valueChanged.connect(lambda v: self._controls_edited(gpu_layers=None if v < 0 else v))
         self.cpu_moe_spin.valueChanged.connect(lambda v: self._controls_edited(n_cpu_moe=None if v < 0 else v))
+        self.backend_combo.activated.connect(lambda _i: self._controls_edited(backend=self.backend_combo.currentData()))
+        self.consumer_combo.activated.connect(
+            lambda _i: self._controls_edited(consumer=self.consumer_combo.currentData())
+        )
+        self.mmap_check.toggled.connect(lambda on: self._controls_edited(mmap=on))
+        self.host_memory_combo.activated.connect(self._hardware_edited)
 
     def _device_combo(self, include_local: bool, include_none: bool = False) -> QComboBox:
         combo = QComboBox()
@@ -480,6 +522,10 @@ class MainWindow(QMainWindow):
             self.fa_check.setChecked(c.flash_attn)
             self.ngl_spin.setValue(-1 if c.gpu_layers is None else c.gpu_layers)
             self.cpu_moe_spin.setValue(-1 if c.n_cpu_moe is None else c.n_cpu_moe)
+            self._select_combo(self.backend_combo, c.backend)
+            self._select_combo(self.consumer_combo, c.consumer)
+            self.mmap_check.setChecked(c.mmap)
+            self._select_combo(self.host_memory_combo, p.hardware.host_memory or DEFAULT_HOST_MEMORY)
             self._select_combo(self.quant_combo, p.model.quant)
             self._select_model_item(p.model)
             self._update_hardware_widgets()
@@ -513,6 +559,7 @@ class MainWindow(QMainWindow):
         multi = hw.kind == "catalog" and device is not None and device.memory_kind != "unified"
         self.count_spin.setEnabled(multi)
         self.host_ram_spin.setEnabled(multi)
+        self.host_memory_combo.setEnabled(multi)
         has_gpu = (hw.kind == "local" and bool(self.machine.gpus)) or (hw.kind == "catalog")
         self.ngl_spin.setEnabled(has_gpu)
         self.ngl_spin.setToolTip("" if has_gpu else "No GPU in this choice: every layer runs on the CPU.")
@@ -540,7 +587,13 @@ class MainWindow(QMainWindow):
             line.setCursorPosition(0)
         kind, _, device_id = data.partition(":")
         ram = self.host_ram_spin.value() or None
-        choice = HardwareChoice(kind=kind, device_id=device_id or None, count=self.count_spin.value(), host_ram_gib=ram)
+        choice = HardwareChoice(
+            kind=kind,
+            device_id=device_id or None,
+            count=self.count_spin.value(),
+            host_ram_gib=ram,
+            host_memory=self.host_memory_combo.currentData(),
+        )
         self._prefs = self._prefs.model_copy(update={"hardware": choice})
         self._update_hardware_widgets()
         self._set_prefs()
