@@ -372,7 +372,14 @@ def format_result(result) -> str:
             if result.max_gpu_layers is not None
             else "."
         ),
-        f"Decode: {s.decode_tokens_per_s.low:.1f}-{s.decode_tokens_per_s.high:.1f} tokens/s; "
+        f"Decode: {s.decode_tokens_per_s.low:.1f}-{s.decode_tokens_per_s.high:.1f} tokens/s"
+        + (
+            f" per user ({s.users} at once: {s.decode_total_tokens_per_s.low:.0f}-"
+            f"{s.decode_total_tokens_per_s.high:.0f} in total)"
+            if s.users > 1
+            else ""
+        )
+        + "; "
         f"prefill: {s.prefill_tokens_per_s.low:.0f}-{s.prefill_tokens_per_s.high:.0f} tokens/s; "
         f"time to first token ({s.prompt_tokens} tokens): {s.ttft_s.low:.2f}-{s.ttft_s.high:.2f} s.",
         "",

@@ -134,11 +134,7 @@ def cpu_target(host: HostSnapshot | None) -> Target:
     )
 
 
-
-
-def host_ram_target(
-    capacity_bytes: int, bandwidth_gb_s: float | None = None, host_memory: str | None = None
-) -> Target:
+def host_ram_target(capacity_bytes: int, bandwidth_gb_s: float | None = None, host_memory: str | None = None) -> Target:
     """Host memory beside GPUs (its size does not limit GPU memory, only spills). ``bandwidth_gb_s``
     is this machine's measured read bandwidth when the host is this machine; otherwise the
     theoretical peak of ``host_memory`` (a HOST_MEMORY key, default dual-channel DDR5), which the
@@ -187,6 +183,8 @@ class FitResult:
             "max_users_at_context": self.max_users,
             "max_gpu_layers": self.max_gpu_layers,
             "decode_tokens_per_s": self.speed.decode_tokens_per_s.as_dict(),
+            "decode_total_tokens_per_s": self.speed.decode_total_tokens_per_s.as_dict(),
+            "users": self.speed.users,
             "prefill_tokens_per_s": self.speed.prefill_tokens_per_s.as_dict(),
             "ttft_s": self.speed.ttft_s.as_dict(),
             "assumptions": list(e.assumptions) + list(self.speed.assumptions),
@@ -242,7 +240,14 @@ def fit(model: ModelSource, settings: Settings, targets: list[Target], prompt_to
         )
     tensors = model.tensors
     est = estimate(model.arch, tensors, settings, targets)
-    speed = estimate_speed(model.arch, tensors, est, targets, prompt_tokens=min(prompt_tokens, settings.context_tokens))
+    speed = estimate_speed(
+        model.arch,
+        tensors,
+        est,
+        targets,
+        prompt_tokens=min(prompt_tokens, settings.context_tokens),
+        users=settings.parallel_sequences,
+    )
     max_ctx = max_context_tokens(model.arch, tensors, settings, targets)
     # Users who each get the chosen context (per-sequence context = -c, as llama-server's slots).
     users = max_parallel_sequences(

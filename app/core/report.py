@@ -87,6 +87,7 @@ def report_json(view: View) -> dict[str, Any]:
     out["max_users_at_context"] = view.max_users
     if view.speed is not None:
         out["decode_tokens_per_s"] = view.speed.decode_tokens_per_s.as_dict()
+        out["decode_total_tokens_per_s"] = view.speed.decode_total_tokens_per_s.as_dict()
         out["prefill_tokens_per_s"] = view.speed.prefill_tokens_per_s.as_dict()
         out["ttft_s"] = view.speed.ttft_s.as_dict()
     out["assumptions"] = list(view.assumptions)

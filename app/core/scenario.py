@@ -444,6 +444,14 @@ def make_verdict(
     gpu_devices = [d for d in est.devices if d.kind == "gpu"]
     partial = gpu_devices and (est.gpu_layers < est.n_layer + 1 or est.cpu_moe_layers > 0)
     speed_text = _speed_words(speed.decode_tokens_per_s)
+    if speed_text:
+        who = "for each of the users" if controls.users > 1 else "for one user"
+        total = speed.decode_total_tokens_per_s
+        speed_text = speed_text[:-1] + (
+            f" {who}, {speed.depth_tokens:,} tokens into the conversation"
+            + (f"; {total.low:,.0f}-{total.high:,.0f} tokens/s in total" if controls.users > 1 else "")
+            + "."
+        )
     if gpus_hidden:
         headline = (
             "Runs on the CPU only: the GPU has too little free memory even for the working buffers llama.cpp "
@@ -560,7 +568,10 @@ class Evaluator:
             est,
             targets,
             prompt_tokens=min(request.prompt_tokens, est.settings.context_tokens),
+            # A conversation half-way through its context, with every user talking at once.
+            depth_tokens=max(c.context_tokens // 2, min(request.prompt_tokens, c.context_tokens)),
             measured_efficiency=self._efficiency,
+            users=c.users,
         )
         curve, concurrency, max_ctx = self._context_curves(model, c, targets, repack, est.gpu_layers)
         users = max_parallel_sequences(

@@ -6,8 +6,11 @@ read only the routed share of their expert tensors. With partial offload, each d
 own share and the times add up. Prefill is compute-bound: about 2 FLOPs per active parameter per
 token, plus attention over the context.
 
-Every figure is a range (low-high) whose bounds come from the efficiency ranges below, observed
-for llama.cpp in public benchmarks; a later measurement on the user's machine narrows them.
+The constants per device family (decode efficiency, a fixed cost per layer per token, prefill
+rate factors) are fitted on published llama-bench results (``app.core.speed_model``); every figure
+is a range that held about 80% of published results for devices left out of the fit, and a later
+measurement on the user's machine replaces it. Several users share each decode step: the weights
+are read once per step, each user's KV cache once per user.
 """
 
 from __future__ import annotations
@@ -17,32 +20,13 @@ from dataclasses import dataclass
 
 from app.core.architecture import Architecture
 from app.core.estimate import Estimate, Settings, Target, tensor_totals
-from app.core.tensors import TensorInfo
+from app.core.speed_model import decode_seconds_per_token, load_speed_model, speed_family
+from app.core.tensors import GGMLType, TensorInfo
 
-# Share of the bandwidth roofline llama.cpp reaches in decode, by device class.
-DECODE_EFFICIENCY: dict[str, tuple[float, float]] = {
-    "nvidia": (0.50, 0.75),
-    "amd": (0.45, 0.70),
-    "apple": (0.55, 0.80),
-    "cpu": (0.70, 0.90),  # of a measured read bandwidth
-    "host-spec": (0.30, 0.60),  # of a DRAM spec-sheet peak (host memory of hardware not measured)
-}
-# Share of dense FP16 throughput reached in prefill (quantized matmuls dequantize on the fly).
-PREFILL_EFFICIENCY: dict[str, tuple[float, float]] = {
-    "nvidia": (0.25, 0.55),
-    "amd": (0.15, 0.40),
-    "apple": (0.30, 0.60),
-    "cpu": (0.25, 0.55),
-    "host-spec": (0.25, 0.55),
-}
-# Fixed cost per decoded token (kernel launches, sampling), seconds: (best case, worst case).
-PER_TOKEN_OVERHEAD_S: dict[str, tuple[float, float]] = {
-    "nvidia": (0.0003, 0.0015),
-    "amd": (0.0005, 0.002),
-    "apple": (0.0005, 0.002),
-    "cpu": (0.0001, 0.0008),
-    "host-spec": (0.0001, 0.0008),
-}
+# This machine's CPU against its own measured read bandwidth (not a spec sheet): llama.cpp's CPU
+# backend reaches 0.70-0.90 of it (shared/reference: "CPUs 0.7-0.9 of a measured read bandwidth").
+# Every other device uses the constants fitted on published results (app.core.speed_model).
+DECODE_EFFICIENCY: dict[str, tuple[float, float]] = {"cpu": (0.70, 0.90)}
 
 
 @dataclass(frozen=True)
@@ -62,6 +46,13 @@ class SpeedEstimate:
     prompt_tokens: int
     depth_tokens: int
     assumptions: tuple[str, ...]
+    users: int = 1
+    decode_typical: float = 0.0  # tokens/s per user at the fitted constants (inside the range)
+
+    @property
+    def decode_total_tokens_per_s(self) -> Range:
+        """Every user's tokens together (decode steps are shared by the users)."""
+        return Range(self.decode_tokens_per_s.low * self.users, self.decode_tokens_per_s.high * self.users)
 
 
 def active_bytes_by_device(arch: Architecture, tensors: Sequence[TensorInfo], est: Estimate) -> list[float]:
@@ -103,6 +94,7 @@ def estimate_speed(
     prompt_tokens: int = 512,
     depth_tokens: int | None = None,
     measured_efficiency: dict[str, float] | None = None,
+    users: int = 1,
 ) -> SpeedEstimate:
     """Decode and prefill tokens/s ranges and time to first token for ``prompt_tokens``.
 
@@ -118,42 +110,68 @@ def estimate_speed(
     n_attn_layers = sum(1 for i in range(arch.n_layer) if arch.is_attention_layer(i)) or 1
     assumptions = []
 
+    model = load_speed_model()
+    d_lo, d_hi = model.decode_interval
+    t_mid = 0.0  # seconds per token at the fitted constants
     t_low = t_high = 0.0  # seconds per token, optimistic / pessimistic
-    flops_rate_low = flops_rate_high = 0.0
+    t_roof = 0.0  # the physical floor: every byte at full bandwidth
+    flops_rate = 0.0
     busy_devices = 0
+    float_share = _float_weight_share(tensors)
     for d, w in zip(est.devices, weights, strict=True):
         target = by_name.get(d.name)
         if target is None or (w == 0 and d.kind == "gpu"):
             continue
-        cls = target.efficiency_class
-        eff_lo, eff_hi = DECODE_EFFICIENCY[cls]
+        family = target_family(target)
+        c = model.constants(family)
+        kv_share = kv_per_token * depth * (d.layers / n_attn_layers)
+        # One decode step reads the weights once for every user, and each user's own KV cache.
+        bytes_read = w + kv_share * users
+        bw = target.bandwidth_gb_s * 1e9
+        layers_here = d.layers
+        t_roof += bytes_read / bw
         if measured_efficiency and d.name in measured_efficiency:
             m = measured_efficiency[d.name]
-            eff_lo, eff_hi = m * 0.9, min(1.0, m * 1.1)
+            t_low += bytes_read / (min(1.0, m * 1.1) * bw)
+            t_high += bytes_read / (m * 0.9 * bw)
+            t_mid += bytes_read / (m * bw)
             assumptions.append(f"{d.name}: decode efficiency {m:.2f} measured on this machine.")
-        kv_share = kv_per_token * depth * (d.layers / n_attn_layers)
-        bytes_read = w + kv_share
-        bw = target.bandwidth_gb_s * 1e9
-        over_lo, over_hi = PER_TOKEN_OVERHEAD_S[cls]
-        t_low += bytes_read / (eff_hi * bw) + over_lo
-        t_high += bytes_read / (eff_lo * bw) + over_hi
-        p_lo, p_hi = PREFILL_EFFICIENCY[cls]
-        flops_rate_low += p_lo * target.fp16_tflops * 1e12 * (w / max(sum(weights), 1))
-        flops_rate_high += p_hi * target.fp16_tflops * 1e12 * (w / max(sum(weights), 1))
+        elif target.efficiency_class == "cpu":
+            # This machine's measured read bandwidth: llama.cpp's CPU backend reaches 0.70-0.90 of it.
+            eff_lo, eff_hi = DECODE_EFFICIENCY["cpu"]
+            t_low += bytes_read / (eff_hi * bw)
+            t_high += bytes_read / (eff_lo * bw)
+            t_mid += bytes_read / ((eff_lo + eff_hi) / 2 * bw)
+            assumptions.append(
+                f"{d.name}: reads {w / 1e9:.2f} GB of weights per token at a measured "
+                f"{target.bandwidth_gb_s:.0f} GB/s, efficiency {eff_lo:.2f}-{eff_hi:.2f}."
+            )
+        else:
+            t = decode_seconds_per_token(bytes_read, max(layers_here, 1), target.bandwidth_gb_s, c)
+            t_mid += t
+            t_low += t / d_hi
+            t_high += t / d_lo
+            assumptions.append(
+                f"{d.name}: reads {w / 1e9:.2f} GB of weights per token at {target.bandwidth_gb_s:.0f} GB/s; "
+                f"{family} constants fitted on published llama-bench results ({c.devices} devices): "
+                f"{c.decode_efficiency:.2f} of the bandwidth, {c.per_layer_s * 1e6:.0f} us per layer."
+            )
+        factor = c.prefill_float * float_share + c.prefill_quant * (1 - float_share)
+        flops_rate += factor * target.fp16_tflops * 1e12 * (w / max(sum(weights), 1))
         busy_devices += 1
-        assumptions.append(
-            f"{d.name}: reads {w / 1e9:.2f} GB of weights per token at {target.bandwidth_gb_s:.0f} GB/s, "
-            f"efficiency {eff_lo:.2f}-{eff_hi:.2f}."
-        )
+    # Per user: one decode step gives each of the users one token.
+    t_low = max(t_low, t_roof)
+    t_mid = max(t_mid, t_roof)
     decode = Range(1.0 / t_high if t_high else 0.0, 1.0 / t_low if t_low else 0.0)
+    decode_mid = 1.0 / t_mid if t_mid else 0.0
 
     params = active_params(arch, tensors)
     head_dim = arch.head_dim_k_eff if arch.mla is None else arch.mla.kv_lora_rank
     attn_flops = 4 * n_attn_layers * arch.max_heads() * head_dim * (prompt_tokens / 2)
     flops_per_token = 2 * params + attn_flops
-    prefill = (
-        Range(flops_rate_low / flops_per_token, flops_rate_high / flops_per_token) if busy_devices else Range(0, 0)
-    )
+    p_lo, p_hi = model.prefill_interval
+    rate = flops_rate / flops_per_token if busy_devices else 0.0
+    prefill = Range(rate * p_lo, rate * p_hi)
     if prefill.high and decode.high:
         # Prefill can never be slower per token than decoding the same tokens one by one.
         prefill = Range(max(prefill.low, decode.low), max(prefill.high, decode.high))
@@ -170,4 +188,26 @@ def estimate_speed(
         assumptions.append(
             f"Mixture of experts: {arch.moe.n_expert_used} of {arch.moe.n_expert} experts read per token."
         )
-    return SpeedEstimate(decode, prefill, ttft, prompt_tokens, depth, tuple(assumptions))
+    assumptions.append(
+        f"Ranges hold about 80% of published results for hardware the model was not fitted on "
+        f"(decode x{d_lo:.2f}-x{d_hi:.2f}, prefill x{p_lo:.2f}-x{p_hi:.2f}); for {users} user(s) at once."
+    )
+    return SpeedEstimate(
+        decode, prefill, ttft, prompt_tokens, depth, tuple(assumptions), users=users, decode_typical=decode_mid
+    )
+
+
+def target_family(target: Target) -> str:
+    """The device family whose fitted speed constants apply to ``target``."""
+    if target.efficiency_class in ("cpu", "host-spec"):
+        return speed_family(target.name, "cpu")
+    return speed_family(target.name, "gpu")
+
+
+def _float_weight_share(tensors: Sequence[TensorInfo]) -> float:
+    """Share of weight bytes stored as F16/BF16/F32 (cuBLAS/float kernels rather than quantized ones)."""
+    total = sum(t.n_bytes for t in tensors if len(t.shape) >= 2) or 1
+    floats = sum(
+        t.n_bytes for t in tensors if len(t.shape) >= 2 and t.ggml_type in (GGMLType.F16, GGMLType.BF16, GGMLType.F32)
+    )
+    return floats / total

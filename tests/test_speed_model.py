@@ -1,0 +1,56 @@
+"""The speed model against published llama-bench results, on devices left out of the fit."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from app.core.speed_model import FAMILIES, load_speed_model, speed_family
+from tests.speed_data import cross_validate, fit, load_rows
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return load_rows()
+
+
+def test_families_from_names_as_printed_and_in_the_catalog():
+    assert speed_family("NVIDIA GeForce RTX 4090") == "nvidia-gddr"
+    assert speed_family("NVIDIA A100-SXM4-80GB") == "nvidia-hbm"
+    assert speed_family("NVIDIA H100 PCIe") == "nvidia-hbm"
+    assert speed_family("AMD Radeon RX 7900 XTX (RADV NAVI31)") == "amd-rdna"
+    assert speed_family("AMD Instinct MI300X") == "amd-cdna"
+    assert speed_family("Apple M1 Max (32-core GPU) 64GB") == "apple-m1"
+    assert speed_family("M4 Pro 20-core GPU") == "apple-m2plus"
+    assert speed_family("DGX Spark (GB10)") == "unified-nvidia"
+    assert speed_family("Ryzen AI Max+ 395") == "unified-amd"
+    assert speed_family("AMD EPYC 9654", "cpu") == "cpu-x86"
+    assert speed_family("Radxa Dragon Q8B", "cpu") == "cpu-arm"
+    assert set(load_speed_model().families) <= set(FAMILIES)
+
+
+def test_every_row_is_understood_and_sourced(rows):
+    assert len(rows) >= 400 and len({r.device for r in rows}) >= 50
+    # A URL, or repository:path@commit for files read from a public repository.
+    assert all(r.source.startswith("http") or ("/" in r.source and "@" in r.source) for r in rows)
+    assert {r.group for r in rows} == {"gpu", "apple", "cpu", "unified"}
+
+
+def test_held_out_devices_meet_the_accuracy_targets(rows):
+    held = cross_validate(rows)
+    for test, median_limit, inside_floor in (("tg", 0.10, 0.75), ("pp", 0.20, 0.70)):
+        h = [x for x in held if x.row.test == test]
+        assert len(h) >= 200
+        assert statistics.median(abs(x.error) for x in h) <= median_limit, test
+        assert sum(x.inside for x in h) / len(h) >= inside_floor, test
+
+
+def test_the_shipped_constants_are_the_fit_of_the_shipped_data(rows):
+    shipped = load_speed_model()
+    for family, constants in fit(rows).items():
+        assert shipped.families[family].decode_efficiency == pytest.approx(constants.decode_efficiency)
+        assert shipped.families[family].prefill_quant == pytest.approx(constants.prefill_quant)
+    # Physically sensible: never above the bandwidth roofline, a small fixed cost per layer.
+    for c in shipped.families.values():
+        assert 0.2 <= c.decode_efficiency <= 1.0 and c.per_layer_s < 1e-3
