@@ -35,7 +35,8 @@ def _add_estimate_args(p: argparse.ArgumentParser) -> None:
         "--gpu",
         action="append",
         metavar="local|CATALOG_ID",
-        help="'local' for the detected NVIDIA GPUs, or a catalog id; repeat for several GPUs",
+        help="'local' for the detected NVIDIA GPUs, or a catalog id (GPUs, Apple, unified-memory boxes, CPU "
+        "servers: fitscope gpus lists them); repeat for several GPUs",
     )
     dev.add_argument("--cpu", action="store_true", help="run on the CPU only (host memory)")
     dev.add_argument(
@@ -268,8 +269,15 @@ def _targets(args: argparse.Namespace):
         elif "local" in gpu_args:
             raise FitScopeError(f"{status.message} Use --cpu, or --gpu CATALOG_ID for hardware you do not own.")
     for gid in gpu_args:
-        if gid != "local":
-            targets.append(fit.target_from_device(find_device(gid)))
+        if gid == "local":
+            continue
+        device = find_device(gid)
+        if not device.is_gpu:
+            # A catalog CPU box: its memory is the only target.
+            if len(gpu_args) > 1:
+                raise FitScopeError(f"{device.name} is a CPU machine; estimate it alone (one --gpu {gid}).")
+            return [fit.target_from_device(device)], host
+        targets.append(fit.target_from_device(device))
     if targets:
         ram = int(args.host_ram_gib * GIB) if args.host_ram_gib else host.ram_total_bytes
         if "local" in gpu_args or not gpu_args:

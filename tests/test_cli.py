@@ -391,3 +391,15 @@ def test_gpt_oss_120b_keeps_its_mxfp4_experts_in_ram_with_attention_on_the_gpu(c
     )
     gpu, host = explicit["devices"]
     assert gpu["weights_bytes"] < 4 * 1024**3 < host["weights_bytes"]
+
+
+def test_cpu_servers_and_unified_boxes_from_the_catalog(capsys):
+    # The same 70B model on a DGX Spark, an EPYC server and a desktop CPU: where it runs and how fast.
+    spark = run_ok(capsys, "estimate", "--model", "llama-3.3-70b", "-c", "16384", "--gpu", "dgx-spark", "--json")
+    epyc = run_ok(capsys, "estimate", "--model", "llama-3.3-70b", "-c", "16384", "--gpu", "epyc-9655", "--json")
+    desk = run_ok(capsys, "estimate", "--model", "llama-3.3-70b", "-c", "16384", "--gpu", "ryzen-9-9950x", "--json")
+    assert spark["fits"] and [d["kind"] for d in spark["devices"]] == ["gpu", "cpu"]
+    assert [d["kind"] for d in epyc["devices"]] == ["cpu"] and epyc["fits"]
+    # 12 channels of DDR5 read the weights about 6x faster than 2.
+    assert epyc["decode_tokens_per_s"]["low"] > 4 * desk["decode_tokens_per_s"]["high"]
+    assert 2 < spark["decode_tokens_per_s"]["low"] < spark["decode_tokens_per_s"]["high"] < 10

@@ -67,7 +67,10 @@ def model_from_hf_config(path: str | Path, quant: str = "Q4_K_M") -> ModelSource
 
 
 def target_from_device(device: DeviceSpec) -> Target:
-    cls = {"nvidia": "nvidia", "amd": "amd", "apple": "apple"}.get(device.vendor, "cpu")
+    # A catalog CPU's bandwidth is its memory's spec-sheet peak, not a measurement.
+    cls = "host-spec"
+    if device.is_gpu:
+        cls = {"nvidia": "nvidia", "amd": "amd", "apple": "apple"}.get(device.vendor, "cpu")
     return Target(
         name=device.name,
         kind="gpu" if device.is_gpu else "cpu",
