@@ -108,7 +108,14 @@ class BenchRow:
 
     def predict(self, c: FamilyConstants) -> float:
         if self.test == "tg":
-            return 1.0 / decode_seconds_per_token(self.bytes_per_token, self.n_layer, self.bandwidth_gb_s, c)
+            return 1.0 / decode_seconds_per_token(
+                self.bytes_per_token,
+                self.n_layer,
+                self.bandwidth_gb_s,
+                c,
+                self.params * self.active_share,
+                self.fp16_tflops,
+            )
         return prefill_tokens_per_s(self.params * self.active_share, self.fp16_tflops, self.float_weights, c)
 
 
@@ -222,6 +229,8 @@ def load_rows() -> list[BenchRow]:
 # -- fitting ---------------------------------------------------------------------------------------
 
 GROUP_FALLBACK = {
+    "nvidia-geforce": "nvidia-gddr",
+    "nvidia-gddr": "nvidia-geforce",
     "nvidia-hbm": "nvidia-gddr",
     "amd-cdna": "amd-rdna",
     "amd-rdna": "nvidia-gddr",
@@ -234,21 +243,32 @@ GROUP_FALLBACK = {
 }
 
 
-def _fit_decode(rows: list[BenchRow]) -> tuple[float, float]:
-    """(efficiency, per-layer seconds) minimising the squared log error of 1/tg = x/eta + L*c, with
-    the efficiency held to a physical 0.2-1.0 of the roofline and the fixed cost non-negative."""
+def _fit_decode(rows: list[BenchRow]) -> tuple[float, float, float]:
+    """(efficiency, per-layer seconds, FLOP per active parameter) minimising the squared log error of
+    1/tg = x/eta + L*c + P*g, with the efficiency held to a physical 0.2-1.0 of the roofline and the
+    other terms non-negative (each dropped when the rows carry no sign of it)."""
     x = np.array([r.bytes_per_token / (r.bandwidth_gb_s * 1e9) for r in rows])
     layers = np.array([float(r.n_layer) for r in rows])
+    work = np.array([r.params * r.active_share / (r.fp16_tflops * 1e12) for r in rows])
     y = np.array([1.0 / r.tokens_per_s for r in rows])
-    best = (float("inf"), 1.0, 0.0)
+    best = (float("inf"), 1.0, 0.0, 0.0)
     for eta in np.linspace(0.2, 1.0, 81):
-        rest = y - x / eta
-        # Per-layer cost by relative least squares on what bandwidth does not explain.
-        c = max(0.0, float(np.sum(rest * layers / y**2) / np.sum(layers**2 / y**2)))
-        err = float(np.sum(np.log((x / eta + layers * c) / y) ** 2))
-        if err < best[0]:
-            best = (err, float(eta), c)
-    return best[1], best[2]
+        rest = (y - x / eta) / y
+        cols = {"c": layers / y, "g": work / y}
+        for keep in (("c", "g"), ("c",), ("g",), ()):
+            if keep:
+                a = np.column_stack([cols[k] for k in keep])
+                sol, *_ = np.linalg.lstsq(a, rest, rcond=None)
+                if (sol < 0).any():
+                    continue
+                values = dict(zip(keep, (float(v) for v in sol), strict=True))
+            else:
+                values = {}
+            c, g = values.get("c", 0.0), values.get("g", 0.0)
+            err = float(np.sum(np.log((x / eta + layers * c + work * g) / y) ** 2))
+            if err < best[0]:
+                best = (err, float(eta), c, g)
+    return best[1], best[2], best[3]
 
 
 def _fit_prefill(rows: list[BenchRow], float_weights: bool) -> float | None:
@@ -268,7 +288,7 @@ def fit(rows: list[BenchRow]) -> dict[str, FamilyConstants]:
         pp = [r for r in rows if r.family == fam and r.test == "pp" and r.depth == 0]
         if len(tg) < 3 or len({r.device for r in tg}) < 1:
             continue
-        eta, c = _fit_decode(tg)
+        eta, c, g = _fit_decode(tg)
         quant = _fit_prefill(pp, False)
         flt = _fit_prefill(pp, True)
         if quant is None and flt is None:
@@ -276,6 +296,7 @@ def fit(rows: list[BenchRow]) -> dict[str, FamilyConstants]:
         out[fam] = FamilyConstants(
             decode_efficiency=min(eta, 1.5),
             per_layer_s=c,
+            decode_flop_per_param=g,
             prefill_quant=quant or (flt or 0.1) * 2,
             prefill_float=flt or (quant or 0.1) / 2,
             rows=len(tg) + len(pp),
@@ -322,20 +343,56 @@ def interval(rows: list[BenchRow], fitted: dict[str, FamilyConstants], test: str
     return float(math.exp(lo)), float(math.exp(hi))
 
 
+FOLDS = 5
+
+
+def _folds(rows: list[BenchRow], folds: int = FOLDS) -> list[list[BenchRow]]:
+    """Rows split into ``folds`` groups by device (every row of a device in one group), in a fixed
+    order: devices sorted by name, dealt round-robin."""
+    devices = sorted({r.device for r in rows})
+    which = {d: i % folds for i, d in enumerate(devices)}
+    out: list[list[BenchRow]] = [[] for _ in range(folds)]
+    for r in rows:
+        out[which[r.device]].append(r)
+    return out
+
+
+def _predict_held(train: list[BenchRow], test_rows: list[BenchRow]) -> list[tuple[BenchRow, float]]:
+    fitted = fit(train)
+    out = []
+    for r in test_rows:
+        c = constants_for(r.family, fitted)
+        if c is not None and (r.test == "tg" or r.depth == 0):
+            out.append((r, r.predict(c)))
+    return out
+
+
+def held_out_intervals(rows: list[BenchRow], test: str, folds: int = FOLDS) -> dict[str, tuple[float, float]]:
+    """{"all": (low, high)}: multipliers from residuals on devices the fit did not see, the 10th and
+    90th percentiles of measured / predicted over a device-grouped cross-validation of ``rows``.
+    (Ranges per device group were tried and held fewer held-out results: Apple's tight residuals
+    narrowed its range below what new chips do.)"""
+    groups = _folds(rows, folds)
+    ratios: list[float] = []
+    for k in range(folds):
+        train = [r for i, g in enumerate(groups) if i != k for r in g]
+        ratios += [r.tokens_per_s / p for r, p in _predict_held(train, groups[k]) if r.test == test]
+    if len(ratios) < 20:
+        return {"all": (0.6, 1.4)}
+    lo, hi = np.percentile(np.log(ratios), [10, 90])
+    return {"all": (float(math.exp(lo)), float(math.exp(hi)))}
+
+
 def cross_validate(rows: list[BenchRow]) -> list[Held]:
-    """Leave one device out: fit on every other device, predict the held-out device's rows, with the
-    interval taken from the training rows' residuals."""
+    """Device-grouped 5-fold cross-validation: each fold's devices are predicted from constants
+    fitted on the other folds, with a range from those folds' own held-out residuals (an inner
+    cross-validation), so neither the constants nor the range ever saw the predicted devices."""
+    groups = _folds(rows)
     held: list[Held] = []
-    for device in sorted({r.device for r in rows}):
-        train = [r for r in rows if r.device != device]
-        test_rows = [r for r in rows if r.device == device and (r.test == "tg" or r.depth == 0)]
-        fitted = fit(train)
-        bands = {t: interval(train, fitted, t) for t in ("tg", "pp")}
-        for r in test_rows:
-            c = constants_for(r.family, fitted)
-            if c is None:
-                continue
-            p = r.predict(c)
-            lo, hi = bands[r.test]
+    for k in range(FOLDS):
+        train = [r for i, g in enumerate(groups) if i != k for r in g]
+        bands = {t: held_out_intervals(train, t, FOLDS - 1) for t in ("tg", "pp")}
+        for r, p in _predict_held(train, groups[k]):
+            lo, hi = bands[r.test].get(r.group, bands[r.test]["all"])
             held.append(Held(r, p, p * lo, p * hi))
     return held

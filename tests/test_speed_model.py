@@ -16,7 +16,10 @@ def rows():
 
 
 def test_families_from_names_as_printed_and_in_the_catalog():
-    assert speed_family("NVIDIA GeForce RTX 4090") == "nvidia-gddr"
+    assert speed_family("NVIDIA GeForce RTX 4090") == "nvidia-geforce"
+    assert speed_family("RTX 3090") == "nvidia-geforce"
+    assert speed_family("NVIDIA RTX 6000 Ada Generation") == "nvidia-gddr"
+    assert speed_family("NVIDIA L40S") == "nvidia-gddr"
     assert speed_family("NVIDIA A100-SXM4-80GB") == "nvidia-hbm"
     assert speed_family("NVIDIA H100 PCIe") == "nvidia-hbm"
     assert speed_family("AMD Radeon RX 7900 XTX (RADV NAVI31)") == "amd-rdna"

@@ -553,3 +553,25 @@ def test_build_program_and_experts_controls_change_the_estimate(qtbot, tmp_path)
     gpu, host = view.estimate.devices
     assert view.estimate.cpu_moe_layers == 48 and gpu.weights_bytes < 2 * GIB < host.weights_bytes
     assert "the experts of 48 of 48 layers stay in system memory" in window.banner.headline.text()
+
+
+def test_four_machines_side_by_side_for_one_model(qtbot, tmp_path):
+    # An RTX 4090 box, a Mac Studio, a DGX Spark and an EPYC server for Llama 3.3 70B.
+    window = open_window(qtbot, make_services(tmp_path))
+    window.choose_model(ModelChoice(kind="catalog", ref="llama-3.3-70b", quant="Q4_K_M"))
+    window.choose_hardware(HardwareChoice(kind="catalog", device_id="rtx-4090", host_ram_gib=64))
+    for combo, device in zip(window.compare_combos, ("m2-ultra-192gb", "dgx-spark", "epyc-9655"), strict=True):
+        combo.setCurrentIndex(combo.findData(f"catalog:{device}"))
+        combo.activated.emit(combo.currentIndex())
+    view = settle(qtbot, window, lambda v: len(v.comparison) == 3 and v.request.model.ref == "llama-3.3-70b")
+    assert window.compare_table.rowCount() == 4
+    labels = [window.compare_table.item(i, 0).text() for i in range(4)]
+    assert any("M2 Ultra" in x for x in labels) and any("DGX Spark" in x for x in labels)
+    assert any("EPYC 9655" in x for x in labels)
+    speeds = {r.label: r.decode_tokens_per_s for r in view.comparison}
+    mac = next(v for k, v in speeds.items() if "M2 Ultra" in k)
+    spark = next(v for k, v in speeds.items() if "DGX Spark" in k)
+    epyc = next(v for k, v in speeds.items() if "EPYC" in k)
+    # 800 GB/s of unified memory beats 273 GB/s and a CPU server's 576 GB/s read by CPU cores.
+    assert mac.low > spark.high and mac.low > epyc.low
+    assert all(r.fits for r in view.comparison)

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from app.core.scenario import Controls, HardwareChoice, ModelChoice
 
 SCHEMA_VERSION = 1
-MAX_COMPARED = 3
+MAX_COMPARED = 4
 
 
 class Preferences(BaseModel):

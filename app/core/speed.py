@@ -111,7 +111,8 @@ def estimate_speed(
     assumptions = []
 
     model = load_speed_model()
-    d_lo, d_hi = model.decode_interval
+    params = active_params(arch, tensors)
+    bands = []
     t_mid = 0.0  # seconds per token at the fitted constants
     t_low = t_high = 0.0  # seconds per token, optimistic / pessimistic
     t_roof = 0.0  # the physical floor: every byte at full bandwidth
@@ -124,6 +125,8 @@ def estimate_speed(
             continue
         family = target_family(target)
         c = model.constants(family)
+        (d_lo, d_hi), band_pp = model.intervals(family)
+        bands.append(((d_lo, d_hi), band_pp, w))
         kv_share = kv_per_token * depth * (d.layers / n_attn_layers)
         # One decode step reads the weights once for every user, and each user's own KV cache.
         bytes_read = w + kv_share * users
@@ -147,7 +150,10 @@ def estimate_speed(
                 f"{target.bandwidth_gb_s:.0f} GB/s, efficiency {eff_lo:.2f}-{eff_hi:.2f}."
             )
         else:
-            t = decode_seconds_per_token(bytes_read, max(layers_here, 1), target.bandwidth_gb_s, c)
+            share = w / max(sum(weights), 1)
+            t = decode_seconds_per_token(
+                bytes_read, max(layers_here, 1), target.bandwidth_gb_s, c, params * share * users, target.fp16_tflops
+            )
             t_mid += t
             t_low += t / d_hi
             t_high += t / d_lo
@@ -165,11 +171,11 @@ def estimate_speed(
     decode = Range(1.0 / t_high if t_high else 0.0, 1.0 / t_low if t_low else 0.0)
     decode_mid = 1.0 / t_mid if t_mid else 0.0
 
-    params = active_params(arch, tensors)
     head_dim = arch.head_dim_k_eff if arch.mla is None else arch.mla.kv_lora_rank
     attn_flops = 4 * n_attn_layers * arch.max_heads() * head_dim * (prompt_tokens / 2)
     flops_per_token = 2 * params + attn_flops
-    p_lo, p_hi = model.prefill_interval
+    # The range of the device doing most of the work.
+    (d_lo, d_hi), (p_lo, p_hi), _ = max(bands, key=lambda b: b[2]) if bands else ((1.0, 1.0), (1.0, 1.0), 0)
     rate = flops_rate / flops_per_token if busy_devices else 0.0
     prefill = Range(rate * p_lo, rate * p_hi)
     if prefill.high and decode.high:

@@ -32,6 +32,7 @@ from app.core.catalog import RESOURCES_DIR
 SPEED_MODEL_PATH = RESOURCES_DIR / "speed_model.json"
 
 FAMILIES = (
+    "nvidia-geforce",
     "nvidia-gddr",
     "nvidia-hbm",
     "amd-rdna",
@@ -66,7 +67,17 @@ def speed_family(name: str, kind: str = "gpu") -> str:
         return "amd-rdna"
     if re.search(r"\b(a100|h100|h200|b200|b300|gh200|v100)\b", n):
         return "nvidia-hbm"
+    if "geforce" in n or re.search(r"\brtx [2-5]0[5-9]0\b", n):
+        # Consumer cards: llama.cpp's quantized kernels run on integer tensor cores, which GeForce
+        # runs at 4x its (halved) FP16-with-FP32-accumulate rate, workstation cards at 2x.
+        return "nvidia-geforce"
     return "nvidia-gddr"
+
+
+def device_group(family: str) -> str:
+    """gpu, apple, cpu or unified: the groups whose ranges are set apart."""
+    head = family.split("-")[0]
+    return head if head in ("apple", "cpu", "unified") else "gpu"
 
 
 class FamilyConstants(BaseModel):
@@ -74,6 +85,9 @@ class FamilyConstants(BaseModel):
 
     decode_efficiency: float = Field(gt=0, le=1.5, description="share of the bandwidth roofline")
     per_layer_s: float = Field(ge=0, description="fixed decode cost per layer per token, seconds")
+    decode_flop_per_param: float = Field(
+        default=0.0, ge=0, description="decode work per active parameter in FP16-FLOP equivalents (CPUs: dequantizing)"
+    )
     prefill_quant: float = Field(gt=0, description="prefill rate factor for quantized weights")
     prefill_float: float = Field(gt=0, description="prefill rate factor for F16/BF16/F32 weights")
     rows: int = Field(ge=0, description="benchmark rows behind these constants")
@@ -85,9 +99,19 @@ class SpeedModel(BaseModel):
 
     families: dict[str, FamilyConstants]
     fallback: dict[str, str] = Field(description="family -> the family whose constants it borrows when it has none")
-    decode_interval: tuple[float, float] = Field(description="(low, high) multipliers holding ~80% of results")
-    prefill_interval: tuple[float, float]
+    decode_interval: dict[str, tuple[float, float]] = Field(
+        description="device group (gpu, apple, cpu, unified, all) -> (low, high) multipliers holding ~80% of results"
+    )
+    prefill_interval: dict[str, tuple[float, float]]
     source: str
+
+    def intervals(self, family: str) -> tuple[tuple[float, float], tuple[float, float]]:
+        """(decode, prefill) range multipliers for a family's device group."""
+        group = device_group(family)
+        return (
+            self.decode_interval.get(group, self.decode_interval["all"]),
+            self.prefill_interval.get(group, self.prefill_interval["all"]),
+        )
 
     def constants(self, family: str) -> FamilyConstants:
         seen = set()
@@ -102,9 +126,18 @@ def load_speed_model(path: Path = SPEED_MODEL_PATH) -> SpeedModel:
     return SpeedModel.model_validate(json.loads(path.read_text(encoding="utf-8")))
 
 
-def decode_seconds_per_token(bytes_read: float, n_layer: int, bandwidth_gb_s: float, c: FamilyConstants) -> float:
-    """Seconds to decode one token reading ``bytes_read`` bytes through ``n_layer`` layers."""
-    return bytes_read / (c.decode_efficiency * bandwidth_gb_s * 1e9) + n_layer * c.per_layer_s
+def decode_seconds_per_token(
+    bytes_read: float,
+    n_layer: int,
+    bandwidth_gb_s: float,
+    c: FamilyConstants,
+    active_params: float = 0.0,
+    fp16_tflops: float = 0.0,
+) -> float:
+    """Seconds to decode one token reading ``bytes_read`` bytes through ``n_layer`` layers, plus the
+    arithmetic on ``active_params`` parameters where the device's rate makes it count (CPUs)."""
+    compute = c.decode_flop_per_param * active_params / (fp16_tflops * 1e12) if fp16_tflops > 0 else 0.0
+    return bytes_read / (c.decode_efficiency * bandwidth_gb_s * 1e9) + n_layer * c.per_layer_s + compute
 
 
 def prefill_tokens_per_s(active_params: float, fp16_tflops: float, float_weights: bool, c: FamilyConstants) -> float:

@@ -1260,7 +1260,8 @@ def _compare_cells(label, budget, capacity, fits, gpu_layers, n_layer, decode, p
     fit_text = "yes" if fits else "no"
     if fits and gpu_layers is not None and gpu_layers < n_layer + 1:
         fit_text = f"partly ({gpu_layers} of {n_layer + 1} layers on GPU)"
-    speed = f"{decode.low:,.0f}-{decode.high:,.0f}" if decode else "-"
+    # No speed for hardware that cannot hold the model: there is nothing to run.
+    speed = f"{decode.low:,.0f}-{decode.high:,.0f}" if decode and fits else "-"
     return [
         label,
         f"{budget / GIB:.1f} GiB",
