@@ -354,41 +354,14 @@ def test_auto_layers_for_a_70b_on_one_rtx_4090_run_partly_mapped_in_ram(capsys):
 
 
 def test_gpt_oss_120b_keeps_its_mxfp4_experts_in_ram_with_attention_on_the_gpu(capsys):
-    out = run_ok(
-        capsys,
-        "estimate",
-        "--model",
-        "gpt-oss-120b",
-        "-c",
-        "16384",
-        "--gpu",
-        "rtx-4090",
-        "--host-ram-gib",
-        "96",
-        "-ngl",
-        "auto",
-        "--json",
-    )
-    r = out
+    box = ("estimate", "--model", "gpt-oss-120b", "-c", "16384", "--gpu", "rtx-4090", "--host-ram-gib", "96")
+    r = run_ok(capsys, *box, "-ngl", "auto", "--json")
     assert r["quant"] == "MXFP4_MOE" and 62e9 < r["model_bytes"] < 65e9  # the published 63 GB file
     plan = r["auto_fit"]
     assert plan["gpu_layers"] == 37 and 0 < plan["n_cpu_moe"] <= 36
     assert f"--n-cpu-moe {plan['n_cpu_moe']}" in r["llama_server_command"] or "--cpu-moe" in r["llama_server_command"]
     assert r["decode_tokens_per_s"]["low"] > 5
-    explicit = run_ok(
-        capsys,
-        "estimate",
-        "--model",
-        "gpt-oss-120b",
-        "-c",
-        "16384",
-        "--gpu",
-        "rtx-4090",
-        "--host-ram-gib",
-        "96",
-        "--cpu-moe",
-        "--json",
-    )
+    explicit = run_ok(capsys, *box, "--cpu-moe", "--json")
     gpu, host = explicit["devices"]
     assert gpu["weights_bytes"] < 4 * 1024**3 < host["weights_bytes"]
 

@@ -13,7 +13,8 @@ from app.adapters.tiny_gguf import TINY_PROMPT, write_tiny_llama
 from app.core import fit
 from app.core.llama_defaults import choose_threads, thread_sweep
 from app.core.measure import RunSettings, sweep_rows
-from app.core.run_vs_estimate import estimate_for_run, run_report
+from app.core.run_vs_estimate import run_report
+from tests.test_runner import cpu_run_estimate
 
 
 def _sysfs(root: Path, siblings: list[str]) -> Path:
@@ -71,12 +72,8 @@ def tiny(tmp_path_factory):
 
 
 def _report(result, path):
-    from app.adapters.host import detect_host
-
     model = fit.model_from_gguf(path)
-    host = detect_host(measure_bandwidth=False)
-    run_est = estimate_for_run(result, model.arch, model.tensors, [fit.cpu_target(host)], fit.repack_profile(host))
-    return run_report(result, model.label, run_est)
+    return run_report(result, model.label, cpu_run_estimate(result, path))
 
 
 @pytest.mark.llamacpp
