@@ -8,13 +8,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import math
 import multiprocessing
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from app.core.errors import FitScopeError
 from app.core.hardware import HOST_MEMORY
+from app.core.tensors import CACHE_TYPES
+
+CACHE_TYPE_NAMES = list(CACHE_TYPES)
 
 GIB = 1024**3
 MIB = 1024**2
@@ -53,8 +60,8 @@ def _add_estimate_args(p: argparse.ArgumentParser) -> None:
     llm.add_argument("-b", "--batch-size", type=int, default=2048)
     llm.add_argument("-ub", "--ubatch-size", type=int, default=512)
     llm.add_argument("-fa", "--flash-attn", choices=["on", "off"], default="on")
-    llm.add_argument("-ctk", "--cache-type-k", default="f16")
-    llm.add_argument("-ctv", "--cache-type-v", default="f16")
+    llm.add_argument("-ctk", "--cache-type-k", default="f16", choices=CACHE_TYPE_NAMES)
+    llm.add_argument("-ctv", "--cache-type-v", default="f16", choices=CACHE_TYPE_NAMES)
     llm.add_argument("-np", "--parallel", type=int, default=1)
     llm.add_argument("--kv-unified", action="store_true")
     swa = llm.add_mutually_exclusive_group()
@@ -100,8 +107,8 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-b", "--batch-size", type=int, default=2048)
     p.add_argument("-ub", "--ubatch-size", type=int, default=512)
     p.add_argument("-fa", "--flash-attn", choices=["on", "off"], default="on")
-    p.add_argument("-ctk", "--cache-type-k", default="f16")
-    p.add_argument("-ctv", "--cache-type-v", default="f16")
+    p.add_argument("-ctk", "--cache-type-k", default="f16", choices=CACHE_TYPE_NAMES)
+    p.add_argument("-ctv", "--cache-type-v", default="f16", choices=CACHE_TYPE_NAMES)
     p.add_argument("-ngl", "--n-gpu-layers", type=int, default=0, help="layers on the GPU (-1: all; default 0)")
     p.add_argument(
         "-t", "--threads", type=int, default=None, help="CPU threads (default: llama-server's, the physical cores)"
@@ -111,9 +118,7 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="fitscope", description="Will this language model run on this machine, and how fast?"
-    )
+    parser = _Parser(prog="fitscope", description="Will this language model run on this machine, and how fast?")
     sub = parser.add_subparsers(dest="command")
     est = sub.add_parser("estimate", help="memory and speed for a model, settings and hardware")
     _add_estimate_args(est)
@@ -191,6 +196,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # -- commands ------------------------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error, like every other message of the command."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(
+            2,
+            f"fitscope: {self.prog.removeprefix('fitscope ')}: {clean_message(message, 300)} "
+            f"(see {self.prog} --help)\n",
+        )
 
 
 def _int_option(flag: str, value: str) -> int:
@@ -510,7 +526,7 @@ def _run_settings(args: argparse.Namespace, mode: str):
 
 
 def _measure_and_report(args: argparse.Namespace, mode: str) -> int:
-    from app.adapters.history import RunHistory
+    from app.adapters.history import record_run
     from app.adapters.host import detect_host, measure_read_bandwidth_gb_s
     from app.adapters.llamacpp_runner import run_live
     from app.adapters.nvml import NvmlMonitor
@@ -571,14 +587,10 @@ def _measure_and_report(args: argparse.Namespace, mode: str) -> int:
     if sweep is not None:
         report["thread_sweep"] = [row.model_dump() for row in sweep]
     if not args.no_save:
-        history = RunHistory()
-        run_id = history.add(result, report.get("estimate"))
-        measured = report.get("measured_efficiency")
-        if measured:
-            key = machine_key(host, status.gpus if status.available else ())
-            history.set_efficiency(key, measured["target"], measured["value"], run_id, measured["n_threads"])
-        history.close()
-        report["history_id"] = run_id
+        saved = record_run(result, report, machine_key(host, status.gpus if status.available else ()))
+        report |= saved
+        if "message" in saved:
+            print(f"fitscope: {saved['message']}", file=sys.stderr)
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -798,6 +810,11 @@ def cmd_load(args: argparse.Namespace) -> int:
         from app.adapters.demo_model import demo_model_path
 
         path = str(demo_model_path())
+    else:
+        from app.core.errors import ModelFileError
+        from app.core.files import regular_file
+
+        regular_file(Path(path).expanduser(), "model file", ModelFileError)
     host = detect_host(measure_bandwidth=False)
     key = machine_key(host)
     profile = None if args.remeasure else cached_profile(path, key)
@@ -896,26 +913,95 @@ def _run_module(module: str, rest: list[str]) -> int:
     return 0
 
 
+# -- input hygiene ---------------------------------------------------------------------------------
+
+_NON_NEGATIVE = {"depth", "n_cpu_moe", "fit_target", "think", "temp"}
+_MINUS_ONE_OK = {"n_gpu_layers"}  # -1: every layer
+_INT_MAX = 1 << 31
+_FLOAT_MAX = 1e9
+
+
+def _bounded(kind: type, dest: str):
+    """An argparse type that accepts only finite numbers in the range the option means."""
+    low = -1 if dest in _MINUS_ONE_OK else 0 if dest in _NON_NEGATIVE else 1
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{clean_message(text, 40)!r} is not a {'whole number' if kind is int else 'number'}"
+            ) from None
+        if kind is float and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+        limit = _INT_MAX if kind is int else _FLOAT_MAX
+        if kind is float and low == 1:
+            if not 0 < value <= limit:
+                raise argparse.ArgumentTypeError(f"{value:g} must be above 0 and at most {limit:g}")
+        elif not low <= value <= limit:
+            shown = f"{value:,}" if kind is int else f"{value:g}"
+            top = f"{limit:,}" if kind is int else f"{limit:g}"
+            raise argparse.ArgumentTypeError(f"{shown} must be from {low} to {top}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
+
+
+def _harden(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Every int and float option of every command gets range checking (no NaN, no 0 tokens)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _harden(sub)
+        elif action.type in (int, float):
+            action.type = _bounded(action.type, action.dest)
+    return parser
+
+
+def clean_message(text: str, limit: int = 500) -> str:
+    """One printable line of at most ``limit`` characters: control characters and escape sequences
+    from files never reach the terminal."""
+    text = re.sub(r"\x1b\[[0-9;?]*[ -/]*[@-~]", "", str(text))
+    text = "".join(ch if ch.isprintable() else " " for ch in text)
+    text = re.sub(r"\s+", " ", text).strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # The window's estimate worker is a spawned process; in a frozen build it re-enters here.
     multiprocessing.freeze_support()
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--run-module"] and len(argv) >= 2:
         return _run_module(argv[1], argv[2:])
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    parser = _harden(build_parser())
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, or a one-line error already printed
+        return exc.code if isinstance(exc.code, int) else 2
     if args.command is None:
         args = parser.parse_args(["window"])
     try:
         return COMMANDS[args.command](args)
     except FitScopeError as exc:
-        print(f"fitscope: {exc}", file=sys.stderr)
+        print(f"fitscope: {clean_message(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stderr.close()
         return 0
+    except Exception as exc:  # a defect: one line for the user, the traceback in the log
+        from app.adapters.logs import log_path, setup_logging
+
+        setup_logging()
+        logging.getLogger("fitscope").exception("fitscope %s failed", args.command)
+        print(
+            f"fitscope: {args.command} failed unexpectedly ({type(exc).__name__}: {clean_message(str(exc), 200)}); "
+            f"details are in {log_path()}",
+            file=sys.stderr,
+        )
+        return 1
 
 
 if __name__ == "__main__":

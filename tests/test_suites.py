@@ -162,7 +162,7 @@ def test_find_suite_by_name_or_path(tmp_path: Path):
     for name in FLOORS:
         assert name in message
     assert message[0].isupper()
-    with pytest.raises(SuiteError, match="does not exist"):
+    with pytest.raises(SuiteError, match="cannot find the suite file"):
         find_suite(str(tmp_path / "missing.yaml"))
 
 
@@ -466,12 +466,12 @@ def test_load_suite_reads_files_and_names_them(tmp_path: Path):
     with pytest.raises(SuiteError) as caught:
         load_suite(missing)
     assert caught.value.line is None
-    assert str(caught.value) == f"nope.yaml: the suite file {missing} does not exist."
+    assert str(caught.value) == f"nope.yaml: FitScope cannot find the suite file {missing}."
     assert isinstance(caught.value, FitScopeError)
     bad = tmp_path / "bad.yaml"
     bad.write_text(MINIMAL.replace("task: custom", "task: nope"), encoding="utf-8")
     assert str(pytest.raises(SuiteError, load_suite, bad).value).startswith("bad.yaml, line 2: ")
-    with pytest.raises(SuiteError, match="cannot be read"):
+    with pytest.raises(SuiteError, match="is a folder, not a suite file"):
         load_suite(tmp_path)
 
 

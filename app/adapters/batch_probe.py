@@ -260,6 +260,9 @@ def measure_batching(
                 error = event
             if on_event is not None:
                 on_event(event)
+    except BaseException:
+        proc.kill()  # interrupted: nobody reads the child's pipe any more
+        raise
     finally:
         timer.cancel()
         # Closing stdin tells a child still running that its parent is gone (see _watch_parent).

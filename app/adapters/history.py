@@ -106,6 +106,24 @@ CREATE INDEX IF NOT EXISTS efficiency_machine ON efficiency (machine_key, target
 """
 
 
+def unsaved_runs_dir() -> Path:
+    """Where a finished run goes when the history cannot take it; the next open imports it."""
+    return data_dir() / "unsaved-runs"
+
+
+def keep_unsaved(result: RunResult, estimate: dict | None, reason: str) -> Path:
+    """Writes a run the history could not store to its own JSON file (atomically) and returns the
+    path. Raises OSError only when even that folder cannot be written."""
+    folder = unsaved_runs_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"run-{int(result.started_at * 1000)}-{os.getpid()}.json"
+    partial = target.with_suffix(".partial")
+    payload = {"result": json.loads(result.model_dump_json()), "estimate": estimate, "reason": reason}
+    partial.write_text(json.dumps(payload), encoding="utf-8")
+    os.replace(partial, target)
+    return target
+
+
 def default_history_path() -> Path:
     """``runs.sqlite3`` in FitScope's data folder (``FITSCOPE_DATA_DIR`` overrides the folder)."""
     return data_dir() / DEFAULT_DB_NAME
@@ -230,7 +248,26 @@ class RunHistory:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise FitScopeError(f"Cannot create the folder for the run history {self.path}: {exc}.") from exc
+        if self.path.is_dir():
+            raise FitScopeError(f"The run history {self.path} is a folder, not a file; move it away.")
         self._conn = self._open()
+        if path is None:
+            self.import_unsaved()
+
+    def import_unsaved(self, folder: Path | None = None) -> int:
+        """Adds the runs kept aside while the history could not be written (see keep_unsaved) and
+        removes their files; returns how many. A file that cannot be read stays for later."""
+        folder = folder or unsaved_runs_dir()
+        count = 0
+        for kept in sorted(folder.glob("run-*.json")) if folder.is_dir() else []:
+            try:
+                payload = json.loads(kept.read_text(encoding="utf-8"))
+                self.add(RunResult.model_validate(payload["result"]), payload.get("estimate"))
+                kept.unlink()
+                count += 1
+            except (OSError, ValueError, KeyError, FitScopeError):
+                _log.warning("could not import the kept run %s", kept, exc_info=True)
+        return count
 
     def _open(self) -> sqlite3.Connection:
         try:
@@ -476,3 +513,33 @@ def _compare_values(result: RunResult) -> dict[str, float | None]:
         reported = getattr(result.buffers, f"{kind}_buffers")
         values[f"{kind}_buffer_bytes"] = result.buffers.total(kind) if reported else None
     return values
+
+
+def record_run(result: RunResult, report: dict | None, machine_key: str, path: Path | None = None) -> dict[str, Any]:
+    """Saves a finished run and, when the report carries one, its measured efficiency: the one way
+    the CLI and the window record runs. Never raises for a history that cannot be written: the run
+    then goes to a file of its own (imported on the next start) and the answer says where.
+
+    Returns {"history_id": N} or {"unsaved_path": PATH, "message": TEXT}.
+    """
+    estimate = (report or {}).get("estimate")
+    try:
+        with RunHistory(path) as history:
+            run_id = history.add(result, estimate)
+            measured = (report or {}).get("measured_efficiency")
+            if measured:
+                history.set_efficiency(
+                    machine_key, measured["target"], measured["value"], run_id, measured["n_threads"]
+                )
+            return {"history_id": run_id}
+    except (FitScopeError, OSError, sqlite3.Error) as exc:
+        reason = str(exc)
+    try:
+        kept = keep_unsaved(result, estimate, reason)
+    except OSError as exc:
+        return {"unsaved_path": None, "message": f"The run could not be saved ({reason}); nor kept aside: {exc}."}
+    return {
+        "unsaved_path": str(kept),
+        "message": f"The run history could not take this run ({reason}); it was kept in {kept} and will be "
+        "added to the history the next time FitScope opens it.",
+    }

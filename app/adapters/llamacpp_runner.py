@@ -184,6 +184,11 @@ def run_live(
                 error = event
             if on_event is not None:
                 on_event(event)
+    except BaseException:
+        # Interrupted (Ctrl+C, an error in a callback): nobody reads the child's pipe any more, so
+        # end it now rather than wait for a child blocked on a full pipe.
+        live.kill()
+        raise
     finally:
         code = live.wait()
     if error is not None:
@@ -522,7 +527,12 @@ def _child_run(child: _Child, settings: RunSettings) -> int:
             _generate(child, llama_cpp, llm, settings, prompt, run)
         if child.stop.is_set():
             break
-    sha, kind = ("", "sha256") if child.stop.is_set() else _file_hash(Path(settings.gguf_path))
+    sha, kind = "", "sha256"
+    if not child.stop.is_set():
+        try:
+            sha, kind = _file_hash(Path(settings.gguf_path))
+        except OSError:  # the file was moved or deleted during the run: the figures still stand
+            sha, kind = "", "unavailable"
     child.emit({"event": "done", "sha256": sha, "hash_kind": kind, "peak_rss_bytes": _peak_rss_bytes()})
     return 0
 

@@ -112,6 +112,11 @@ def run_suite(
                 error = event
             if on_event is not None:
                 on_event(event)
+    except BaseException:
+        # Interrupted (Ctrl+C, an error in a callback): nobody reads the child's pipe any more, so
+        # end it now rather than wait for a child blocked on a full pipe.
+        live.kill()
+        raise
     finally:
         code = live.wait()
     name = os.path.basename(settings.gguf_path)

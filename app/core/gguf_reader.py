@@ -32,6 +32,7 @@ from pydantic import ValidationError
 
 from app.core.architecture import Architecture, MLASpec, MoESpec, SSMSpec
 from app.core.errors import ModelFileError
+from app.core.files import regular_file
 from app.core.tensors import GGMLType, TensorInfo
 
 GGUF_MAGIC = b"GGUF"
@@ -46,6 +47,10 @@ MAX_KV = 1_000_000
 MAX_DIMS = 4  # GGML_MAX_DIMS
 MAX_ELEMENTS = 1 << 50
 MAX_ARRAY_DEPTH = 4
+MAX_LAYERS = 1024  # the Architecture record's bound; the largest released models have ~160
+MAX_NAME_BYTES = 64 * 1024  # metadata keys; tensor names are shorter still (GGML_MAX_NAME = 64)
+MAX_TENSOR_NAME_BYTES = 64
+MAX_STRING_VALUE_BYTES = 1024 * 1024  # longer string values (none that FitScope reads) are skipped
 
 # llama.cpp's set_swa_pattern(N) for architectures whose GGUF files may omit
 # attention.sliding_window_pattern (applies only when a sliding window is set).
@@ -164,17 +169,24 @@ class _HeaderParser:
         self.off += 8
         return value
 
-    def raw_string(self, what: str) -> bytes:
+    def raw_string(self, what: str, limit: int | None = None) -> bytes:
+        """A length-prefixed string; past ``limit`` bytes it is corrupt (names) or, with no limit
+        given, stepped over without copying (values longer than MAX_STRING_VALUE_BYTES)."""
         n = self.u64()
         if n > self.size:
             raise _Corrupt(f"{what} claims a length of {n:,} bytes, more than the whole file")
+        if limit is not None and n > limit:
+            raise _Corrupt(f"{what} claims a length of {n:,} bytes (names are at most {limit:,})")
         self._need(n)
+        if limit is None and n > MAX_STRING_VALUE_BYTES:
+            self.off += n
+            return f"<{n:,} bytes not read>".encode()
         data = self.buf[self.off : self.off + n]
         self.off += n
         return data
 
-    def name_string(self, what: str) -> str:
-        raw = self.raw_string(what)
+    def name_string(self, what: str, limit: int = MAX_NAME_BYTES) -> str:
+        raw = self.raw_string(what, limit)
         try:
             return raw.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -276,10 +288,9 @@ def _not_gguf_hint(head: bytes) -> str:
 def _open_buffer(path: Path) -> tuple[Any, int, Any]:
     """(buffer, size, closer). Raises ModelFileError for a missing, unreadable or empty file."""
     shown = str(path)
-    if not path.exists():
-        raise ModelFileError(f"FitScope cannot find the model file {shown}.")
     if path.is_dir():
         raise ModelFileError(f"{shown} is a folder, not a GGUF file; choose the .gguf file inside it.")
+    regular_file(path, "model file", ModelFileError)
     try:
         f = open(path, "rb")  # noqa: SIM115 - closed by the caller through the closer
     except OSError as exc:
@@ -365,7 +376,7 @@ def _read(path: Path, buf: Any, size: int) -> GgufModel:
             metadata[key] = p.value(p.u32(), key)
         for i in range(n_tensors):
             p.where = f"while reading tensor {i + 1} of {n_tensors}"
-            name = p.name_string(f"the name of tensor {i + 1}")
+            name = p.name_string(f"the name of tensor {i + 1}", MAX_TENSOR_NAME_BYTES)
             n_dims = p.u32()
             if n_dims > MAX_DIMS:
                 raise _Corrupt(f"tensor '{name}' claims {n_dims} dimensions (ggml allows {MAX_DIMS})")
@@ -580,6 +591,15 @@ def _architecture(path: Path, metadata: Mapping[str, Any], tensors: tuple[Tensor
     names = {t.name for t in tensors}
 
     n_layer = m.req("block_count")
+    if not 1 <= n_layer <= MAX_LAYERS:
+        # Checked before any per-layer list is built from it.
+        raise ModelFileError(f"{shown} is corrupt: '{m.key('block_count')}' is {n_layer:,} (1 to {MAX_LAYERS:,}).")
+    beyond = max((t.layer for t in tensors if t.layer is not None), default=-1)
+    if beyond >= n_layer:
+        raise ModelFileError(
+            f"{shown} is corrupt: it holds tensors of layer {beyond} but '{m.key('block_count')}' "
+            f"says {n_layer} layers."
+        )
     n_embd = m.req("embedding_length")
     n_ctx_train = m.req("context_length")
     is_ssm = m.has("ssm.conv_kernel") or m.has("ssm.state_size") or arch.startswith("mamba")

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from app.core.architecture import Architecture, MLASpec, MoESpec, SSMSpec
 from app.core.errors import ModelFileError
+from app.core.files import read_text_file
 from app.core.gguf_reader import model_id_from
 
 # Hugging Face model_type -> llama.cpp general.architecture
@@ -106,9 +107,7 @@ def _load(path_or_dict: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any],
         path = Path(path_or_dict).expanduser()
         if path.is_dir():
             path = path / "config.json"
-        if not path.exists():
-            raise ModelFileError(f"FitScope cannot find the config file {path}.")
-        text = path.read_text(encoding="utf-8-sig")
+        text = read_text_file(path, "config file", ModelFileError)
     except ModelFileError:
         raise
     except UnicodeDecodeError as exc:
@@ -121,9 +120,14 @@ def _load(path_or_dict: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any],
         raise ModelFileError(f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}.") from None
     except RecursionError:
         raise ModelFileError(f"{path} is not a config.json: its JSON nests too deeply.") from None
+    except ValueError as exc:  # e.g. an integer of thousands of digits
+        raise ModelFileError(f"{path} is not a usable config.json: {str(exc)[:120]}.") from None
     if not isinstance(data, dict):
         raise ModelFileError(f"{path} is not a model config: it holds a JSON {type(data).__name__}.")
     return data, str(path), path
+
+
+MAX_CONFIG_INT = 1 << 40  # larger than any real width, count or context
 
 
 class _Config:
@@ -144,14 +148,27 @@ class _Config:
         return value
 
     def int(self, key: str, default: Any = _MISSING) -> Any:
+        """A whole number from 0 to MAX_CONFIG_INT (sizes, counts: nothing real is larger)."""
         value = self.raw(key, default)
         if value is default and default is not _MISSING:
             return value
-        if isinstance(value, float) and value.is_integer():
+        if isinstance(value, float) and math.isfinite(value) and value.is_integer() and abs(value) <= MAX_CONFIG_INT:
             value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ModelFileError(f"{self.shown}: '{key}' is {value!r}, not a whole number.")
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_CONFIG_INT:
+            shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+            raise ModelFileError(
+                f"{self.shown}: '{key}' is {shown}, not a whole number from 0 to {MAX_CONFIG_INT:,}."
+            )
         return value
+
+    def flag(self, key: str, default: bool) -> bool:
+        """A true/false entry: JSON booleans (and 0/1); anything else is refused, not guessed."""
+        value = self.raw(key, default)
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+        raise ModelFileError(f"{self.shown}: '{key}' is {value!r}; it must be true or false.")
 
     def first_int(self, *keys: str, default: Any = _MISSING) -> Any:
         for key in keys:
@@ -164,16 +181,16 @@ class _Config:
 
 
 def _pattern_from_layer_types(layer_types: Any) -> int | None:
-    """The SWA period of a transformers ``layer_types`` list (sliding_attention / full_attention)."""
-    if not isinstance(layer_types, list) or not layer_types:
+    """The SWA period of a transformers ``layer_types`` list (sliding_attention / full_attention):
+    the first full-attention layer's position + 1, checked once over the list (linear time)."""
+    if not isinstance(layer_types, list) or not layer_types or len(layer_types) > 4096:
         return None
     flags = [t == "sliding_attention" for t in layer_types]
     if all(flags):
         return 1
-    n_layer = len(flags)
-    for n in range(2, n_layer + 1):
-        if all(flags[i] == (i % n < n - 1) for i in range(n_layer)):
-            return n
+    n = flags.index(False) + 1
+    if n >= 2 and all(flag == (i % n < n - 1) for i, flag in enumerate(flags)):
+        return n
     return None
 
 
@@ -254,6 +271,19 @@ def _build(
         n_ff = c.int("intermediate_size")
         n_ctx_train = c.int("max_position_embeddings")
         n_vocab = c.int("vocab_size")
+        # Consistency a real transformer has: heads divide the width (or head_dim is given), KV heads
+        # divide the heads, and no count exceeds the width.
+        if not 1 <= n_head <= n_embd:
+            raise ModelFileError(f"{c.shown}: 'num_attention_heads' is {n_head:,}; it must be from 1 to hidden_size.")
+        if not 1 <= n_head_kv <= n_head or n_head % n_head_kv:
+            raise ModelFileError(
+                f"{c.shown}: 'num_key_value_heads' is {n_head_kv:,}; it must divide num_attention_heads ({n_head:,})."
+            )
+        if n_embd % n_head and not c.int("head_dim", None):
+            raise ModelFileError(
+                f"{c.shown}: hidden_size {n_embd:,} is not a multiple of num_attention_heads {n_head:,} "
+                "and no head_dim is given."
+            )
 
     # per-head widths: only when they differ from n_embd / n_head (always true for Gemma)
     head_dim_k = head_dim_v = None
@@ -265,9 +295,9 @@ def _build(
     if model_type == "qwen2":
         attn_bias = True  # Qwen2 always has q/k/v biases
     elif model_type == "gpt_oss":
-        attn_bias = bool(c.raw("attention_bias", True))
+        attn_bias = c.flag("attention_bias", True)
     elif model_type == "llama":
-        attn_bias = bool(c.raw("attention_bias", False))
+        attn_bias = c.flag("attention_bias", False)
     else:
         attn_bias = False
     qk_norm = model_type in ("qwen3", "qwen3_moe", "gemma3", "gemma3_text")
@@ -287,6 +317,8 @@ def _build(
         tied = data.get("tie_word_embeddings")
     if tied is None:
         tied = TIED_DEFAULT[model_type]
+    if not isinstance(tied, bool):
+        raise ModelFileError(f"{c.shown}: 'tie_word_embeddings' is {tied!r}; it must be true or false.")
 
     moe = None
     n_expert = c.first_int("num_local_experts", "num_experts", "n_routed_experts", default=0)

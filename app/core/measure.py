@@ -96,7 +96,7 @@ class RunResult(_Frozen):
     gpu_offload_supported: bool
     model_size_bytes: int
     model_sha256: str
-    model_hash_kind: Literal["sha256", "sha256-head-tail"] = "sha256"
+    model_hash_kind: Literal["sha256", "sha256-head-tail", "unavailable"] = "sha256"
     n_layer: int
     load_s: float
     runs: tuple[RunFigures, ...]

@@ -47,6 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from app.core.catalog import RESOURCES_DIR
 from app.core.errors import FitScopeError
+from app.core.files import read_text_file
 
 SUITES_DIR = RESOURCES_DIR / "suites"
 EDITOR_SOURCE = "<editor>"
@@ -196,13 +197,23 @@ class Suite(BaseModel):
 # -- reading -------------------------------------------------------------------------------------
 
 
+MAX_SUITE_ITEMS = 200_000  # keys and list items once aliases are expanded; suites hold hundreds
+
+
 def _collect_lines(
     node: yaml.Node, path: _Path, line: int, lines: dict[_Path, int], source: str, active: set[int]
 ) -> None:
     """Record the 1-based line of every key and list item below ``node``. A mapping value is
     recorded at its key's line: for `check:` followed by an indented block, the key is the line
-    a person looks for."""
+    a person looks for. Raises SuiteError when aliases expand the document beyond MAX_SUITE_ITEMS
+    (a "billion laughs" file)."""
     lines[path] = line
+    if len(lines) > MAX_SUITE_ITEMS:
+        raise SuiteError(
+            f"the document expands to more than {MAX_SUITE_ITEMS:,} items (YAML aliases repeating "
+            "each other); a suite is far smaller",
+            source=source,
+        )
     if id(node) in active:  # an alias back to one of its own ancestors
         return
     active.add(id(node))
@@ -492,13 +503,9 @@ def load_suite(path: str | os.PathLike[str]) -> Suite:
     """The suite in a YAML or JSON file. Raises SuiteError naming the file (and the line)."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise SuiteError(f"the suite file {path} does not exist", source=path.name) from None
-    except UnicodeDecodeError as exc:
-        raise SuiteError(f"the suite file {path} is not UTF-8 text (byte {exc.start})", source=path.name) from None
-    except OSError as exc:
-        raise SuiteError(f"the suite file {path} cannot be read ({exc.strerror or exc})", source=path.name) from None
+        text = read_text_file(path, "suite file")
+    except FitScopeError as exc:
+        raise SuiteError(str(exc), source=path.name) from None
     return parse_suite(text, source=path.name)
 
 

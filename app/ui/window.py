@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import sqlite3
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -47,7 +48,7 @@ from PySide6.QtWidgets import (
 
 from app.adapters.cpu_topology import llama_math_threads
 from app.adapters.demo_model import DEMO_LICENSE, DEMO_MODEL_NAME, demo_model_ready
-from app.adapters.history import RunHistory
+from app.adapters.history import RunHistory, keep_unsaved
 from app.adapters.load_profile import cached_profile, measure_profile, memory_slots
 from app.adapters.logs import log_path
 from app.core import fit, report
@@ -1157,9 +1158,9 @@ class MainWindow(QMainWindow):
         return run_report(result, model.label, run_est)
 
     def _on_run_finished(self, result: RunResult, report: dict[str, Any] | None) -> None:
-        if self.history is None:
-            return
         try:
+            if self.history is None:
+                raise FitScopeError("the run history could not be opened when FitScope started")
             run_id = self.history.add(result, (report or {}).get("estimate"))
             if report is not None:
                 report["history_id"] = run_id
@@ -1168,8 +1169,13 @@ class MainWindow(QMainWindow):
                     self.history.set_efficiency(
                         self._machine_key(), measured["target"], measured["value"], run_id, measured["n_threads"]
                     )
-        except FitScopeError as exc:
-            self.show_error(f"The run finished but could not be saved: {exc}")
+        except (FitScopeError, OSError, sqlite3.Error) as exc:
+            # Nothing measured is lost: the run waits in a file of its own for the next start.
+            try:
+                kept = keep_unsaved(result, (report or {}).get("estimate"), str(exc))
+                self.show_error(f"The run finished but could not be saved ({exc}); it was kept in {kept}.")
+            except OSError as keep_exc:
+                self.show_error(f"The run finished but could not be saved ({exc}), nor kept aside: {keep_exc}.")
             return
         self.history_panel.refresh()
         self._load_efficiencies()
