@@ -250,3 +250,40 @@ def test_sigint_to_fitscope_run_ends_it_and_its_child(tmp_path, demo_gguf):
 
 def test_fitscope_errors_are_fitscope_errors():
     assert issubclass(ModelFileError, FitScopeError) and issubclass(SuiteError, FitScopeError)
+
+
+@pytest.mark.llamacpp
+def test_a_prompt_longer_than_the_context_fails_alone_and_the_suite_goes_on(tmp_path):
+    # (7) One prompt too long for the context aborted the whole compare and kept nothing.
+    from app.adapters.suite_runner import PromptJob, SuiteRunSettings, run_suite
+    from app.adapters.tiny_gguf import TINY_PROMPT, write_tiny_llama
+
+    tiny = write_tiny_llama(tmp_path / "tiny.gguf", n_layer=2, n_embd=64, n_ff=128)
+    jobs = (
+        PromptJob(id="s/long", prompt=" ".join([TINY_PROMPT] * 40), max_tokens=4),
+        PromptJob(id="s/short", prompt=TINY_PROMPT, max_tokens=4),
+    )
+    run = run_suite(SuiteRunSettings(gguf_path=str(tiny), prompts=jobs, n_ctx=256))
+    by_id = {o.id: o for o in run.outcomes}
+    assert set(by_id) == {"s/long", "s/short"}
+    assert "more than the context of 256" in (by_id["s/long"].error or "")
+    assert by_id["s/short"].error is None and len(by_id["s/short"].tokens) == 4
+
+
+@pytest.mark.llamacpp
+def test_a_run_whose_model_file_is_deleted_meanwhile_still_reports(tmp_path):
+    # (4) The child hashed the file after the run: a deleted file threw the finished run away.
+    from app.adapters.llamacpp_runner import run_live
+    from app.adapters.tiny_gguf import TINY_PROMPT, write_tiny_llama
+    from app.core.measure import RunSettings
+
+    tiny = write_tiny_llama(tmp_path / "tiny.gguf", n_layer=2, n_embd=64, n_ff=128)
+
+    def delete_on_first_token(event):
+        if event.get("event") == "token" and tiny.exists():
+            tiny.unlink()
+
+    settings = RunSettings(gguf_path=str(tiny), prompt=TINY_PROMPT, max_tokens=16, ignore_eos=True, n_ctx=256)
+    result = run_live(settings, on_event=delete_on_first_token)
+    assert not tiny.exists()
+    assert result.runs[0].generated_tokens == 16 and result.model_hash_kind == "unavailable"

@@ -99,7 +99,8 @@ def compare_variants(
         run, model = runs[i], models[i]
         est = estimate(model.arch, model.tensors, settings, targets)
         answers = {tuple(o.id.split("/", 1)): o.text for o in run.outcomes}
-        rates, checked = score(suites, answers)  # type: ignore[arg-type]
+        errors = {tuple(o.id.split("/", 1)): o.error for o in run.outcomes if o.error}
+        rates, checked = score(suites, answers, errors)  # type: ignore[arg-type]
         ref_tokens = sum(o.reference_tokens or 0 for o in run.outcomes)
         is_reference = i == order[0]
         variants.append(

@@ -65,6 +65,7 @@ class PromptOutcome(_Frozen):
     ttft_s: float
     prefill_tokens_per_s: float | None
     decode_tokens_per_s: float | None
+    error: str | None = None  # why no answer was produced (llama.cpp's reason); the prompt then fails
     identical_tokens: int | None = None  # positions equal to the reference's greedy answer
     top1_matches: int | None = None  # teacher-forced next-token agreements with the reference
     reference_tokens: int | None = None
@@ -191,6 +192,23 @@ def _child() -> int:
         if child.stop.is_set():
             return 0
         prompt = llm.tokenize(job.prompt.encode("utf-8"), add_bos=True)
+        if len(prompt) + 1 >= llm.n_ctx():
+            # Answering is impossible; the other prompts still are (a compare keeps what it has).
+            child.emit(
+                {
+                    "event": "prompt_done",
+                    "id": job.id,
+                    "text": "",
+                    "tokens": [],
+                    "prompt_tokens": len(prompt),
+                    "ttft_s": 0.0,
+                    "prefill_tokens_per_s": None,
+                    "decode_tokens_per_s": None,
+                    "error": f"the prompt has {len(prompt):,} tokens, more than the context of "
+                    f"{llm.n_ctx():,} holds with room for an answer",
+                }
+            )
+            continue
         budget = max(1, min(job.max_tokens, llm.n_ctx() - len(prompt) - 1))
         llm.reset()
         llama_cpp.llama_perf_context_reset(llm._ctx.ctx)

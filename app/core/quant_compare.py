@@ -68,9 +68,14 @@ class Comparison:
     notes: tuple[str, ...] = field(default=())
 
 
-def score(suites: Sequence[Suite], answers: dict[tuple[str, str], str]) -> tuple[dict[str, float], tuple[Answer, ...]]:
+def score(
+    suites: Sequence[Suite],
+    answers: dict[tuple[str, str], str],
+    errors: dict[tuple[str, str], str] | None = None,
+) -> tuple[dict[str, float], tuple[Answer, ...]]:
     """Pass rate per suite and every checked answer, from ``answers[(suite, prompt id)]`` (text the
-    model generated; the prompt's ``answer_prefix`` is put back in front before checking)."""
+    model generated; the prompt's ``answer_prefix`` is put back in front before checking). A prompt
+    in ``errors`` produced no answer: it fails, with the reason."""
     rates: dict[str, float] = {}
     checked: list[Answer] = []
     for suite in suites:
@@ -79,7 +84,11 @@ def score(suites: Sequence[Suite], answers: dict[tuple[str, str], str]) -> tuple
             text = answers.get((suite.name, p.id))
             if text is None:
                 continue
-            result = check_answer(p.check, p.answer_prefix + text)
+            error = (errors or {}).get((suite.name, p.id))
+            if error:
+                result = CheckResult(False, f"No answer: {error}.")
+            else:
+                result = check_answer(p.check, p.answer_prefix + text)
             results.append(result)
             checked.append(Answer(suite.name, p.id, text, result))
         rates[suite.name] = pass_rate(results)

@@ -376,7 +376,10 @@ class RunPanel(QWidget):
                     result = next((r for r in results if r.threads and r.threads.is_llama_default), results[-1])
                 else:
                     result = run_live(settings, on_event=on_event, on_start=self._started_live)
-                report = self._finish(result)
+                try:
+                    report = self._finish(result)
+                except FitScopeError:
+                    report = None  # e.g. the model file is gone: the measured figures still stand
                 events.put(("finished", (result, report)))
             except FitScopeError as exc:
                 events.put(("failed", str(exc)))

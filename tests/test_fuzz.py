@@ -1,0 +1,66 @@
+"""A quick fuzz run: mutated GGUF headers, odd config.json files and command lines never end in a
+traceback, a hang or a memory blow-up (scripts/fuzz.py runs the long version and counts)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.fuzz_targets import command_case, config_case, gguf_case, mutate_gguf, random_command, random_config
+from tests.test_gguf_reader import write_gguf
+
+
+def fuzz(examples: int) -> settings:
+    return settings(
+        max_examples=examples,
+        deadline=None,
+        derandomize=True,  # the same cases every run: CI stays deterministic
+        database=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
+
+
+_SEEDS: list[bytes] = []
+
+
+def seeds(folder: Path) -> list[bytes]:
+    """Small valid GGUFs of three shapes (dense, tied, MoE), written once."""
+    if not _SEEDS:
+        files = [
+            write_gguf(folder / "llama.gguf"),
+            write_gguf(folder / "tied.gguf", tied=True, n_layer=2),
+            write_gguf(
+                folder / "moe.gguf",
+                extra=lambda w: (w.add_expert_count(4), w.add_expert_used_count(2)),
+                tensors={"blk.0.ffn_up_exps.weight": np.zeros((4, 128, 64), dtype=np.float32)},
+            ),
+        ]
+        _SEEDS.extend(p.read_bytes() for p in files)
+    return _SEEDS
+
+
+def _ok(outcome) -> None:
+    assert outcome.kind in ("clean", "accepted"), outcome
+
+
+@fuzz(300)
+@given(index=st.integers(0, 2), rng=st.randoms(use_true_random=False))
+def test_mutated_gguf_headers(tmp_path, index, rng):
+    seed = seeds(tmp_path)[index]
+    _ok(gguf_case(mutate_gguf(seed, random.Random(rng.random())), tmp_path / "case.gguf"))
+
+
+@fuzz(150)
+@given(rng=st.randoms(use_true_random=False))
+def test_odd_config_json(rng):
+    _ok(config_case(random_config(random.Random(rng.random()))))
+
+
+@fuzz(40)
+@given(rng=st.randoms(use_true_random=False))
+def test_odd_command_lines(tmp_path: Path, rng):
+    _ok(command_case(random_command(random.Random(rng.random()), tmp_path)))
