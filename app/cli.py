@@ -7,13 +7,16 @@ carried over to llama-server unchanged.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import math
 import multiprocessing
 import re
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import NoReturn
 
@@ -196,6 +199,31 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # -- commands ------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """SIGINT and SIGTERM wait until the block ends (then interrupt as usual): what was measured is
+    reported and saved first. Only in the main thread, where Python handles signals."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, _frame: caught.append(signum)) for s in _STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if caught:
+            raise KeyboardInterrupt
+
+
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -526,13 +554,10 @@ def _run_settings(args: argparse.Namespace, mode: str):
 
 
 def _measure_and_report(args: argparse.Namespace, mode: str) -> int:
-    from app.adapters.history import record_run
-    from app.adapters.host import detect_host, measure_read_bandwidth_gb_s
+    from app.adapters.host import detect_host
     from app.adapters.llamacpp_runner import run_live
     from app.adapters.nvml import NvmlMonitor
     from app.core import fit
-    from app.core.hardware import machine_key
-    from app.core.run_vs_estimate import estimate_for_run, run_report
 
     settings = _run_settings(args, mode)
     model = fit.model_from_gguf(settings.gguf_path)
@@ -574,6 +599,18 @@ def _measure_and_report(args: argparse.Namespace, mode: str) -> int:
         result = result.model_copy(update={"hardware": hardware})
     else:
         result = run_live(settings, on_event=progress, hardware=hardware)
+    with _signals_deferred():  # the run is finished: report and save it before any interrupt
+        return _report_run(args, result, model, host, status, sweep)
+
+
+def _report_run(args, result, model, host, status, sweep) -> int:
+    from app.adapters.history import record_run
+    from app.adapters.host import measure_read_bandwidth_gb_s
+    from app.core import fit
+    from app.core.hardware import machine_key
+    from app.core.run_vs_estimate import estimate_for_run, run_report
+
+    settings = result.settings
     on_gpu = settings.n_gpu_layers != 0 and result.gpu_offload_supported and status.available
     if on_gpu:
         targets = [fit.target_from_gpu(g) for g in status.gpus] + [
@@ -981,6 +1018,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     if args.command is None:
         args = parser.parse_args(["window"])
+    if args.command != "window" and threading.current_thread() is threading.main_thread():
+        # SIGTERM like Ctrl+C: cleanup runs and llama.cpp children are ended, not orphaned.
+        signal.signal(signal.SIGTERM, _interrupt)
     try:
         return COMMANDS[args.command](args)
     except FitScopeError as exc:

@@ -287,3 +287,15 @@ def test_a_run_whose_model_file_is_deleted_meanwhile_still_reports(tmp_path):
     result = run_live(settings, on_event=delete_on_first_token)
     assert not tiny.exists()
     assert result.runs[0].generated_tokens == 16 and result.model_hash_kind == "unavailable"
+
+
+def test_an_interrupt_after_the_last_token_waits_until_the_run_is_saved():
+    # SIGINT or SIGTERM while a finished run is being reported: the report and the save finish first.
+    done = []
+    with pytest.raises(KeyboardInterrupt), cli._signals_deferred():
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)
+        done.append("saved")
+    assert done == ["saved"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
