@@ -20,11 +20,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.adapters.proof import CASES, run_case  # noqa: E402
 from app.core.catalog import find_device, find_model  # noqa: E402
 from app.core.estimate import Settings, estimate  # noqa: E402
 from app.core.fit import host_ram_target, target_from_device  # noqa: E402
 from app.core.quant import quantize_layout  # noqa: E402
+from tests.support.proof import CASES, run_case  # noqa: E402
 
 MIB = 1024**2
 

@@ -21,11 +21,11 @@ sys.path.insert(0, str(ROOT))
 
 from app.adapters.llamacpp_probe import dry_run  # noqa: E402
 from app.adapters.nvml import NvmlMonitor  # noqa: E402
-from app.adapters.synthetic_gguf import write_sparse_gguf  # noqa: E402
 from app.core import fit  # noqa: E402
 from app.core.catalog import find_model  # noqa: E402
 from app.core.estimate import Settings, estimate  # noqa: E402
 from app.core.quant import find_preset, quantize_layout  # noqa: E402
+from tests.support.synthetic_gguf import write_sparse_gguf  # noqa: E402
 
 MIB = 1024**2
 CASES = [

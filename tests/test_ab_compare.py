@@ -11,12 +11,12 @@ import pytest
 
 from app.adapters.ab_compare import compare_variants
 from app.adapters.quantizer import default_variant_path, quantize
-from app.adapters.tiny_gguf import write_tiny_llama
 from app.core import fit
 from app.core.catalog import find_device
 from app.core.errors import FitScopeError
 from app.core.quant_compare import VariantResult, advise, routing_config, to_toml
 from app.core.suites import CheckResult, parse_suite
+from tests.support.tiny_gguf import write_tiny_llama
 
 pytestmark = pytest.mark.llamacpp
 

@@ -234,7 +234,7 @@ def test_a_sweep_of_eight_points_of_500_requests_is_fast():
 @pytest.mark.llamacpp
 def test_measured_batching_on_a_tiny_model_is_plausible_and_the_simulation_reproduces_it(tmp_path):
     from app.adapters.batch_probe import measure_batching
-    from app.adapters.tiny_gguf import write_tiny_llama
+    from tests.support.tiny_gguf import write_tiny_llama
 
     path = write_tiny_llama(tmp_path / "tiny.gguf", n_layer=4, n_embd=128, n_ff=256)
     # One thread: with every core in use, a core taken by another process (a parallel test run)
@@ -266,8 +266,8 @@ def test_measured_batching_on_a_tiny_model_is_plausible_and_the_simulation_repro
 @pytest.mark.llamacpp
 def test_the_probe_explains_what_it_cannot_measure(tmp_path):
     from app.adapters.batch_probe import BatchProbeError, measure_batching
-    from app.adapters.tiny_gguf import write_tiny_llama
     from app.core.errors import FitScopeError
+    from tests.support.tiny_gguf import write_tiny_llama
 
     with pytest.raises(BatchProbeError, match="does not exist"):
         measure_batching(tmp_path / "missing.gguf")

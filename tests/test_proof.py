@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from app.adapters.proof import CASES, CPU_HOST, KNOWN_COMPUTE_GAPS, Case, compare_files, measure, run_case
 from app.core.estimate import Settings, estimate
 from app.core.gguf_reader import read_gguf
+from tests.support.proof import CASES, CPU_HOST, KNOWN_COMPUTE_GAPS, Case, compare_files, measure, run_case
 
 pytestmark = pytest.mark.llamacpp
 

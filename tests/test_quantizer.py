@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from app.adapters.quantizer import QuantizeError, default_variant_path, quantize
-from app.adapters.tiny_gguf import write_tiny_llama
 from app.core import fit
 from app.core.gguf_reader import read_gguf
 from app.core.quant import find_preset, quantize_layout
+from tests.support.tiny_gguf import write_tiny_llama
 
 pytestmark = pytest.mark.llamacpp
 

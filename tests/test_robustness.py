@@ -256,7 +256,7 @@ def test_fitscope_errors_are_fitscope_errors():
 def test_a_prompt_longer_than_the_context_fails_alone_and_the_suite_goes_on(tmp_path):
     # (7) One prompt too long for the context aborted the whole compare and kept nothing.
     from app.adapters.suite_runner import PromptJob, SuiteRunSettings, run_suite
-    from app.adapters.tiny_gguf import TINY_PROMPT, write_tiny_llama
+    from tests.support.tiny_gguf import TINY_PROMPT, write_tiny_llama
 
     tiny = write_tiny_llama(tmp_path / "tiny.gguf", n_layer=2, n_embd=64, n_ff=128)
     jobs = (
@@ -274,8 +274,8 @@ def test_a_prompt_longer_than_the_context_fails_alone_and_the_suite_goes_on(tmp_
 def test_a_run_whose_model_file_is_deleted_meanwhile_still_reports(tmp_path):
     # (4) The child hashed the file after the run: a deleted file threw the finished run away.
     from app.adapters.llamacpp_runner import run_live
-    from app.adapters.tiny_gguf import TINY_PROMPT, write_tiny_llama
     from app.core.measure import RunSettings
+    from tests.support.tiny_gguf import TINY_PROMPT, write_tiny_llama
 
     tiny = write_tiny_llama(tmp_path / "tiny.gguf", n_layer=2, n_embd=64, n_ff=128)
 
@@ -299,3 +299,31 @@ def test_an_interrupt_after_the_last_token_waits_until_the_run_is_saved():
         done.append("saved")
     assert done == ["saved"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_sigterm_closes_the_window_and_leaves_no_process(tmp_path, demo_gguf):
+    # A logout or `kill` used to leave the estimator worker and multiprocessing's resource tracker.
+    env = os.environ | {
+        "QT_QPA_PLATFORM": "offscreen",
+        "FITSCOPE_DATA_DIR": str(tmp_path / "data"),
+        "FITSCOPE_CONFIG_DIR": str(tmp_path / "config"),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "window", "--demo"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    window = psutil.Process(proc.pid)
+    deadline = time.time() + 60
+    while time.time() < deadline and not window.children(recursive=True):
+        time.sleep(0.3)
+    time.sleep(2)
+    children = window.children(recursive=True)
+    assert children, "the window starts its estimator worker"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0  # closed as its close button closes it
+    _, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive
+    assert (tmp_path / "config" / "settings.json").is_file()  # settings were saved on the way out

@@ -14,10 +14,10 @@ import pytest
 from app.adapters.history import RunHistory
 from app.adapters.host import detect_host
 from app.adapters.llamacpp_runner import RunError, run_live
-from app.adapters.tiny_gguf import TINY_PROMPT, write_tiny_llama
 from app.core import fit
 from app.core.measure import RunSettings, summary
 from app.core.run_vs_estimate import compare_buffers, estimate_for_run
+from tests.support.tiny_gguf import TINY_PROMPT, write_tiny_llama
 
 pytestmark = pytest.mark.llamacpp
 MIB = 1024**2

@@ -9,11 +9,11 @@ import pytest
 
 from app.adapters.cpu_topology import linux_math_threads, llama_math_threads, with_llama_threads
 from app.adapters.llamacpp_runner import run_live, sweep_threads
-from app.adapters.tiny_gguf import TINY_PROMPT, write_tiny_llama
 from app.core import fit
 from app.core.llama_defaults import choose_threads, thread_sweep
 from app.core.measure import RunSettings, sweep_rows
 from app.core.run_vs_estimate import run_report
+from tests.support.tiny_gguf import TINY_PROMPT, write_tiny_llama
 from tests.test_runner import cpu_run_estimate
 
 

@@ -9,8 +9,8 @@ import pytest
 from test_window import make_services, open_window, settle
 
 from app.adapters.cpu_topology import llama_math_threads
-from app.adapters.tiny_gguf import write_tiny_llama
 from app.core.scenario import ModelChoice
+from tests.support.tiny_gguf import write_tiny_llama
 
 pytestmark = pytest.mark.llamacpp
 

@@ -9,9 +9,9 @@ import psutil
 import pytest
 from test_window import make_services, open_window, settle
 
-from app.adapters.tiny_gguf import write_tiny_llama
 from app.core.measure import summary
 from app.core.scenario import ModelChoice
+from tests.support.tiny_gguf import write_tiny_llama
 
 pytestmark = pytest.mark.llamacpp
 

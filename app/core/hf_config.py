@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from app.core.architecture import Architecture, MLASpec, MoESpec, SSMSpec
 from app.core.errors import ModelFileError
 from app.core.files import read_text_file
-from app.core.gguf_reader import model_id_from
+from app.core.gguf_reader import ARCH_SWA_PATTERN, model_id_from
 
 # Hugging Face model_type -> llama.cpp general.architecture
 MODEL_TYPES: dict[str, str] = {
@@ -91,7 +91,7 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 # llama.cpp's SWA period (set_swa_pattern) for the families it runs with a sliding window.
-SWA_PATTERN: dict[str, int] = {"gemma2": 2, "gemma3": 6, "gpt-oss": 2}
+SWA_PATTERN = ARCH_SWA_PATTERN  # one table: llama.cpp's set_swa_pattern per architecture
 
 # Mamba has no trained context length; llama.cpp's converter writes this value.
 MAMBA_CONTEXT = 1 << 20

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import pyqtgraph as pg
+from PySide6.QtCore import QTimer
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
@@ -77,10 +79,28 @@ def run_window(argv: Sequence[str] | None = None, open_path: str | None = None, 
     if icon.exists():
         app.setWindowIcon(QIcon(str(icon)))
     window = create_window(real_services(), open_path, ModelChoice() if demo else None)
+    close_on_signals(window)
     window.show()
     if os.environ.get("FITSCOPE_REPORT_STARTUP"):
         _report_startup(app, window)
     return app.exec()
+
+
+def close_on_signals(window: MainWindow) -> QTimer:
+    """SIGTERM (a logout, ``kill``, a session manager) and SIGINT close the window as its close
+    button does: workers and llama.cpp children end, settings are saved. Python runs signal handlers
+    only between bytecodes, so a light timer gives it the chance while Qt waits for events."""
+
+    def close(_signum: int, _frame: object) -> None:
+        QTimer.singleShot(0, window.close)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, close)
+    tick = QTimer(window)
+    tick.setInterval(200)
+    tick.timeout.connect(lambda: None)
+    tick.start()
+    return tick
 
 
 def _report_startup(app: QApplication, window: MainWindow) -> None:

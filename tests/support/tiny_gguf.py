@@ -1,7 +1,7 @@
 """Write a tiny, real Llama-architecture GGUF file that llama.cpp loads, tokenizes with and runs.
 
 Used by fast tests and benchmarks of the generation runner, which need a model that actually
-generates tokens without shipping or downloading one. Unlike :mod:`app.adapters.synthetic_gguf`
+generates tokens without shipping or downloading one. Unlike :mod:`tests.support.synthetic_gguf`
 (sparse zeros, for measuring allocations), every byte here is written: the weights are seeded
 random numbers, so the model writes gibberish, but it does so at the speed of a real model of
 that shape and type.

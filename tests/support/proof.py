@@ -1,6 +1,6 @@
 """Proof against llama.cpp: the estimator's figures next to llama.cpp's own, component by component.
 
-Each case writes a sparse synthetic GGUF of a catalog architecture (app.adapters.synthetic_gguf),
+Each case writes a sparse synthetic GGUF of a catalog architecture (tests.support.synthetic_gguf),
 asks llama.cpp for its true allocations with a no-alloc dry run (app.adapters.llamacpp_probe),
 and compares. Used by tests/test_proof.py and scripts/bench_accuracy.py.
 """
@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.adapters.llamacpp_probe import DryRunResult, dry_run
-from app.adapters.synthetic_gguf import write_sparse_gguf
 from app.core.catalog import find_model
 from app.core.estimate import Estimate, Settings, Target, estimate
 from app.core.quant import quantize_layout
 from app.core.tensors import TensorInfo
+from tests.support.synthetic_gguf import write_sparse_gguf
 
 MIB = 1024**2
 TOLERANCE_FRACTION = 0.02
