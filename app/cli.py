@@ -23,11 +23,10 @@ from typing import NoReturn
 from app.core.errors import FitScopeError
 from app.core.hardware import HOST_MEMORY
 from app.core.tensors import CACHE_TYPES
+from app.core.units import GIB, MIB
 
 CACHE_TYPE_NAMES = list(CACHE_TYPES)
 
-GIB = 1024**3
-MIB = 1024**2
 
 
 def _add_estimate_args(p: argparse.ArgumentParser) -> None:
@@ -336,7 +335,7 @@ def _targets(args: argparse.Namespace):
 
 def cmd_estimate(args: argparse.Namespace) -> int:
     from app.core import fit
-    from app.core.report import server_command
+    from app.core.commands import server_command
 
     model = _model(args)
     targets, host = _targets(args)

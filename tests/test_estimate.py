@@ -7,8 +7,6 @@ import pytest
 from app.core.catalog import find_device, find_model, load_models
 from app.core.errors import EstimateError
 from app.core.estimate import (
-    GIB,
-    MIB,
     Settings,
     Target,
     estimate,
@@ -20,6 +18,7 @@ from app.core.fit import host_ram_target, target_from_device
 from app.core.quant import PRESETS, quantize_layout
 from app.core.speed import estimate_speed
 from app.core.tensors import GGMLType
+from app.core.units import GIB, MIB
 
 CPU = Target(name="CPU", kind="cpu", capacity_bytes=64 * GIB, bandwidth_gb_s=50, fp16_tflops=2, efficiency_class="cpu")
 

@@ -16,7 +16,8 @@ from app.adapters import history as history_module
 from app.adapters.history import DEFAULT_DB_NAME, SCHEMA_VERSION, HistoryRow, RunHistory, default_history_path
 from app.core import measure
 from app.core.errors import FitScopeError
-from app.core.measure import MIB, MeasuredBuffers, RunResult, RunSettings
+from app.core.measure import MeasuredBuffers, RunResult, RunSettings
+from app.core.units import MIB
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 GEMMA_PATH = "/home/me/models/gemma-3-270m-it-Q4_K_M.gguf"

@@ -8,7 +8,7 @@ import pytest
 
 from app.core.catalog import find_device, find_model
 from app.core.errors import EstimateError
-from app.core.estimate import GIB, Settings
+from app.core.estimate import Settings
 from app.core.fit import model_from_catalog
 from app.core.multigpu import (
     VLLM_CUDA_CONTEXT_BYTES,
@@ -23,6 +23,7 @@ from app.core.multigpu import (
     vllm_plan,
 )
 from app.core.quant import find_serving_format, serving_weights_bytes
+from app.core.units import GIB
 
 # -- llama.cpp ------------------------------------------------------------------------------------
 

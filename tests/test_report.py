@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from app.core.errors import EstimateError
-from app.core.estimate import GIB
 from app.core.fit import fit
 from app.core.report import (
     copy_command_text,
@@ -26,6 +25,7 @@ from app.core.report import (
 )
 from app.core.scenario import Controls, Evaluator, HardwareChoice, Machine, ModelChoice, Request, View
 from app.core.tensors import CACHE_TYPES, GGMLType
+from app.core.units import GIB
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(40))
 

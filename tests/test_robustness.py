@@ -279,14 +279,15 @@ def test_a_run_whose_model_file_is_deleted_meanwhile_still_reports(tmp_path):
 
     tiny = write_tiny_llama(tmp_path / "tiny.gguf", n_layer=2, n_embd=64, n_ff=128)
 
-    def delete_on_first_token(event):
-        if event.get("event") == "token" and tiny.exists():
+    def delete_once_loaded(event):
+        # The child has the model in memory; 900 tokens leave ample time before it hashes the file.
+        if event.get("event") == "loaded" and tiny.exists():
             tiny.unlink()
 
-    settings = RunSettings(gguf_path=str(tiny), prompt=TINY_PROMPT, max_tokens=16, ignore_eos=True, n_ctx=256)
-    result = run_live(settings, on_event=delete_on_first_token)
+    settings = RunSettings(gguf_path=str(tiny), prompt=TINY_PROMPT, max_tokens=900, ignore_eos=True, n_ctx=1024)
+    result = run_live(settings, on_event=delete_once_loaded)
     assert not tiny.exists()
-    assert result.runs[0].generated_tokens == 16 and result.model_hash_kind == "unavailable"
+    assert result.runs[0].generated_tokens == 900 and result.model_hash_kind == "unavailable"
 
 
 def test_an_interrupt_after_the_last_token_waits_until_the_run_is_saved():

@@ -11,7 +11,7 @@ import pytest
 from app.core import fit
 from app.core.catalog import find_device
 from app.core.errors import CatalogError, EstimateError
-from app.core.estimate import GIB, MAX_CONTEXT_TOKENS, estimate, max_context_tokens
+from app.core.estimate import MAX_CONTEXT_TOKENS, estimate, max_context_tokens
 from app.core.hardware import GpuSnapshot, HostSnapshot
 from app.core.prefs import SCHEMA_VERSION, Preferences, load_preferences, save_preferences
 from app.core.quant import find_preset, quantize_layout
@@ -26,6 +26,7 @@ from app.core.scenario import (
     match_catalog_device,
     resolve_targets,
 )
+from app.core.units import GIB
 
 HOST = HostSnapshot(
     cpu_model="AMD Ryzen 9 7950X",

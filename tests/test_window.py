@@ -23,10 +23,11 @@ from app.adapters.host import detect_host
 from app.adapters.nvml import NvmlMonitor
 from app.core import fit
 from app.core.catalog import find_device
-from app.core.estimate import GIB, Settings, estimate
+from app.core.estimate import Settings, estimate
 from app.core.prefs import Preferences, load_preferences
 from app.core.quant import find_preset, quantize_layout
 from app.core.scenario import Controls, HardwareChoice, ModelChoice
+from app.core.units import GIB
 from app.ui.app import create_window
 from app.ui.window import MainWindow, Services
 

@@ -39,12 +39,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from app.adapters.child import start_child
 from app.adapters.cpu_topology import llama_math_threads
 from app.core import llama_defaults
 from app.core.errors import FitScopeError
+from app.core.units import Frozen
 
 _LOG_LEVEL_ERROR = 4
 _LOG_LEVEL_CONT = 5
@@ -57,11 +58,9 @@ class BatchProbeError(FitScopeError):
     """The batching measurement could not run; the message says why."""
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class BatchSettings(_Frozen):
+class BatchSettings(Frozen):
     gguf_path: str
     parallel: tuple[int, ...] = (1, 2, 4)
     prompt_tokens: int = Field(default=64, ge=1)
@@ -86,7 +85,7 @@ class BatchSettings(_Frozen):
         return max(self.parallel) * (self.prompt_tokens + self.gen_tokens)
 
 
-class BatchRun(_Frozen):
+class BatchRun(Frozen):
     """One end-to-end run of P sequences started together. Seconds since the prompts were sent."""
 
     parallel: int
@@ -110,7 +109,7 @@ class BatchRun(_Frozen):
         return statistics.fmean(self.e2e_s)
 
 
-class BatchProfile(_Frozen):
+class BatchProfile(Frozen):
     """What batching does on this machine for one model (see the module doc for the definitions)."""
 
     gguf_path: str

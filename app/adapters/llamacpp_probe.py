@@ -61,27 +61,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
 from app.adapters.child import module_command
 from app.adapters.cpu_topology import llama_math_threads
 from app.core.errors import FitScopeError
+from app.core.tensors import CACHE_TYPES
+from app.core.units import MIB, Frozen
 
-MIB = 1024 * 1024
 MIB_PRECISION_BYTES = round(0.005 * MIB)
 """Largest rounding error of one ``%.2f MiB`` figure, in bytes (5243)."""
 
-GGML_TYPE_IDS: dict[str, int] = {
-    "f32": 0,
-    "f16": 1,
-    "q4_0": 2,
-    "q4_1": 3,
-    "q5_0": 6,
-    "q5_1": 7,
-    "q8_0": 8,
-    "iq4_nl": 20,
-    "bf16": 30,
-}
+GGML_TYPE_IDS: dict[str, int] = {name: int(t) for name, t in CACHE_TYPES.items()}
 """KV cache types llama.cpp accepts (ggml_type ids)."""
 
 # ggml_log_level in this llama.cpp (ggml.h): NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5.
@@ -105,11 +94,9 @@ class ProbeError(FitScopeError):
         self.log = log
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class KVCacheInfo(_Frozen):
+class KVCacheInfo(Frozen):
     """One ``llama_kv_cache: size = ...`` line (one cache; SWA models have two)."""
 
     kind: str = "full"
@@ -125,7 +112,7 @@ class KVCacheInfo(_Frozen):
     v_bytes: int
 
 
-class RecurrentStateInfo(_Frozen):
+class RecurrentStateInfo(Frozen):
     """One ``llama_memory_recurrent: size = ...`` line (Mamba, RWKV, hybrid models)."""
 
     size_bytes: int
@@ -140,7 +127,7 @@ class RecurrentStateInfo(_Frozen):
     p_bytes: int = 0
 
 
-class ProbeBuffers(_Frozen):
+class ProbeBuffers(Frozen):
     """Everything :func:`parse_llama_log` reads from a llama.cpp log, sizes in bytes.
 
     Byte figures come from ``%.2f MiB`` prints: each is exact to ±0.005 MiB only
@@ -370,7 +357,7 @@ def parse_llama_log(text: str) -> ProbeBuffers:
 # --------------------------------------------------------------------------------------------
 
 
-class DryRunSettings(_Frozen):
+class DryRunSettings(Frozen):
     """The settings a dry run was asked for (llama.cpp may pad n_ctx; see DryRunResult.n_ctx)."""
 
     n_ctx: int
@@ -388,7 +375,7 @@ class DryRunSettings(_Frozen):
     n_outputs_max: int = 0  # 0: n_batch (llama-cpp-python); llama-server sets its slot count
 
 
-class DryRunResult(_Frozen):
+class DryRunResult(Frozen):
     """What llama.cpp reports for one model and one set of context settings; sizes in bytes.
 
     ``model_size_bytes`` and ``n_params`` are exact (API). Everything else is parsed from the

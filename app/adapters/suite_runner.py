@@ -27,25 +27,24 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from app.adapters.llamacpp_probe import parse_llama_log
 from app.adapters.llamacpp_runner import LiveRun, RunError, _Child, _peak_rss_bytes, open_model
+from app.core.units import Frozen
 
 Event = dict[str, Any]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class PromptJob(_Frozen):
+class PromptJob(Frozen):
     id: str
     prompt: str
     max_tokens: int = Field(default=96, ge=1)
 
 
-class SuiteRunSettings(_Frozen):
+class SuiteRunSettings(Frozen):
     gguf_path: str
     prompts: tuple[PromptJob, ...]
     reference: dict[str, list[int]] | None = None
@@ -57,7 +56,7 @@ class SuiteRunSettings(_Frozen):
     n_threads: int | None = None
 
 
-class PromptOutcome(_Frozen):
+class PromptOutcome(Frozen):
     id: str
     text: str
     tokens: tuple[int, ...]
@@ -71,7 +70,7 @@ class PromptOutcome(_Frozen):
     reference_tokens: int | None = None
 
 
-class SuiteRun(_Frozen):
+class SuiteRun(Frozen):
     gguf_path: str
     load_s: float
     model_size_bytes: int

@@ -10,16 +10,16 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from app.core.units import Frozen
 
 PerLayerInt = int | list[int]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class MoESpec(_Frozen):
+class MoESpec(Frozen):
     """Mixture of experts: which FFN layers are routed and how wide each expert is."""
 
     n_expert: int = Field(ge=2, description="routed experts per MoE layer")
@@ -42,7 +42,7 @@ class MoESpec(_Frozen):
         return self.shared_expert_ff or self.expert_ff * self.n_shared_expert
 
 
-class MLASpec(_Frozen):
+class MLASpec(Frozen):
     """Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2)."""
 
     q_lora_rank: int = Field(ge=0, description="0 when queries are not low-rank (V2-Lite)")
@@ -52,7 +52,7 @@ class MLASpec(_Frozen):
     v_head_dim: int = Field(ge=1)
 
 
-class SSMSpec(_Frozen):
+class SSMSpec(Frozen):
     """Selective state-space (Mamba) layers."""
 
     version: Literal[1, 2] = 1
@@ -64,7 +64,7 @@ class SSMSpec(_Frozen):
     n_head: int = Field(default=0, ge=0, description="Mamba-2 heads; 0 for Mamba-1")
 
 
-class Architecture(_Frozen):
+class Architecture(Frozen):
     """Hyper-parameters of one model, in llama.cpp's terms.
 
     Per-layer values (``n_head``, ``n_head_kv``, ``n_ff``) may be one integer for every layer or

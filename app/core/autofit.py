@@ -22,8 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.core.architecture import Architecture
 from app.core.estimate import Estimate, Settings, Target, estimate
 from app.core.tensors import TensorInfo
+from app.core.units import GIB
 
-GIB = 1024**3
 DEFAULT_MARGIN_BYTES = GIB  # llama.cpp's --fit-target default (common/common.h, fit_params_target)
 
 

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-GIB = 1024**3
+from app.core.units import GIB
 
 Vendor = Literal["nvidia", "amd", "apple", "intel", "cpu"]
 Segment = Literal["consumer", "workstation", "datacenter", "apple", "cpu"]

@@ -25,16 +25,14 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from app.core import backends
 from app.core.architecture import Architecture
 from app.core.backends import Backend, Consumer
 from app.core.errors import EstimateError
 from app.core.tensors import CACHE_TYPES, GGMLType, TensorInfo, is_quantized, row_bytes
-
-MIB = 1024**2
-GIB = 1024**3
+from app.core.units import MIB, Frozen
 
 GPU_RUNTIME_OVERHEAD_BYTES = 512 * MIB
 CPU_RUNTIME_OVERHEAD_BYTES = 160 * MIB
@@ -52,11 +50,9 @@ _REPACK_TYPES: dict[str, frozenset[GGMLType]] = {
 }
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class Settings(_Frozen):
+class Settings(Frozen):
     """llama.cpp context settings, named after its command-line flags.
 
     The defaults are what FitScope's own runner uses: llama.cpp's context defaults (batch 2048,
@@ -116,7 +112,7 @@ class Settings(_Frozen):
         )
 
 
-class Target(_Frozen):
+class Target(Frozen):
     """A device the model's layers may go to. ``kind='cpu'`` is host memory."""
 
     name: str
@@ -136,7 +132,7 @@ class Target(_Frozen):
         return GPU_RUNTIME_OVERHEAD_BYTES if self.kind == "gpu" else CPU_RUNTIME_OVERHEAD_BYTES
 
 
-class DeviceBreakdown(_Frozen):
+class DeviceBreakdown(Frozen):
     name: str
     kind: Literal["gpu", "cpu"]
     capacity_bytes: int
@@ -170,7 +166,7 @@ class DeviceBreakdown(_Frozen):
         return self.total_bytes <= self.capacity_bytes
 
 
-class KVCacheDetail(_Frozen):
+class KVCacheDetail(Frozen):
     """One llama.cpp KV cache (sliding-window models have two)."""
 
     kind: Literal["full", "swa"]
@@ -185,7 +181,7 @@ class KVCacheDetail(_Frozen):
         return self.k_bytes + self.v_bytes
 
 
-class Estimate(_Frozen):
+class Estimate(Frozen):
     settings: Settings
     devices: tuple[DeviceBreakdown, ...]
     kv_caches: tuple[KVCacheDetail, ...]
@@ -502,7 +498,7 @@ def _split_layers(n_layer: int, gpu_layers: int, capacities: tuple[int, ...]) ->
     return out
 
 
-class TensorTotals(_Frozen):
+class TensorTotals(Frozen):
     """A model's tensors summed per placement layer (0..n_layer, n_layer = the output layer).
 
     ``input_bytes`` is what always stays in host memory (token embedding and the like);

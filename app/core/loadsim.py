@@ -45,9 +45,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from app.core.measure import percentile
+from app.core.units import Frozen
 
 __all__ = [
     "BatchTimings",
@@ -65,8 +66,6 @@ __all__ = [
 _EPS = 1e-12
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class BatchTimings(Protocol):
@@ -82,7 +81,7 @@ class BatchTimings(Protocol):
     def prompt_tokens(self) -> int: ...
 
 
-class ServiceModel(_Frozen):
+class ServiceModel(Frozen):
     """How long one ``llama_decode`` step takes, from single-step measurements (see the module doc)."""
 
     prefill_tokens_per_s: float = Field(gt=0, description="one sequence's prompt processed in one batch")
@@ -161,7 +160,7 @@ class ServiceModel(_Frozen):
         return self.step_s(max(n_decode, 1)) + (n_prompt - (0 if n_decode else 1)) * marginal
 
 
-class Lengths(_Frozen):
+class Lengths(Frozen):
     """A token-length distribution: ``fixed`` (values[0]), ``uniform`` (values[0]..values[1] inclusive)
     or ``choice`` (one of values, uniformly)."""
 
@@ -205,20 +204,20 @@ class Lengths(_Frozen):
         return sum(self.values) / len(self.values)
 
 
-class Poisson(_Frozen):
+class Poisson(Frozen):
     """Open loop: requests arrive independently at ``rate_per_s`` on average."""
 
     rate_per_s: float = Field(gt=0)
 
 
-class ClosedLoop(_Frozen):
+class ClosedLoop(Frozen):
     """``users`` clients, each sending its next request ``think_time_s`` after the previous one finished."""
 
     users: int = Field(ge=1)
     think_time_s: float = Field(default=0.0, ge=0)
 
 
-class Trace(_Frozen):
+class Trace(Frozen):
     """Replay: the given requests, each ``(arrival s, prompt tokens, output tokens)``; the length
     distributions and ``n_requests`` of :func:`simulate` do not apply."""
 
@@ -232,7 +231,7 @@ class Trace(_Frozen):
         return self
 
 
-class LoadResult(_Frozen):
+class LoadResult(Frozen):
     """What one simulated load point gives. Times in seconds."""
 
     batching: bool

@@ -18,19 +18,14 @@ import statistics
 from collections.abc import Sequence
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from app.core import llama_defaults
 from app.core.llama_defaults import ThreadChoice, choose_threads
-
-MIB = 1024**2
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+from app.core.units import Frozen
 
 
-class RunSettings(_Frozen):
+class RunSettings(Frozen):
     """One live run: the model file, llama.cpp's context settings and the generation."""
 
     gguf_path: str
@@ -54,7 +49,7 @@ class RunSettings(_Frozen):
     depth_tokens: int = Field(default=0, ge=0, description="bench: context already in the cache")
 
 
-class RunFigures(_Frozen):
+class RunFigures(Frozen):
     """One repetition. Times in seconds, rates in tokens per second."""
 
     prompt_tokens: int
@@ -72,7 +67,7 @@ class RunFigures(_Frozen):
     stopped: bool = False
 
 
-class MeasuredBuffers(_Frozen):
+class MeasuredBuffers(Frozen):
     """llama.cpp's own report of what it allocated (bytes, per device name as it prints them)."""
 
     model_buffers: dict[str, int] = {}
@@ -87,7 +82,7 @@ class MeasuredBuffers(_Frozen):
         return sum(getattr(self, f"{kind}_buffers").values())
 
 
-class RunResult(_Frozen):
+class RunResult(Frozen):
     """A finished (or stopped) run: settings, load, every repetition, what llama.cpp allocated."""
 
     settings: RunSettings
@@ -123,7 +118,7 @@ class RunResult(_Frozen):
         return tuple(r for r in self.runs if not r.stopped)
 
 
-class Spread(_Frozen):
+class Spread(Frozen):
     median: float
     low: float
     high: float
@@ -201,7 +196,7 @@ def summary(result: RunResult) -> dict[str, Spread | None]:
     }
 
 
-class SweepRow(_Frozen):
+class SweepRow(Frozen):
     """One thread count of a benchmark sweep: median prefill (pp) and decode (tg) tokens/s."""
 
     n_threads: int

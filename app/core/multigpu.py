@@ -26,13 +26,15 @@ from typing import Any
 from urllib.parse import urlparse
 
 from app.core.architecture import Architecture
+from app.core.commands import server_command
 from app.core.devices import DeviceSpec
 from app.core.errors import EstimateError
-from app.core.estimate import GIB, MIB, DeviceBreakdown, Estimate, Settings, estimate, max_gpu_layers
+from app.core.estimate import DeviceBreakdown, Estimate, Settings, estimate, max_gpu_layers
 from app.core.fit import host_ram_target, target_from_device
 from app.core.layout import tensor_layout
 from app.core.quant import ServingFormat, find_serving_format
 from app.core.tensors import TensorInfo
+from app.core.units import GIB, MIB
 
 # -- vLLM constants ------------------------------------------------------------------------------
 # Each is a published observation, not a measurement of ours (no GPU was used); docs/vllm-memory.md
@@ -268,39 +270,10 @@ def llama_split_plan(
     suggested = None
     if not all(g.fits for g in lines):
         suggested = max_gpu_layers(arch, tensors, settings, targets)
-    command = _llama_server_command(arch, est, split, model_path)
+    command = server_command(
+        est, model_path or _MODEL_PLACEHOLDER, est.gpu_layers, arch.sliding_window is not None, tensor_split=split
+    )
     return LlamaSplitPlan(arch.name, gpu.name, count, est, lines, host, split, command, suggested)
-
-
-def _llama_server_command(arch: Architecture, est: Estimate, split: tuple[int, ...], model_path: str | None) -> str:
-    s = est.settings
-    args = ["llama-server", "-m", shlex.quote(model_path or _MODEL_PLACEHOLDER), "-ngl", str(est.gpu_layers)]
-    if len(split) > 1:
-        # An explicit split reproduces the estimate; without it llama.cpp splits by the memory free at
-        # start-up, which differs between GPUs by whatever else (a desktop) holds memory.
-        args += ["--split-mode", "layer", "--tensor-split", ",".join(str(p) for p in split)]
-    args += [
-        "-c",
-        str(s.context_tokens),
-        "-np",
-        str(s.parallel_sequences),
-        "-fa",
-        "on" if s.flash_attn else "off",
-        "-ctk",
-        s.cache_type_k,
-        "-ctv",
-        s.cache_type_v,
-        "-ub",
-        str(s.ubatch_tokens),
-        "-b",
-        str(s.batch_tokens),
-    ]
-    if s.kv_unified:
-        args.append("--kv-unified")
-    # llama-server defaults to the small sliding-window cache; the estimate assumed the full one.
-    if s.swa_full and arch.sliding_window is not None:
-        args.append("--swa-full")
-    return " ".join(args)
 
 
 # -- vLLM: tensor parallelism ---------------------------------------------------------------------

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.core.suites import CheckResult, Suite, check_answer, pass_rate
+from app.core.units import GIB
 
-GIB = 1024**3
 DEFAULT_FLOOR = 0.8
 
 

@@ -11,16 +11,17 @@ import base64
 import csv
 import html
 import io
-import shlex
 from datetime import datetime
 from typing import Any
 
+from app.core.commands import server_command
 from app.core.errors import EstimateError
-from app.core.estimate import GIB, MAX_CONTEXT_TOKENS, Estimate
+from app.core.estimate import MAX_CONTEXT_TOKENS, Estimate
 from app.core.fit import estimate_json
 from app.core.scenario import CompareRow, View
 from app.core.speed import Range
 from app.core.tensors import CACHE_TYPES
+from app.core.units import GIB
 
 _MODEL_PLACEHOLDER = "MODEL.gguf"
 _DOT_COLOURS = {"green": "#2e9d4a", "amber": "#e0a100", "red": "#d23c3c"}
@@ -416,46 +417,6 @@ def llama_server_command(view: View, model_path: str | None = None) -> str:
     gpus_hidden = any(t.kind == "gpu" for t in view.targets) and not any(d.kind == "gpu" for d in est.devices)
     sliding = view.model is not None and view.model.arch.sliding_window is not None
     return server_command(est, _model_path(view, model_path), _ngl(view, est), sliding, gpus_hidden)
-
-
-def server_command(est: Estimate, model_path: str, gpu_layers: int, sliding_window: bool, gpus_hidden: bool) -> str:
-    """The one llama-server command builder: the estimate's context settings and placement as
-    llama-server flags (``--n-cpu-moe`` for experts kept in RAM, ``--device none`` when the GPUs
-    must be hidden, ``--swa-full`` only where the model has a sliding window)."""
-    s = est.settings
-    args = [
-        "llama-server",
-        "-m",
-        shlex.quote(model_path),
-        "-c",
-        str(s.context_tokens),
-        "-np",
-        str(s.parallel_sequences),
-        "-b",
-        str(s.batch_tokens),
-        "-ub",
-        str(s.ubatch_tokens),
-        "-fa",
-        "on" if s.flash_attn else "off",
-        "-ctk",
-        s.cache_type_k,
-        "-ctv",
-        s.cache_type_v,
-        "-ngl",
-        str(gpu_layers),
-    ]
-    if gpus_hidden:
-        args += ["--device", "none"]
-    if est.cpu_moe_layers:
-        args += ["--cpu-moe"] if est.cpu_moe_layers >= est.n_layer else ["--n-cpu-moe", str(est.cpu_moe_layers)]
-    if not s.mmap:
-        args.append("--no-mmap")
-    if s.kv_unified:
-        args.append("--kv-unified")
-    # llama-server defaults to the small sliding-window cache; say so when the full one was estimated.
-    if s.swa_full and sliding_window:
-        args.append("--swa-full")
-    return " ".join(args)
 
 
 def llama_cpp_python_snippet(view: View, model_path: str | None = None) -> str:

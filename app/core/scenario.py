@@ -17,14 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from app.core.autofit import auto_fit
 from app.core.catalog import find_device, load_devices
 from app.core.devices import DeviceSpec
 from app.core.errors import EstimateError, FitScopeError
 from app.core.estimate import (
-    GIB,
     MAX_CONTEXT_TOKENS,
     Estimate,
     Settings,
@@ -48,6 +47,7 @@ from app.core.hardware import GpuSnapshot, HostSnapshot
 from app.core.quant import PRESETS, QuantPreset, quantize_layout
 from app.core.speed import Range, SpeedEstimate, estimate_speed
 from app.core.tensors import TensorInfo
+from app.core.units import GIB, Frozen
 
 MIN_CONTEXT_TOKENS = 512
 MAX_USERS = 64
@@ -55,11 +55,9 @@ WORDS_PER_TOKEN = 0.75  # English prose, as commonly quoted for BPE tokenizers
 AMBER_HEADROOM = 0.10  # under 10% of the memory left: it fits, but only just
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class HardwareChoice(_Frozen):
+class HardwareChoice(Frozen):
     """Where the model should run: this machine (its GPUs, or its CPU only) or a catalog device."""
 
     kind: Literal["local", "cpu", "catalog"] = "local"
@@ -87,7 +85,7 @@ class HardwareChoice(_Frozen):
         return f"{self.count}x {device.name}" if self.count > 1 else device.name
 
 
-class ModelChoice(_Frozen):
+class ModelChoice(Frozen):
     """The model: the built-in demo, a catalog entry (quantized with ``quant``), a GGUF file or a
     Hugging Face config.json (quantized with ``quant``)."""
 
@@ -96,7 +94,7 @@ class ModelChoice(_Frozen):
     quant: str = "Q4_K_M"
 
 
-class Controls(_Frozen):
+class Controls(Frozen):
     """The knobs, named for people: ``context_tokens`` is what each user gets; llama.cpp's ``-c`` is
     that times ``users`` (its ``-np`` slots). ``gpu_layers=None`` means "auto": the most that fit."""
 

@@ -43,10 +43,9 @@ from app.core.estimate import Target
 from app.core.quant import PRESETS
 from app.core.quant_compare import Comparison, routing_config, to_toml
 from app.core.suites import Suite, SuiteError, builtin_suites, load_suite, parse_suite, suite_to_yaml
+from app.core.units import GIB
 from app.ui.charts import COLORS, Chart
 from app.ui.panels import fill_table, readonly_table
-
-GIB = 1024**3
 
 
 class SuiteEditor(QDialog):

@@ -14,8 +14,8 @@ from PySide6.QtCore import QPointF, Qt
 from PySide6.QtGui import QColor, QCursor, QFont, QFontMetrics, QPalette
 from PySide6.QtWidgets import QToolTip, QWidget
 
-from app.core.estimate import GIB
 from app.core.scenario import ConcurrencyCurve, ContextCurve, LadderRow
+from app.core.units import GIB
 
 COLORS = {
     "weights": "#4e79a7",

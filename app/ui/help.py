@@ -23,8 +23,9 @@ from PySide6.QtWidgets import (
 )
 
 from app import __version__
-from app.core.estimate import CPU_RUNTIME_OVERHEAD_BYTES, GPU_RUNTIME_OVERHEAD_BYTES, MIB
+from app.core.estimate import CPU_RUNTIME_OVERHEAD_BYTES, GPU_RUNTIME_OVERHEAD_BYTES
 from app.core.scenario import Machine
+from app.core.units import MIB
 
 HOW_IT_WORKS = f"""
 <h2>How the estimate works</h2>

@@ -18,9 +18,9 @@ from PySide6.QtWidgets import (
 
 from app.adapters.history import HistoryRow, RunHistory
 from app.core.errors import FitScopeError
+from app.core.units import MIB
 from app.ui.panels import fill_table, readonly_table
 
-MIB = 1024**2
 COLUMNS = [
     "#",
     "When",

@@ -22,9 +22,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.estimate import GIB, MAX_CONTEXT_TOKENS
+from app.core.estimate import MAX_CONTEXT_TOKENS
 from app.core.hardware import GpuSnapshot, HostSnapshot
 from app.core.scenario import MIN_CONTEXT_TOKENS, Verdict
+from app.core.units import GIB
 
 
 def readonly_table(headers: Sequence[str] = (), stretch_last: bool = False) -> QTableWidget:

@@ -43,10 +43,10 @@ from app.core.errors import FitScopeError
 from app.core.llama_defaults import thread_sweep
 from app.core.measure import RunResult, RunSettings, Spread, SweepRow, summary, sweep_rows
 from app.core.run_vs_estimate import CUDA_INSTALL_HINT
+from app.core.units import MIB
 from app.ui.charts import COLORS, Chart
 from app.ui.panels import fill_table, readonly_table
 
-MIB = 1024**2
 PASSAGE = (
     "The lighthouse at the end of the harbour was built in 1871 from granite quarried on the island. "
     "For ninety years a keeper climbed its 112 steps every evening to light the lamp, wind the clockwork "

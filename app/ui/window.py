@@ -54,7 +54,7 @@ from app.adapters.logs import log_path
 from app.core import fit, report
 from app.core.catalog import find_model, load_devices, load_models
 from app.core.errors import FitScopeError
-from app.core.estimate import GIB, Settings
+from app.core.estimate import Settings
 from app.core.hardware import DEFAULT_HOST_MEMORY, HOST_MEMORY, HostSnapshot, NvmlStatus, machine_key
 from app.core.measure import RunResult
 from app.core.prefs import MAX_COMPARED, Preferences, save_preferences
@@ -72,6 +72,7 @@ from app.core.scenario import (
     resolve_targets,
 )
 from app.core.tensors import CACHE_TYPES
+from app.core.units import GIB
 from app.ui.ab_panel import AbPanel
 from app.ui.charts import ConcurrencyChart, ContextChart, DeviceBar, LadderChart, SplitChart, legend_html
 from app.ui.help import AboutDialog, HowItWorksDialog, Walkthrough, diagnostics
