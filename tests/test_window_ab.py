@@ -64,3 +64,32 @@ def test_scale_out_plans_both_ways(qtbot, tmp_path):
     assert "-ngl 81 --split-mode layer --tensor-split 1,1,1,1" in panel.llama_text.toPlainText()
     assert "vllm serve meta-llama/Llama-3.1-70B --tensor-parallel-size 4" in panel.vllm_text.toPlainText()
     assert panel.split is not None and sum(g.layers for g in panel.split.gpus) == 80
+
+
+def test_a_vanished_variant_or_an_unwritable_folder_leaves_the_tab_usable(qtbot, tmp_path):
+    # An OSError used to kill the worker thread silently: the tab stayed "busy", Compare disabled.
+    source = write_tiny_llama(tmp_path / "tiny-F32.gguf", n_layer=2, n_embd=128, n_ff=256)
+    gone = write_tiny_llama(tmp_path / "gone.gguf", n_layer=2, n_embd=128, n_ff=256)
+    window = open_window(qtbot, make_services(tmp_path))
+    window.open_gguf(str(source))
+    settle(qtbot, window, lambda v: v.request.model.kind == "gguf")
+    panel = window.ab_panel
+    panel.add_variant(str(source))
+    panel.add_variant(str(gone))
+    gone.unlink()
+    with qtbot.waitSignal(panel.error_shown, timeout=60000) as blocker:
+        panel.compare_button.click()
+    assert "gone.gguf" in blocker.args[0]
+    qtbot.waitUntil(lambda: not panel.busy, timeout=5000)
+    assert panel.compare_button.isEnabled() and not panel.stop_button.isEnabled()
+
+    # The quantizer cannot write its output (a folder stands where the file would go; a read-only
+    # folder behaves so for any user but root): a message, and the tab is usable again.
+    (tmp_path / "tiny-Q4_0.gguf").mkdir()
+    window.open_gguf(str(source))
+    settle(qtbot, window, lambda v: v.request.model.kind == "gguf")
+    with qtbot.waitSignal(panel.error_shown, timeout=60000) as blocker:
+        panel.make_variant("Q4_0")
+    assert blocker.args[0]
+    qtbot.waitUntil(lambda: not panel.busy, timeout=5000)
+    assert panel.make_button.isEnabled() and not panel.make_progress.isVisible()

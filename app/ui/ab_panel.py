@@ -2,21 +2,21 @@
 higher-precision file), task suites with checks, and the answer — quality against speed and
 memory, and which variant to route each task to.
 
-Long jobs (making a variant, running the suites) run on a plain thread; their progress comes back
-through a queue drained by a 100 ms timer, like the Run tab's.
+Long jobs (making a variant, running the suites) run on the tab's ``JobRunner`` (``app.ui.jobs``),
+like the Run tab's: progress in 100 ms batches, and every failure as a message that leaves the tab
+usable.
 """
 
 from __future__ import annotations
 
 import json
-import queue
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
@@ -45,6 +45,7 @@ from app.core.quant_compare import Comparison, routing_config, to_toml
 from app.core.suites import Suite, SuiteError, builtin_suites, load_suite, parse_suite, suite_to_yaml
 from app.core.units import GIB
 from app.ui.charts import COLORS, Chart
+from app.ui.jobs import JobRunner, Report
 from app.ui.panels import fill_table, readonly_table
 
 
@@ -102,8 +103,10 @@ class AbPanel(QWidget):
         """``hardware()`` gives the targets the advice must fit, their label and the CPU repack profile."""
         super().__init__(parent)
         self._hardware = hardware
-        self._events: queue.Queue[tuple[str, Any]] = queue.Queue()
-        self._thread: threading.Thread | None = None
+        self._job = JobRunner("ab", self)
+        self._job.progressed.connect(self._on_progress)
+        self._job.finished.connect(self._on_finished)
+        self._job.failed.connect(self._on_failed)
         self._stop = threading.Event()
         self._live: LiveRun | None = None
         self._quantization: Quantization | None = None
@@ -111,8 +114,6 @@ class AbPanel(QWidget):
         self.custom_suites: list[Suite] = []
         self._source_path = ""
         self._build()
-        self._timer = QTimer(self, interval=100)
-        self._timer.timeout.connect(self._drain)
 
     # -- layout ---------------------------------------------------------------------------------
 
@@ -296,17 +297,12 @@ class AbPanel(QWidget):
 
     @property
     def busy(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return self._job.running
 
-    def _start_thread(
-        self, work: Callable[[], None], events: queue.Queue[tuple[str, Any]], stop: threading.Event
-    ) -> None:
-        self._events = events
+    def _start_job(self, work: Callable[[Report], Any], stop: threading.Event) -> None:
         self._stop = stop
-        self._thread = threading.Thread(target=work, name="fitscope-ab", daemon=True)
-        self._thread.start()
-        self._timer.start()
-        self._set_busy(True)
+        if self._job.start(work):
+            self._set_busy(True)
 
     def _set_busy(self, busy: bool) -> None:
         self.compare_button.setEnabled(not busy)
@@ -319,25 +315,21 @@ class AbPanel(QWidget):
             return
         source = self._source_path
         target = default_variant_path(source, preset)
-        events: queue.Queue[tuple[str, Any]] = queue.Queue()
         self.make_progress.setVisible(True)
         self.make_progress.setValue(0)
         self.status.setText(f"Making {target.name}…")
 
-        def work() -> None:
-            try:
-                out = quantize(
-                    source,
-                    target,
-                    preset,
-                    on_progress=lambda d, n: events.put(("make_progress", (d, n))),
-                    on_start=self._quantization_started,
-                )
-                events.put(("made", str(out)))
-            except FitScopeError as exc:
-                events.put(("failed", str(exc)))
+        def work(report: Report) -> tuple[str, str]:
+            out = quantize(
+                source,
+                target,
+                preset,
+                on_progress=lambda d, n: report("make_progress", (d, n)),
+                on_start=self._quantization_started,
+            )
+            return "made", str(out)
 
-        self._start_thread(work, events, threading.Event())
+        self._start_job(work, threading.Event())
 
     def _quantization_started(self, job: Quantization) -> None:
         self._quantization = job
@@ -356,27 +348,23 @@ class AbPanel(QWidget):
             self.error_shown.emit("Tick at least one task suite.")
             return
         targets, label, repack = self._hardware()
-        events: queue.Queue[tuple[str, Any]] = queue.Queue()
         self.progress.setValue(0)
         stop = threading.Event()
 
-        def work() -> None:
-            try:
-                result = compare_variants(
-                    paths,
-                    suites,
-                    targets,
-                    label,
-                    repack=repack,
-                    on_progress=lambda f, m: events.put(("progress", (f, m))),
-                    stop=stop,
-                    on_start=self._run_started,
-                )
-                events.put(("compared", result))
-            except FitScopeError as exc:
-                events.put(("failed", str(exc)))
+        def work(report: Report) -> tuple[str, Comparison]:
+            result = compare_variants(
+                paths,
+                suites,
+                targets,
+                label,
+                repack=repack,
+                on_progress=lambda f, m: report("progress", (f, m)),
+                stop=stop,
+                on_start=self._run_started,
+            )
+            return "compared", result
 
-        self._start_thread(work, events, stop)
+        self._start_job(work, stop)
 
     def _run_started(self, live: LiveRun) -> None:
         self._live = live
@@ -390,44 +378,41 @@ class AbPanel(QWidget):
         self.status.setText("Stopping…")
 
     def shutdown(self) -> None:
-        self._timer.stop()
         self.stop()
         if self._live is not None:
             self._live.kill()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        self._job.join(timeout=5)
 
-    def _drain(self) -> None:
-        while True:
-            try:
-                kind, payload = self._events.get_nowait()
-            except queue.Empty:
-                return
-            if kind == "progress":
-                fraction, message = payload
-                self.progress.setValue(int(1000 * fraction))
-                self.status.setText(message)
-            elif kind == "make_progress":
-                done, total = payload
-                self.make_progress.setMaximum(total)
-                self.make_progress.setValue(done)
-            else:
-                self._timer.stop()
-                self._thread = None
-                self._live = None
-                self._quantization = None
-                self._set_busy(False)
-                self.make_progress.setVisible(False)
-                if kind == "made":
-                    self.add_variant(payload)
-                    self.status.setText(f"Made {Path(payload).name}.")
-                elif kind == "compared":
-                    self.show_comparison(payload)
-                    self.comparison_finished.emit(payload)
-                else:
-                    self.status.setText(payload)
-                    self.error_shown.emit(payload)
-                return
+    def _on_progress(self, kind: str, payload: Any) -> None:
+        if kind == "progress":
+            fraction, message = payload
+            self.progress.setValue(int(1000 * fraction))
+            self.status.setText(message)
+        elif kind == "make_progress":
+            done, total = payload
+            self.make_progress.setMaximum(total)
+            self.make_progress.setValue(done)
+
+    def _job_ended(self) -> None:
+        self._live = None
+        self._quantization = None
+        self._set_busy(False)
+        self.make_progress.setVisible(False)
+
+    def _on_finished(self, outcome: tuple[str, Any]) -> None:
+        self._job_ended()
+        kind, payload = outcome
+        if kind == "made":
+            self.add_variant(payload)
+            self.status.setText(f"Made {Path(payload).name}.")
+        else:
+            self.show_comparison(payload)
+            self.comparison_finished.emit(payload)
+
+    def _on_failed(self, message: str) -> None:
+        self._job_ended()
+        self.status.setText(message)
+        self.error_shown.emit(message)
 
     # -- results --------------------------------------------------------------------------------
 

@@ -4,13 +4,11 @@ fed by this machine's own measurements of the open model (prefill, and decode st
 
 from __future__ import annotations
 
-import queue
-import threading
 from collections.abc import Callable
 from typing import Any
 
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
@@ -30,6 +28,7 @@ from app.adapters.cpu_topology import llama_math_threads
 from app.core.errors import FitScopeError
 from app.core.loadsim import Lengths, LoadResult, ServiceModel, sweep, sweep_rates
 from app.ui.charts import COLORS, Chart
+from app.ui.jobs import JobRunner
 from app.ui.panels import fill_table, readonly_table
 
 # (gguf path) -> (cached profile or None, measure(on_event) -> profile, slots for N tokens)
@@ -46,10 +45,10 @@ class LoadPanel(QWidget):
         self.profile: BatchProfile | None = None
         self.results: list[LoadResult] = []
         self.max_slots: int | None = None
-        self._events: queue.Queue[tuple[str, Any]] = queue.Queue()
-        self._thread: threading.Thread | None = None
-        self._timer = QTimer(self, interval=100)
-        self._timer.timeout.connect(self._drain)
+        self._job = JobRunner("load", self)
+        self._job.finished.connect(self._on_measured)
+        self._job.failed.connect(self._on_failed)
+        self._job.running_changed.connect(lambda _running: self._update_buttons())
         self._build()
 
     def _build(self) -> None:
@@ -193,7 +192,7 @@ class LoadPanel(QWidget):
 
     @property
     def busy(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return self._job.running
 
     def _update_buttons(self) -> None:
         self.measure_button.setEnabled(self._source is not None and not self.busy)
@@ -203,35 +202,16 @@ class LoadPanel(QWidget):
         if self._source is None or self.busy:
             return
         measure = self._source[2]
-        events: queue.Queue[tuple[str, Any]] = queue.Queue()
-        self._events = events
-
-        def work() -> None:
-            try:
-                events.put(("measured", measure()))
-            except FitScopeError as exc:
-                events.put(("failed", str(exc)))
-
         self.status.setText("Measuring prefill and batched decoding (1, 2 and 4 sequences)…")
-        self._thread = threading.Thread(target=work, name="fitscope-load", daemon=True)
-        self._thread.start()
-        self._timer.start()
-        self._update_buttons()
+        self._job.start(lambda _report: measure())
 
-    def _drain(self) -> None:
-        try:
-            kind, payload = self._events.get_nowait()
-        except queue.Empty:
-            return
-        self._timer.stop()
-        self._thread = None
-        self._update_buttons()
-        if kind == "measured":
-            self.profile = payload
-            self.simulate()
-        else:
-            self.status.setText(payload)
-            self.error_shown.emit(payload)
+    def _on_measured(self, profile: BatchProfile) -> None:
+        self.profile = profile
+        self.simulate()
+
+    def _on_failed(self, message: str) -> None:
+        self.status.setText(message)
+        self.error_shown.emit(message)
 
     @property
     def by_rate(self) -> bool:

@@ -1,16 +1,14 @@
 """The Run tab: generate with the real llama.cpp, watch the output and tokens/s as they come, and
 hold every figure against the estimate.
 
-The run itself is a llama.cpp child process (``app.adapters.llamacpp_runner``); a plain thread
-waits on it and drops its events into a queue. A 100 ms timer on the GUI thread drains the queue,
-so a fast model does not repaint the window per token.
+The run itself is a llama.cpp child process (``app.adapters.llamacpp_runner``), driven by the tab's
+``JobRunner`` (``app.ui.jobs``): its events arrive on the GUI thread in 100 ms batches, so a fast
+model does not repaint the window per token.
 """
 
 from __future__ import annotations
 
 import contextlib
-import queue
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,7 +17,7 @@ from typing import Any
 
 import psutil
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -45,6 +43,7 @@ from app.core.measure import RunResult, RunSettings, Spread, SweepRow, summary, 
 from app.core.run_vs_estimate import CUDA_INSTALL_HINT
 from app.core.units import MIB
 from app.ui.charts import COLORS, Chart
+from app.ui.jobs import JobRunner, Report
 from app.ui.panels import fill_table, readonly_table
 
 PASSAGE = (
@@ -100,9 +99,8 @@ class RunPanel(QWidget):
         self._finish = finish
         self._gpu_memory_of = gpu_memory_of
         self._context: RunContext | None = None
-        self._events: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self._pieces: list[str] = []
         self._live: LiveRun | None = None
-        self._thread: threading.Thread | None = None
         self._started = 0.0
         self._token_times: list[float] = []
         self._run_index = 0
@@ -115,8 +113,11 @@ class RunPanel(QWidget):
         self._llama_threads = llama_math_threads()
         self._sweep_counts = thread_sweep(self._llama_threads, logical_cpus())
         self._build()
-        self._timer = QTimer(self, interval=100)
-        self._timer.timeout.connect(self._drain)
+        self._job = JobRunner("run", self)
+        self._job.progressed.connect(self._on_progress)
+        self._job.ticked.connect(self._refresh)
+        self._job.finished.connect(self._on_finished)
+        self._job.failed.connect(self._on_failed)
 
     # -- layout ---------------------------------------------------------------------------------
 
@@ -332,7 +333,7 @@ class RunPanel(QWidget):
 
     @property
     def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return self._job.running
 
     def _update_buttons(self) -> None:
         self.run_button.setEnabled(self._context is not None and not self.running)
@@ -359,38 +360,30 @@ class RunPanel(QWidget):
         self.diagnosis.setText("")
         self.status.setText("Loading the model…")
         self._started = time.perf_counter()
-        self._events = queue.Queue()
-        events = self._events
+        self._pieces = []
         collect = self._collect_settings()
         counts = self._sweep_counts if self.bench_mode and self.sweep.isChecked() else ()
         self.last_sweep = ()
 
-        def work() -> None:
+        def work(report: Report) -> tuple[RunResult, dict[str, Any] | None]:
+            settings = self.settings_for(context, collect)
+            on_event = lambda e: report("event", e)  # noqa: E731
+            if counts:
+                results = sweep_threads(settings, counts, on_event=on_event, on_start=self._started_live)
+                report("sweep", sweep_rows(results))
+                # The figures and the calibration follow the run with llama-server's threads.
+                result = next((r for r in results if r.threads and r.threads.is_llama_default), results[-1])
+            else:
+                result = run_live(settings, on_event=on_event, on_start=self._started_live)
             try:
-                settings = self.settings_for(context, collect)
-                on_event = lambda e: events.put(("event", e))  # noqa: E731
-                if counts:
-                    results = sweep_threads(settings, counts, on_event=on_event, on_start=self._started_live)
-                    events.put(("sweep", sweep_rows(results)))
-                    # The figures and the calibration follow the run with llama-server's threads.
-                    result = next((r for r in results if r.threads and r.threads.is_llama_default), results[-1])
-                else:
-                    result = run_live(settings, on_event=on_event, on_start=self._started_live)
-                try:
-                    report = self._finish(result)
-                except FitScopeError:
-                    report = None  # e.g. the model file is gone: the measured figures still stand
-                events.put(("finished", (result, report)))
-            except FitScopeError as exc:
-                events.put(("failed", str(exc)))
-            except Exception as exc:  # the window must survive anything a run throws
-                events.put(("failed", f"The run failed: {type(exc).__name__}: {exc}"))
+                estimate_report = self._finish(result)
+            except FitScopeError:
+                estimate_report = None  # e.g. the model file is gone: the measured figures still stand
+            return result, estimate_report
 
-        self._thread = threading.Thread(target=work, name="fitscope-run", daemon=True)
-        self._thread.start()
-        self._timer.start()
-        self._update_buttons()
-        self.running_changed.emit(True)
+        if self._job.start(work):
+            self._update_buttons()
+            self.running_changed.emit(True)
 
     def _collect_settings(self) -> dict[str, Any]:
         """The widgets' values, read here on the GUI thread for the run's thread to use."""
@@ -437,49 +430,45 @@ class RunPanel(QWidget):
 
     def shutdown(self) -> None:
         """The window is closing: end the run now and leave no process behind."""
-        self._timer.stop()
         if self._live is not None:
             with contextlib.suppress(OSError):
                 self._live.kill()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        self._job.join(timeout=5)
 
     # -- showing --------------------------------------------------------------------------------
 
-    def _drain(self) -> None:
-        pieces: list[str] = []
-        finished: tuple[str, Any] | None = None
-        while True:
-            try:
-                kind, payload = self._events.get_nowait()
-            except queue.Empty:
-                break
-            if kind == "event":
-                self._on_event(payload, pieces)
-            elif kind == "sweep":
-                self.last_sweep = payload
-            else:
-                finished = (kind, payload)
-        if pieces:
+    def _on_progress(self, kind: str, payload: Any) -> None:
+        if kind == "event":
+            self._on_event(payload, self._pieces)
+        elif kind == "sweep":
+            self.last_sweep = payload
+
+    def _refresh(self) -> None:
+        """Every 100 ms of a run: the text that arrived, the memory sample, the speed curve."""
+        if self._pieces:
             cursor = self.output.textCursor()
             cursor.movePosition(cursor.MoveOperation.End)
-            cursor.insertText("".join(pieces))
+            cursor.insertText("".join(self._pieces))
             self.output.setTextCursor(cursor)
+            self._pieces = []
         self._sample_memory()
         self._refresh_speed()
-        if finished is not None:
-            self._timer.stop()
-            self._thread = None
-            self._live = None
-            self._update_buttons()
-            self.running_changed.emit(False)
-            if finished[0] == "finished":
-                result, report = finished[1]
-                self.run_finished.emit(result, report)  # the window saves it (and numbers it) first
-                self._show_result(result, report)
-            else:
-                self.status.setText(finished[1])
-                self.run_failed.emit(finished[1])
+
+    def _run_ended(self) -> None:
+        self._live = None
+        self._update_buttons()
+        self.running_changed.emit(False)
+
+    def _on_finished(self, outcome: tuple[RunResult, dict[str, Any] | None]) -> None:
+        self._run_ended()
+        result, report = outcome
+        self.run_finished.emit(result, report)  # the window saves it (and numbers it) first
+        self._show_result(result, report)
+
+    def _on_failed(self, message: str) -> None:
+        self._run_ended()
+        self.status.setText(message)
+        self.run_failed.emit(message)
 
     def _on_event(self, event: dict[str, Any], pieces: list[str]) -> None:
         kind = event.get("event")
