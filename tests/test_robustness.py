@@ -328,3 +328,18 @@ def test_sigterm_closes_the_window_and_leaves_no_process(tmp_path, demo_gguf):
     _, alive = psutil.wait_procs(children, timeout=10)
     assert not alive
     assert (tmp_path / "config" / "settings.json").is_file()  # settings were saved on the way out
+
+
+def test_a_missing_qt_library_gets_the_one_install_command(monkeypatch):
+    # On a fresh Debian machine Qt's xcb plugin failed with its own error; now FitScope names the fix.
+    from app.ui.app import XCB_LIBRARIES, display_problem
+
+    monkeypatch.delenv("QT_QPA_PLATFORM", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    monkeypatch.setenv("DISPLAY", ":0")
+    absent = {"libxcb-icccm.so.4", "libxcb-keysyms.so.1"}
+    message = display_problem(lambda library: library not in absent)
+    assert message is not None
+    assert message.endswith("sudo apt-get install libxcb-icccm4 libxcb-keysyms1")
+    assert display_problem(lambda library: True) is None
+    assert len(XCB_LIBRARIES) >= 8

@@ -14,7 +14,7 @@ from app.core.errors import CatalogError, EstimateError
 from app.core.estimate import MAX_CONTEXT_TOKENS, estimate, max_context_tokens
 from app.core.hardware import GpuSnapshot, HostSnapshot
 from app.core.prefs import SCHEMA_VERSION, Preferences, load_preferences, save_preferences
-from app.core.quant import find_preset, quantize_layout
+from app.core.quant import find_preset, quality_words, quantize_layout
 from app.core.scenario import (
     Controls,
     Evaluator,
@@ -164,7 +164,9 @@ def test_red_verdict_suggests_a_context_or_quantization_that_fits():
     on_gpu = [r for r in fitting if r.placement == "gpu"]
     assert on_gpu, "some 2-bit preset fits 24 GiB on the GPU"
     best = max(on_gpu, key=lambda r: r.budget_bytes)
-    assert f"A smaller quantization, {best.preset}, fits on the GPU at this context." in view.verdict.text
+    assert f"A smaller quantization, {best.preset}, fits on the GPU at this context (" in view.verdict.text
+    # The quality cost in words beside the preset: a 2-bit preset is "much worse".
+    assert quality_words(best.ppl_increase) in view.verdict.text
     # With "auto" layers the ladder says which rows run partly in system memory, with their speed,
     # and no smaller preset is shown as fitting where a larger one is not (no CPU-build repack).
     view = view_of(model, hw, Controls(context_tokens=8192))
@@ -314,3 +316,24 @@ def test_a_measured_efficiency_replaces_the_prior_and_says_so():
     assert mhi / mlo == pytest.approx(1.1 / 0.9, rel=0.05)  # +-10% around the measurement
     assert any("measured on this machine" in a for a in measured.assumptions)
     assert f"{mlo:,.1f}" in measured.verdict.text or f"{mlo:,.0f}" in measured.verdict.text
+
+
+def test_quality_in_words_follows_the_published_perplexity_order():
+    from app.core.quant import find_preset
+
+    words = {name: quality_words(find_preset(name).ppl_increase) for name in ("Q8_0", "Q4_K_M", "Q3_K_M", "Q2_K")}
+    assert words == {
+        "Q8_0": "practically the same quality",
+        "Q4_K_M": "slightly worse quality",
+        "Q3_K_M": "noticeably worse quality",
+        "Q2_K": "much worse quality",
+    }
+    assert quality_words(None) == "quality loss not published"
+
+
+def test_a_mac_says_how_much_of_its_memory_the_gpu_may_use():
+    view = view_of(LLAMA_8B, HardwareChoice(kind="catalog", device_id="m2-ultra-192gb"), Controls())
+    assert "macOS lets the GPU use 144 of the 192 GiB by default" in view.verdict.text
+    assert "iogpu.wired_limit_mb" in view.verdict.text
+    pc = view_of(LLAMA_8B, HardwareChoice(kind="catalog", device_id="rtx-4090"), Controls())
+    assert "macOS" not in pc.verdict.text

@@ -576,3 +576,20 @@ def test_four_machines_side_by_side_for_one_model(qtbot, tmp_path):
     # 800 GB/s of unified memory beats 273 GB/s and a CPU server's 576 GB/s read by CPU cores.
     assert mac.low > spark.high and mac.low > epyc.low
     assert all(r.fits for r in view.comparison)
+
+
+def test_picking_another_model_starts_on_its_usual_file(qtbot, tmp_path):
+    # Q8_0 chosen for one model silently carried over to the next (changing its answers).
+    window = open_window(qtbot, make_services(tmp_path))
+    window.choose_model(ModelChoice(kind="catalog", ref="qwen2.5-7b", quant="Q8_0"))
+    settle(qtbot, window, lambda v: v.request.model.quant == "Q8_0")
+    for i in range(window.model_list.count()):
+        if window.model_list.item(i).data(Qt.ItemDataRole.UserRole) == ("catalog", "qwen2.5-14b"):
+            window.model_list.setCurrentRow(i)
+    view = settle(qtbot, window, lambda v: v.request.model.ref == "qwen2.5-14b")
+    assert view.request.model.quant == "Q4_K_M" and window.quant_combo.currentData() == "Q4_K_M"
+    for i in range(window.model_list.count()):
+        if window.model_list.item(i).data(Qt.ItemDataRole.UserRole) == ("catalog", "gpt-oss-20b"):
+            window.model_list.setCurrentRow(i)
+    view = settle(qtbot, window, lambda v: v.request.model.ref == "gpt-oss-20b")
+    assert view.request.model.quant == "MXFP4_MOE"

@@ -69,6 +69,21 @@ PRESETS: tuple[QuantPreset, ...] = (
     QuantPreset("MXFP4_MOE", 38, T.MXFP4, None, "experts in MXFP4, the rest Q8_0 (gpt-oss style)"),
 )
 
+def quality_words(ppl_increase: float | None) -> str:
+    """The published perplexity increase (on Mistral-7B, llama.cpp's quantize table) in words a
+    person can weigh: Q8_0/Q6_K practically the same, the 5- and 4-bit k-quants slightly worse,
+    legacy 4-bit and 3-bit noticeably worse, below that much worse."""
+    if ppl_increase is None:
+        return "quality loss not published"
+    if ppl_increase <= 0.03:
+        return "practically the same quality"
+    if ppl_increase <= 0.2:
+        return "slightly worse quality"
+    if ppl_increase <= 0.7:
+        return "noticeably worse quality"
+    return "much worse quality"
+
+
 _BY_NAME = {p.name: p for p in PRESETS}
 _BY_FTYPE = {p.ftype: p for p in PRESETS}
 

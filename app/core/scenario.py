@@ -44,7 +44,7 @@ from app.core.fit import (
     target_from_gpu,
 )
 from app.core.hardware import GpuSnapshot, HostSnapshot
-from app.core.quant import PRESETS, QuantPreset, quantize_layout
+from app.core.quant import PRESETS, QuantPreset, quality_words, quantize_layout
 from app.core.speed import Range, SpeedEstimate, estimate_speed
 from app.core.tensors import TensorInfo
 from app.core.units import GIB, Frozen
@@ -390,6 +390,25 @@ def _speed_words(decode: Range) -> str:
     return f"Expect about {r(lo)}-{r(hi)} tokens/s (roughly {r(w_lo)}-{r(w_hi)} words a second)."
 
 
+def hardware_note(choice: HardwareChoice) -> str:
+    """What a number on screen means for this hardware when it differs from the box's label."""
+    if choice.kind != "catalog" or not choice.device_id:
+        return ""
+    device = find_device(choice.device_id)
+    if device.memory_kind != "unified" or device.gpu_usable_fraction >= 1:
+        return ""
+    usable = device.memory_gib * device.gpu_usable_fraction
+    if device.vendor == "apple":
+        return (
+            f"macOS lets the GPU use {usable:,.0f} of the {device.memory_gib:,.0f} GiB by default; it can be raised "
+            f"(sudo sysctl iogpu.wired_limit_mb=N), leaving less for the system."
+        )
+    return (
+        f"Of the {device.memory_gib:,.0f} GiB of shared memory, about {usable:,.0f} GiB can be given to the GPU; "
+        "the rest stays with the system."
+    )
+
+
 def placement_of(est: Estimate) -> Literal["gpu", "partial", "cpu", "none"]:
     """Where an estimate runs: all on the GPUs, partly in system memory, on the CPU alone, or nowhere."""
     if not est.fits:
@@ -588,13 +607,24 @@ class Evaluator:
             fitting = [r for r in ladder if r.fits and r.budget_bytes < budget_of(est).used_bytes]
             on_gpu = [r for r in fitting if r.placement == "gpu"]
             if on_gpu:
-                smaller = f"A smaller quantization, {on_gpu[-1].preset}, fits on the GPU at this context."
+                best = on_gpu[-1]
+                smaller = (
+                    f"A smaller quantization, {best.preset}, fits on the GPU at this context "
+                    f"({quality_words(best.ppl_increase)})."
+                )
             elif fitting:
-                smaller = f"A smaller quantization, {fitting[-1].preset}, {fitting[-1].placement_words}."
+                best = fitting[-1]
+                smaller = (
+                    f"A smaller quantization, {best.preset}, {best.placement_words} "
+                    f"({quality_words(best.ppl_increase)})."
+                )
         hidden = (
             bool(targets) and any(t.kind == "gpu" for t in targets) and not any(d.kind == "gpu" for d in est.devices)
         )
         verdict = make_verdict(est, speed, c, max_ctx, smaller, model.arch.n_ctx_train, gpus_hidden=hidden)
+        note = hardware_note(request.hardware)
+        if note:
+            verdict = Verdict(verdict.level, verdict.headline, (*verdict.sentences, note))
         comparison = tuple(self._compare_row(model, c, choice, machine, repack) for choice in request.compare)
         return View(
             request=request,

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pyqtgraph as pg
@@ -51,8 +52,37 @@ def create_window(services: Services, open_path: str | None = None, model: Model
     return window
 
 
-def display_problem() -> str | None:
-    """Why no window can open here (a Linux session without a display), or None."""
+# Shared libraries Qt's xcb (X11) platform plugin loads, and the Debian/Ubuntu packages that hold them.
+XCB_LIBRARIES: dict[str, str] = {
+    "libxcb-cursor.so.0": "libxcb-cursor0",
+    "libxkbcommon-x11.so.0": "libxkbcommon-x11-0",
+    "libxcb-icccm.so.4": "libxcb-icccm4",
+    "libxcb-keysyms.so.1": "libxcb-keysyms1",
+    "libxcb-image.so.0": "libxcb-image0",
+    "libxcb-render-util.so.0": "libxcb-render-util0",
+    "libxcb-shape.so.0": "libxcb-shape0",
+    "libxcb-randr.so.0": "libxcb-randr0",
+    "libxcb-xfixes.so.0": "libxcb-xfixes0",
+    "libxcb-xkb.so.1": "libxcb-xkb1",
+}
+
+
+def _loadable(library: str) -> bool:
+    try:
+        ctypes.CDLL(library)
+    except OSError:
+        return False
+    return True
+
+
+def missing_xcb_packages(loadable: Callable[[str], bool] = _loadable) -> list[str]:
+    """The packages whose libraries Qt's X11 plugin would fail to load (empty when all are there)."""
+    return [package for library, package in XCB_LIBRARIES.items() if not loadable(library)]
+
+
+def display_problem(loadable: Callable[[str], bool] = _loadable) -> str | None:
+    """Why no window can open here (a Linux session without a display, or without the libraries
+    Qt's X11 plugin needs), or None."""
     platform_name = os.environ.get("QT_QPA_PLATFORM", "")
     if sys.platform.startswith("linux") and not platform_name:
         if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
@@ -61,6 +91,13 @@ def display_problem() -> str | None:
                 "Run FitScope in a desktop session, or use the terminal commands (`fitscope estimate --help`), "
                 "or start it under a virtual display: xvfb-run fitscope."
             )
+        if os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
+            missing = missing_xcb_packages(loadable)
+            if missing:
+                return (
+                    "The window needs system libraries that are not installed (Qt's X11 support). "
+                    f"Install them with: sudo apt-get install {' '.join(missing)}"
+                )
     return None
 
 

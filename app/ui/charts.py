@@ -14,6 +14,7 @@ from PySide6.QtCore import QPointF, Qt
 from PySide6.QtGui import QColor, QCursor, QFont, QFontMetrics, QPalette
 from PySide6.QtWidgets import QToolTip, QWidget
 
+from app.core.quant import quality_words
 from app.core.scenario import ConcurrencyCurve, ContextCurve, LadderRow
 from app.core.units import GIB
 
@@ -361,9 +362,9 @@ class LadderChart(Chart):
         speed = r.decode_tokens_per_s
         text = f"{_gib(r.budget_bytes):.1f} GiB · {speed.low:.0f}-{speed.high:.0f} tok/s"
         if r.ppl_increase is not None:
-            text += f" · ppl {r.ppl_increase:+.2f}"
-        if not r.fits:
-            text += " · too big"
+            text += f" · ppl {r.ppl_increase:+.2f} ({quality_words(r.ppl_increase).removesuffix(' quality')})"
+        if r.placement != "gpu":
+            text += f" · {r.placement_words}"
         return text + (" ◀" if r.current else "")
 
     def _restyle(self) -> None:
@@ -377,7 +378,7 @@ class LadderChart(Chart):
             return None
         r = self.shown[i]
         quality = (
-            f"published perplexity increase {r.ppl_increase:+.4f}"
+            f"{quality_words(r.ppl_increase)} (published perplexity increase {r.ppl_increase:+.4f})"
             if r.ppl_increase is not None
             else "no published perplexity figure"
         )

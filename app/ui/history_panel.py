@@ -91,7 +91,10 @@ class HistoryPanel(QWidget):
             self.rows = []
         else:
             self.rows = self.history.rows()
-            self.note.setText(f"{len(self.rows)} runs kept in {self.history.path}" if self.rows else "No runs yet.")
+            count = len(self.rows)
+            self.note.setText(
+                f"{count} run{'s' if count != 1 else ''} kept in {self.history.path}" if self.rows else "No runs yet."
+            )
         fill_table(
             self.table,
             [
@@ -162,7 +165,7 @@ class HistoryPanel(QWidget):
         except FitScopeError as exc:
             self.error_shown.emit(str(exc))
             return
-        self.note.setText(f"Wrote {n} runs to {name}.")
+        self.note.setText(f"Wrote {n} run{'s' if n != 1 else ''} to {name}.")
 
     def delete_selected(self) -> None:
         if self.history is None:

@@ -326,10 +326,18 @@ class LoadPanel(QWidget):
             ),
         ]
         if best is not None and single is not None and single.tokens_per_s > 0:
-            lines.append(
-                f"Batching serves up to {best.tokens_per_s:.0f} tokens/s against {single.tokens_per_s:.0f} one "
-                f"request at a time ({best.tokens_per_s / single.tokens_per_s:.1f}x), at the price of each request "
-                "waiting for the others' steps."
-            )
+            if best.tokens_per_s < single.tokens_per_s:
+                lines.append(
+                    "These figures look wrong: serving requests together came out slower than serving them one at "
+                    "a time, which batching never does. Another program was probably busy on this computer during "
+                    "the measurement; close it and measure again."
+                )
+            else:
+                lines.append(
+                    f"Serving requests together reaches {best.tokens_per_s:,.0f} tokens/s in total, against "
+                    f"{single.tokens_per_s:,.0f} tokens/s when they are served one at a time "
+                    f"({best.tokens_per_s / single.tokens_per_s:.1f}x), at the price of each request waiting for "
+                    "the others' steps."
+                )
         self.summary.setText(" ".join(lines))
         self.status.setText("Simulated from this machine's measurements.")

@@ -627,9 +627,10 @@ class MainWindow(QMainWindow):
         kind, ref = current.data(Qt.ItemDataRole.UserRole)
         quant = self.quant_combo.currentData() or "Q4_K_M"
         if kind == "catalog":
-            # A model released in its own format (gpt-oss: MXFP4 experts) starts on the file people download.
+            # A new model starts on the file people download (Q4_K_M, or the format it was released
+            # in, such as gpt-oss's MXFP4), not on the quantization chosen for the previous model.
             with contextlib.suppress(FitScopeError):
-                quant = find_model(ref).default_quant or quant
+                quant = find_model(ref).default_quant or "Q4_K_M"
         self.choose_model(ModelChoice(kind=kind, ref=ref, quant=quant))
 
     def _filter_models(self, text: str) -> None:
