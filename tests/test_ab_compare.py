@@ -4,6 +4,7 @@ the routing config, the headless command and the window's tab."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tomllib
 
@@ -154,3 +155,41 @@ def test_fitscope_compare_json_and_routing_file(variants, tmp_path, capsys):
     assert {v["name"] for v in report["variants"]} == {"tiny-F32", "tiny-Q4_0"}
     assert report["details"][0]["reference"] and report["details"][1]["top1_agreement"] is not None
     assert tomllib.loads(out.read_text())["routes"][0]["profile"] == "smoke"
+
+
+def test_one_prompt_in_ten_is_not_a_winner():
+    # 9/10 against 8/10 on the same prompts: the advice must not pretend the difference is real.
+    from app.core.quant_compare import Answer
+
+    def variant(label, memory_gib, failed):
+        answers = tuple(Answer("smoke", f"p{i}", "", CheckResult(f"p{i}" not in failed, "")) for i in range(10))
+        rate = sum(a.result.passed for a in answers) / 10
+        return VariantResult(
+            label,
+            label,
+            f"/{label}.gguf",
+            0,
+            int(memory_gib * 2**30),
+            True,
+            None,
+            50.0,
+            None,
+            None,
+            {"smoke": rate},
+            answers,
+        )
+
+    q8 = variant("Q8_0", 8.5, {"p9"})
+    q4 = variant("Q4_K_M", 4.9, {"p8", "p9"})
+    (advice,) = advise([q8, q4], [SUITE.model_copy(update={"quality_floor": 0.85})], "a 24 GB GPU")
+    assert advice.chosen == "Q8_0"
+    text = " ".join(advice.reasons)
+    assert "Q8_0 and Q4_K_M are not distinguishable with 10 prompts (p = 1.00)" in text
+    assert "about 77 prompts would be needed" in text
+    assert "passes 90% (95% interval 60%-98%, 10 prompts)" in text
+    # With 60 prompts and the same 10-point gap (6 discordant, all one way), the test tells them apart.
+    many = tuple(Answer("smoke", f"p{i}", "", CheckResult(i >= 6, "")) for i in range(60))
+    better = tuple(Answer("smoke", f"p{i}", "", CheckResult(True, "")) for i in range(60))
+    q8, q4 = dataclasses.replace(q8, answers=better), dataclasses.replace(q4, answers=many)
+    (advice,) = advise([q8, q4], [SUITE.model_copy(update={"quality_floor": 0.85})], "a 24 GB GPU")
+    assert "Q8_0 is better than Q4_K_M beyond chance (p = 0.031)" in " ".join(advice.reasons)

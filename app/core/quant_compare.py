@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.core.evidence import paired, wilson_interval
 from app.core.suites import CheckResult, Suite, check_answer, pass_rate
 from app.core.units import GIB
 
@@ -104,36 +105,61 @@ def gib(n: float) -> str:
     return f"{n / GIB:.1f} GiB"
 
 
+def suite_results(v: VariantResult, suite: str) -> dict[str, bool]:
+    """Prompt id -> passed, for one variant's answers to one suite."""
+    return {a.prompt_id: a.result.passed for a in v.answers if a.suite == suite}
+
+
+def rate_with_interval(v: VariantResult, suite: str) -> str:
+    """'80% (95% interval 49-94%, 10 prompts)'."""
+    results = suite_results(v, suite)
+    passed, n = sum(results.values()), len(results)
+    rate = v.pass_rates.get(suite, 0.0)
+    if n == 0:
+        return f"{rate:.0%}"
+    low, high = wilson_interval(passed, n)
+    return f"{rate:.0%} (95% interval {low:.0%}-{high:.0%}, {n} prompt{'s' if n != 1 else ''})"
+
+
 def advise(variants: Sequence[VariantResult], suites: Sequence[Suite], hardware: str) -> tuple[Advice, ...]:
     """For each suite (a task profile) the cheapest variant, by estimated memory, that meets the
-    suite's quality floor and fits ``hardware``; ties go to the faster one."""
+    suite's quality floor and fits ``hardware``; ties go to the faster one. Every reason carries the
+    pass rate's interval, and each other variant is set against the chosen one (or the best one)
+    with a paired test on the same prompts, so that a difference of one prompt in ten is reported
+    as not distinguishable rather than as a winner."""
     out = []
     for suite in suites:
         floor = suite.quality_floor if suite.quality_floor is not None else DEFAULT_FLOOR
         qualified = [v for v in variants if v.fits and v.pass_rates.get(suite.name, 0.0) >= floor]
         qualified.sort(key=lambda v: (v.estimated_total_bytes, -(v.decode_tokens_per_s or 0.0)))
         chosen = qualified[0] if qualified else None
+        anchor = chosen or max(variants, key=lambda v: v.pass_rates.get(suite.name, 0.0), default=None)
         reasons = []
         for v in variants:
             rate = v.pass_rates.get(suite.name, 0.0)
+            shown = rate_with_interval(v, suite.name)
             if chosen is not None and v is chosen:
                 reasons.append(
-                    f"{v.label}: chosen — passes {rate:.0%} (floor {floor:.0%}), needs {gib(v.estimated_total_bytes)}"
+                    f"{v.label}: chosen — passes {shown} (floor {floor:.0%}), needs {gib(v.estimated_total_bytes)}"
                     + (f", {v.decode_tokens_per_s:.0f} tokens/s" if v.decode_tokens_per_s else "")
                     + "."
                 )
             elif not v.fits:
                 reasons.append(f"{v.label}: does not fit {hardware} ({gib(v.estimated_total_bytes)} needed).")
             elif rate < floor:
-                reasons.append(f"{v.label}: passes {rate:.0%}, below the {floor:.0%} floor.")
+                reasons.append(f"{v.label}: passes {shown}, below the {floor:.0%} floor.")
             elif chosen is not None:
                 extra = v.estimated_total_bytes - chosen.estimated_total_bytes
                 reasons.append(
-                    f"{v.label}: also meets the floor ({rate:.0%}) but needs {gib(extra)} more memory than "
+                    f"{v.label}: also meets the floor ({shown}) but needs {gib(extra)} more memory than "
                     f"{chosen.label}."
                     if extra > 0
-                    else f"{v.label}: meets the floor ({rate:.0%}) at the same memory but decodes slower."
+                    else f"{v.label}: meets the floor ({shown}) at the same memory but decodes slower."
                 )
+            if anchor is not None and v is not anchor and v.fits:
+                verdict = paired(suite_results(anchor, suite.name), suite_results(v, suite.name))
+                if verdict.n:
+                    reasons.append(verdict.sentence(anchor.label, v.label))
         if chosen is None:
             reasons.insert(0, f"No variant meets the {floor:.0%} floor and fits {hardware}.")
         out.append(Advice(suite.name, floor, chosen.label if chosen else None, tuple(reasons)))
@@ -159,10 +185,26 @@ def routing_config(comparison: Comparison) -> dict[str, Any]:
             for v in comparison.variants
         ],
         "routes": [
-            {"profile": a.profile, "quality_floor": a.floor, "variant": a.chosen, "why": list(a.reasons)}
+            {
+                "profile": a.profile,
+                "quality_floor": a.floor,
+                "variant": a.chosen,
+                "why": list(a.reasons),
+                "evidence": _evidence(comparison, a),
+            }
             for a in comparison.advice
         ],
     }
+
+
+def _evidence(comparison: Comparison, advice: Advice) -> dict[str, Any]:
+    """The chosen variant's pass count, prompts and 95% interval for one route."""
+    chosen = next((v for v in comparison.variants if v.label == advice.chosen), None)
+    if chosen is None:
+        return {}
+    results = suite_results(chosen, advice.profile)
+    low, high = wilson_interval(sum(results.values()), len(results))
+    return {"prompts": len(results), "passed": sum(results.values()), "interval_95": [round(low, 3), round(high, 3)]}
 
 
 def to_toml(data: dict[str, Any]) -> str:
