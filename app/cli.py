@@ -751,6 +751,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 "prefill_tokens_per_s": v.prefill_tokens_per_s,
                 "ttft_s": v.ttft_s,
                 "n_threads": v.n_threads,
+                "prompt_format": v.prompt_format,
                 "identical_token_share": v.identical_token_share,
                 "top1_agreement": v.top1_agreement,
                 "answers": [

@@ -125,6 +125,7 @@ def compare_variants(
                 else sum(o.top1_matches or 0 for o in run.outcomes) / ref_tokens,
                 is_reference=is_reference,
                 n_threads=run.n_threads,
+                prompt_format=run.prompt_format,
             )
         )
     progress("Done.")

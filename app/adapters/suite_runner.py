@@ -31,6 +31,8 @@ from pydantic import Field
 
 from app.adapters.llamacpp_probe import parse_llama_log
 from app.adapters.llamacpp_runner import LiveRun, RunError, _Child, _peak_rss_bytes, open_model
+from app.core.chat import messages_for, render_chat
+from app.core.errors import FitScopeError
 from app.core.units import Frozen
 
 Event = dict[str, Any]
@@ -54,6 +56,8 @@ class SuiteRunSettings(Frozen):
     cache_type_k: str = "f16"
     cache_type_v: str = "f16"
     n_threads: int | None = None
+    chat: bool = Field(default=True, description="through the model's chat template when it has one")
+    system_prompt: str | None = None
 
 
 class PromptOutcome(Frozen):
@@ -79,6 +83,7 @@ class SuiteRun(Frozen):
     outcomes: tuple[PromptOutcome, ...]
     stopped: bool = False
     n_threads: int | None = None
+    prompt_format: str = "raw"  # "chat template" or "raw" (a model without a template, or asked so)
 
 
 def run_suite(
@@ -136,6 +141,7 @@ def run_suite(
         outcomes=tuple(complete),
         stopped=done is None,
         n_threads=live.settings.n_threads,
+        prompt_format=str(loaded.get("prompt_format", "raw")),
     )
 
 
@@ -172,9 +178,25 @@ def _child() -> int:
         child.emit({"event": "error", "message": f"llama.cpp could not load it: {exc}"})
         return 1
     parsed = parse_llama_log("".join(chunks))
+    template = llm.metadata.get("tokenizer.chat_template") if settings.chat else None
+    vocab = llama_cpp.llama_model_get_vocab(llm.model)
+
+    def token_text(token: int) -> str:
+        return llm.detokenize([token], special=True).decode("utf-8", "replace") if token >= 0 else ""
+
+    bos_text = token_text(llama_cpp.llama_vocab_bos(vocab))
+    eos_text = token_text(llama_cpp.llama_vocab_eos(vocab))
+
+    def prompt_tokens(text: str) -> list[int]:
+        if not template:
+            return llm.tokenize(text.encode("utf-8"), add_bos=True)
+        rendered = render_chat(template, messages_for(text, settings.system_prompt), bos_text, eos_text)
+        return llm.tokenize(rendered.encode("utf-8"), add_bos=True, special=True)
+
     child.emit(
         {
             "event": "loaded",
+            "prompt_format": "chat template" if template else "raw",
             "load_s": time.perf_counter() - t0,
             "model_size_bytes": int(llama_cpp.llama_model_size(llm.model)),
             "buffers": {
@@ -185,12 +207,15 @@ def _child() -> int:
             },
         }
     )
-    vocab = llama_cpp.llama_model_get_vocab(llm.model)
     n_vocab = llama_cpp.llama_vocab_n_tokens(vocab)
     for job in settings.prompts:
         if child.stop.is_set():
             return 0
-        prompt = llm.tokenize(job.prompt.encode("utf-8"), add_bos=True)
+        try:
+            prompt = prompt_tokens(job.prompt)
+        except FitScopeError as exc:
+            child.emit({"event": "error", "message": str(exc)})
+            return 1
         if len(prompt) + 1 >= llm.n_ctx():
             # Answering is impossible; the other prompts still are (a compare keeps what it has).
             child.emit(

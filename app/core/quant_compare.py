@@ -48,6 +48,7 @@ class VariantResult:
     top1_agreement: float | None = None
     is_reference: bool = False
     n_threads: int | None = None
+    prompt_format: str = "raw"  # "chat template": through the model's own template
 
 
 @dataclass(frozen=True)

@@ -457,7 +457,14 @@ class AbPanel(QWidget):
             self.chart.addItem(label)
             self.labels.append(label)
         self.chart.plotItem.setYRange(0, 1.1)
-        lines = []
+        formats = {v.prompt_format for v in comparison.variants}
+        lines = [
+            "Prompts went through each model's own chat template, as a deployed model gets them."
+            if formats == {"chat template"}
+            else "Prompts were sent as raw completions (a model without a chat template, such as a base model)."
+            if formats == {"raw"}
+            else "Some variants have a chat template and some do not: their answers are not comparable."
+        ]
         for a in comparison.advice:
             lines.append(f"<b>{a.profile}</b> (needs ≥ {a.floor:.0%}): <b>{a.chosen or 'none qualifies'}</b>")
             lines += [f"&nbsp;&nbsp;• {r}" for r in a.reasons]

@@ -141,6 +141,7 @@ def write_tiny_llama(
     n_ctx_train: int = 2048,
     seed: int = 0,
     weight_type: str = "f32",
+    chat_template: str | None = None,
 ) -> Path:
     """Write a tiny random-weight Llama model with a working tokenizer to ``path`` and return the path.
 
@@ -192,6 +193,8 @@ def write_tiny_llama(
         writer.add_pad_token_id(3)
         writer.add_add_bos_token(True)
         writer.add_add_eos_token(False)
+        if chat_template is not None:
+            writer.add_chat_template(chat_template)
 
         def add(name: str, n_in: int, n_out: int) -> None:
             data, raw = matrix(n_in, n_out)
