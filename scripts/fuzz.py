@@ -22,7 +22,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import numpy as np  # noqa: E402
 
 from tests.fuzz_targets import (  # noqa: E402
     command_case,
@@ -31,21 +30,12 @@ from tests.fuzz_targets import (  # noqa: E402
     mutate_gguf,
     random_command,
     random_config,
+    small_seeds,
 )
-from tests.test_gguf_reader import write_gguf  # noqa: E402
 
 
 def _seeds(folder: Path) -> list[bytes]:
-    files = [
-        write_gguf(folder / "llama.gguf"),
-        write_gguf(folder / "tied.gguf", tied=True, n_layer=2),
-        write_gguf(
-            folder / "moe.gguf",
-            extra=lambda w: (w.add_expert_count(4), w.add_expert_used_count(2)),
-            tensors={"blk.0.ffn_up_exps.weight": np.zeros((4, 128, 64), dtype=np.float32)},
-        ),
-    ]
-    seeds = [p.read_bytes() for p in files]
+    seeds = small_seeds(folder)
     try:
         from app.adapters.demo_model import demo_model_path
         from app.core.gguf_reader import read_gguf

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from app import cli
 from app.core.errors import FitScopeError
 from app.core.estimate import MAX_CONTEXT_TOKENS, Settings, Target, estimate
@@ -287,3 +289,19 @@ def command_case(argv: list[str]) -> Outcome:
         return "accepted" if rc == 0 else "clean"
 
     return _guarded(work)
+
+
+def small_seeds(folder: Path) -> list[bytes]:
+    """Small valid GGUFs of three shapes (dense, tied, MoE) written into ``folder``, as bytes."""
+    from tests.test_gguf_reader import write_gguf
+
+    files = [
+        write_gguf(folder / "llama.gguf"),
+        write_gguf(folder / "tied.gguf", tied=True, n_layer=2),
+        write_gguf(
+            folder / "moe.gguf",
+            extra=lambda w: (w.add_expert_count(4), w.add_expert_used_count(2)),
+            tensors={"blk.0.ffn_up_exps.weight": np.zeros((4, 128, 64), dtype=np.float32)},
+        ),
+    ]
+    return [p.read_bytes() for p in files]

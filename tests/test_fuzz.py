@@ -6,12 +6,18 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.fuzz_targets import command_case, config_case, gguf_case, mutate_gguf, random_command, random_config
-from tests.test_gguf_reader import write_gguf
+from tests.fuzz_targets import (
+    command_case,
+    config_case,
+    gguf_case,
+    mutate_gguf,
+    random_command,
+    random_config,
+    small_seeds,
+)
 
 
 def fuzz(examples: int) -> settings:
@@ -30,16 +36,7 @@ _SEEDS: list[bytes] = []
 def seeds(folder: Path) -> list[bytes]:
     """Small valid GGUFs of three shapes (dense, tied, MoE), written once."""
     if not _SEEDS:
-        files = [
-            write_gguf(folder / "llama.gguf"),
-            write_gguf(folder / "tied.gguf", tied=True, n_layer=2),
-            write_gguf(
-                folder / "moe.gguf",
-                extra=lambda w: (w.add_expert_count(4), w.add_expert_used_count(2)),
-                tensors={"blk.0.ffn_up_exps.weight": np.zeros((4, 128, 64), dtype=np.float32)},
-            ),
-        ]
-        _SEEDS.extend(p.read_bytes() for p in files)
+        _SEEDS.extend(small_seeds(folder))
     return _SEEDS
 
 
