@@ -126,6 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_estimate_args(est)
     models = sub.add_parser("models", help="list the model catalog")
     models.add_argument("--json", action="store_true")
+    archs = sub.add_parser(
+        "architectures", help="the llama.cpp architectures and whether FitScope's memory rules are exact for each"
+    )
+    archs.add_argument("--json", action="store_true")
     gpus = sub.add_parser("gpus", help="list the GPU/device catalog")
     gpus.add_argument("--json", action="store_true")
     hw = sub.add_parser("hw", help="what this machine has: NVIDIA GPUs and the CPU/RAM")
@@ -401,6 +405,7 @@ def format_result(result) -> str:
             )
         )
     s = result.speed
+    from app.core.coverage import APPROXIMATE_NOTE
     from app.core.scenario import placement_of
 
     placement = {
@@ -416,7 +421,9 @@ def format_result(result) -> str:
         "",
         f"llama.cpp build: {build}, as {e.settings.consumer} runs it; "
         f"repacked weights: {e.repack_bytes / GIB:.2f} GiB.",
-        f"Verdict: {placement}. Largest context that fits: {result.max_context:,} tokens; "
+        f"Verdict: {placement}"
+        + (f" ({APPROXIMATE_NOTE})" if e.approximate else "")
+        + f". Largest context that fits: {result.max_context:,} tokens; "
         f"concurrent users at {e.settings.context_tokens:,} tokens each: {result.max_users}"
         + (
             f"; GPU layers that fit with no margin: {result.max_gpu_layers} of {e.n_layer + 1}."
@@ -451,6 +458,26 @@ def cmd_models(args: argparse.Namespace) -> int:
     for m in models:
         size = f"{m.params_billions:g}B" if m.params_billions else "?"
         print(f"{m.id:24s} {m.arch:10s} {size:>8s} {m.n_layer:6d} {m.n_ctx_train:8d}  {m.name}")
+    return 0
+
+
+def cmd_architectures(args: argparse.Namespace) -> int:
+    from app.core.coverage import coverage_table, llamacpp_architectures
+
+    version, known = llamacpp_architectures()
+    rows = coverage_table()
+    if args.json:
+        out = {"llama_cpp_python": version, "architectures": [vars(r) for r in rows]}
+        print(json.dumps(out, indent=2))
+        return 0
+    width = max(len(r.arch) for r in rows)
+    for r in rows:
+        print(f"{r.arch:<{width}}  {r.label:<16}  {r.detail if r.status != 'approximate' else ''}".rstrip())
+    exact = sum(r.status == "exact" for r in rows)
+    print(
+        f"\nllama-cpp-python {version} loads {len(known)} architectures: {exact} with exact (proven) rules, "
+        f"the rest approximate (weights exact, the rest from generic rules)."
+    )
     return 0
 
 
@@ -922,6 +949,7 @@ def cmd_window(args: argparse.Namespace) -> int:
 COMMANDS = {
     "estimate": cmd_estimate,
     "models": cmd_models,
+    "architectures": cmd_architectures,
     "gpus": cmd_gpus,
     "hw": cmd_hw,
     "demo": cmd_demo,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -377,14 +378,28 @@ def held_out_intervals(rows: list[BenchRow], test: str, folds: int = FOLDS) -> d
     (Ranges per device group were tried and held fewer held-out results: Apple's tight residuals
     narrowed its range below what new chips do.)"""
     groups = _folds(rows, folds)
-    ratios: list[float] = []
+    held: list[tuple[str, float]] = []
     for k in range(folds):
         train = [r for i, g in enumerate(groups) if i != k for r in g]
-        ratios += [r.tokens_per_s / p for r, p in _predict_held(train, groups[k]) if r.test == test]
-    if len(ratios) < 20:
+        held += [(r.device, r.tokens_per_s / p) for r, p in _predict_held(train, groups[k]) if r.test == test]
+    if len(held) < 20:
         return {"all": (0.6, 1.4)}
-    lo, hi = np.percentile(np.log(ratios), [10, 90])
+    # Each device weighs the same: the range is for a device the fit has not seen, and one board
+    # benchmarked on forty models says less about the next device than forty boards do.
+    per_device = Counter(d for d, _ in held)
+    logs = np.log([ratio for _, ratio in held])
+    weights = np.array([1.0 / per_device[d] for d, _ in held])
+    lo, hi = weighted_percentiles(logs, weights, (0.10, 0.90))
     return {"all": (float(math.exp(lo)), float(math.exp(hi)))}
+
+
+def weighted_percentiles(values: np.ndarray, weights: np.ndarray, qs: tuple[float, ...]) -> list[float]:
+    """Percentiles of ``values`` where each counts with its weight (midpoint rule on the sorted
+    cumulative weights, interpolated)."""
+    order = np.argsort(values)
+    v, w = values[order], weights[order]
+    cum = (np.cumsum(w) - 0.5 * w) / w.sum()
+    return [float(np.interp(q, cum, v)) for q in qs]
 
 
 def cross_validate(rows: list[BenchRow]) -> list[Held]:

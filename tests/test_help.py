@@ -72,3 +72,19 @@ def test_the_log_file_records_warnings(tmp_path, monkeypatch):
             if h not in before:
                 root.removeHandler(h)
                 h.close()
+
+
+def test_architectures_page_lists_what_is_exact_and_what_is_approximate(qtbot, tmp_path):
+    from app.core.coverage import PROVEN
+    from app.ui.help import TextDialog
+
+    window = open_window(qtbot, make_services(tmp_path))
+    menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&Help")
+    action = next(a for a in menu.actions() if a.text() == "Model a&rchitectures")
+    action.trigger()
+    dialog = next(w for w in window.findChildren(TextDialog) if w.windowTitle() == "Model architectures")
+    text = dialog.text.toPlainText()
+    assert f"For {len(PROVEN)} of them FitScope's memory rules are exact" in text
+    assert "minimax-m2" in text and "qwen3next" in text  # one proven, one approximate
+    assert "loads 152 model architectures" in text
+    window.close()

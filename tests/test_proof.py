@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from app.core.coverage import PROVEN
 from app.core.estimate import Settings, estimate
 from app.core.gguf_reader import read_gguf
 from tests.support.proof import CASES, CPU_HOST, KNOWN_COMPUTE_GAPS, Case, compare_files, measure, run_case
@@ -43,6 +44,8 @@ def test_cases_cover_the_required_shapes() -> None:
 
     archs = {find_model(c.model_id).arch for c in CASES}
     assert {"llama", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3", "deepseek2", "gpt-oss", "mamba"} <= archs
+    # Every architecture FitScope calls exact is proven here, and nothing else is called exact.
+    assert archs == set(PROVEN)
     assert len({c.model_id for c in CASES}) >= 10
     contexts = {c.context for c in CASES}
     assert min(contexts) == 512 and max(contexts) == 131072

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 
+import numpy as np
 import pytest
 
 from app.core.speed_model import FAMILIES, load_speed_model, speed_family
@@ -42,7 +43,7 @@ def test_every_row_is_understood_and_sourced(rows):
 
 def test_held_out_devices_meet_the_accuracy_targets(rows):
     held = cross_validate(rows)
-    for test, median_limit, inside_floor in (("tg", 0.10, 0.75), ("pp", 0.20, 0.70)):
+    for test, median_limit, inside_floor in (("tg", 0.10, 0.80), ("pp", 0.20, 0.70)):
         h = [x for x in held if x.row.test == test]
         assert len(h) >= 200
         assert statistics.median(abs(x.error) for x in h) <= median_limit, test
@@ -57,3 +58,16 @@ def test_the_shipped_constants_are_the_fit_of_the_shipped_data(rows):
     # Physically sensible: never above the bandwidth roofline, a small fixed cost per layer.
     for c in shipped.families.values():
         assert 0.2 <= c.decode_efficiency <= 1.0 and c.per_layer_s < 1e-3
+
+
+def test_weighted_percentiles_weigh_devices_not_rows():
+    """Forty rows of one device and one row each of four others: the device-weighted 10th-90th
+    range spans the devices, where plain percentiles would be the one device's spread."""
+    from tests.speed_data import weighted_percentiles
+
+    values = np.array([0.0] * 40 + [-0.4, -0.2, 0.2, 0.4])
+    weights = np.array([1 / 40] * 40 + [1.0] * 4)
+    lo, hi = weighted_percentiles(values, weights, (0.10, 0.90))
+    assert lo < -0.2 and hi > 0.2
+    plain_lo, plain_hi = np.percentile(values, [10, 90])
+    assert plain_lo == plain_hi == 0.0

@@ -30,6 +30,7 @@ from pydantic import Field, model_validator
 from app.core import backends
 from app.core.architecture import Architecture
 from app.core.backends import Backend, Consumer
+from app.core.coverage import APPROXIMATE_NOTE, ArchCoverage, Status, coverage
 from app.core.errors import EstimateError
 from app.core.tensors import CACHE_TYPES, GGMLType, TensorInfo, is_quantized, row_bytes
 from app.core.units import MIB, Frozen
@@ -197,6 +198,16 @@ class Estimate(Frozen):
     runtime_scratch_bytes: int = Field(
         default=0, description="per GPU: memory-pool scratch llama.cpp does not print (inside overhead_bytes)"
     )
+    rules: Status = Field(
+        default="exact",
+        description="exact: the architecture's rules are proven against llama.cpp (app.core.coverage); "
+        "approximate: generic rules; unknown: llama.cpp does not load this architecture",
+    )
+    architecture: str = Field(default="", description="llama.cpp general.architecture")
+
+    @property
+    def approximate(self) -> bool:
+        return self.rules != "exact"
 
     def _sum(self, field: str) -> int:
         return sum(getattr(d, field) for d in self.devices)
@@ -402,6 +413,14 @@ def compute_parts(arch: Architecture, settings: Settings, kv_cells: int, swa_cel
         # phase: exact on DeepSeek-V2's dry run, 4% low on V2-Lite's.
         mla = arch.mla
         p_out += n_ub * f32 * arch.max_heads() * (mla.kv_lora_rank + mla.qk_nope_head_dim + mla.qk_rope_head_dim)
+
+    if arch.arch == "ernie4_5-moe" and arch.moe is not None:
+        # ERNIE 4.5's last MoE block leaves its routed gate/up/activation rows (n_used x ff_exp x 3)
+        # beside the logits, in place of the two embedding-wide rows: the peak is exactly
+        # n_out x (vocab + 3 x n_used x ff_exp) floats at ubatch 128, 512 and 1024, with and without
+        # flash attention.
+        routed_rows = 3 * arch.moe.n_expert_used * arch.moe.expert_ff
+        p_out += n_out * f32 * max(0, routed_rows - 2 * e)
 
     n_kv = kv_cells
     if arch.ssm is not None and arch.attention_layers is None:
@@ -761,6 +780,7 @@ def estimate(
             layers=layer_counts[-1],
         )
     )
+    rules = coverage(arch.arch)
     return Estimate(
         settings=settings,
         devices=tuple(breakdown),
@@ -769,10 +789,12 @@ def estimate(
         gpu_layers=ngl,
         n_layer=n_layer,
         layer_devices=_breakdown_indices(layer_dev, len(breakdown)),
-        assumptions=tuple(_assumptions(settings, gpus, cpu, backend, repacks, cpu_moe)),
+        assumptions=tuple(_assumptions(settings, gpus, cpu, backend, repacks, cpu_moe, rules)),
         backend=backend,
         cpu_moe_layers=cpu_moe,
         runtime_scratch_bytes=scratch,
+        rules=rules.status,
+        architecture=arch.arch,
     )
 
 
@@ -845,9 +867,16 @@ def _host_staging_bytes(arch: Architecture, settings: Settings) -> int:
 
 
 def _assumptions(
-    settings: Settings, gpus: list[Target], cpu: Target, backend: str, repacks: bool, cpu_moe: int
+    settings: Settings,
+    gpus: list[Target],
+    cpu: Target,
+    backend: str,
+    repacks: bool,
+    cpu_moe: int,
+    rules: ArchCoverage,
 ) -> list[str]:
-    out = [
+    out = [] if rules.status == "exact" else [f"{APPROXIMATE_NOTE.capitalize()} ({rules.arch}): {rules.detail}."]
+    out += [
         f"llama.cpp settings: {settings.describe()}; a {backend.upper() if backend != 'cpu' else 'CPU'} build "
         f"of llama.cpp, as {settings.consumer} uses it.",
         "Weights are summed tensor by tensor; the token embedding always stays in host memory.",

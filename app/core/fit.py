@@ -199,6 +199,8 @@ def estimate_json(e: Estimate) -> dict[str, Any]:
     integers, ``context_tokens`` as llama.cpp's ``-c``, one entry per device, the settings."""
     return {
         "context_tokens": e.settings.context_tokens,
+        "rules": e.rules,
+        "approximate": e.approximate,
         "weights_bytes": e.weights_bytes,
         "repack_bytes": e.repack_bytes,
         "kv_cache_bytes": e.kv_cache_bytes,

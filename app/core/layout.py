@@ -23,7 +23,16 @@ SUPPORTED_ARCHS = (
     "deepseek2",
     "gpt-oss",
     "mamba",
+    "mistral3",
+    "seed_oss",
+    "minimax-m2",
+    "ernie4_5-moe",
 )
+
+# Architectures whose routed experts carry a selection bias (``exp_probs_b``): llama.cpp requires it
+# for MiniMax-M2 (src/models/minimax-m2.cpp load_arch_tensors); ERNIE 4.5's converter writes it
+# from ``e_score_correction_bias``.
+_EXPERT_BIAS = ("minimax-m2", "ernie4_5-moe")
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,9 +79,9 @@ def _block(arch: Architecture, i: int) -> list[TensorShape]:
         out += _mla_attention(arch, p)
     else:
         out += _attention(arch, i, p)
-    if arch.arch in ("gemma2", "gemma3", "gpt-oss"):
+    if arch.arch in ("gemma2", "gemma3", "gpt-oss", "seed_oss"):
         out.append(_vec(p + "post_attention_norm.weight", e))
-    if arch.arch != "gpt-oss":  # gpt-oss normalises the FFN input with post_attention_norm
+    if arch.arch not in ("gpt-oss", "seed_oss"):  # these normalise the FFN input with post_attention_norm
         out.append(_vec(p + "ffn_norm.weight", e))
     out += _ffn(arch, i, p)
     if arch.arch in ("gemma2", "gemma3"):
@@ -95,7 +104,10 @@ def _attention(arch: Architecture, i: int, p: str) -> list[TensorShape]:
         ]
     if arch.attn_bias:
         out += [_vec(p + "attn_q.bias", n_q), _vec(p + "attn_k.bias", n_k), _vec(p + "attn_v.bias", n_v)]
-    if arch.qk_norm:
+    if arch.qk_norm and arch.arch == "minimax-m2":
+        # One norm over the whole Q and K projections, not per head (src/models/minimax-m2.cpp).
+        out += [_vec(p + "attn_q_norm.weight", n_q), _vec(p + "attn_k_norm.weight", n_k)]
+    elif arch.qk_norm:
         out += [
             _vec(p + "attn_q_norm.weight", arch.head_dim_k_eff),
             _vec(p + "attn_k_norm.weight", arch.head_dim_k_eff),
@@ -159,6 +171,8 @@ def _ffn(arch: Architecture, i: int, p: str) -> list[TensorShape]:
             TensorShape(p + "ffn_down_exps.bias", (e, n), keep_f32=True),
             TensorShape(p + "ffn_up_exps.bias", (ff, n), keep_f32=True),
         ]
+    if arch.arch in _EXPERT_BIAS:
+        out.append(_vec(p + "exp_probs_b.bias", n))
     if moe.n_shared_expert:
         sff = moe.shared_ff
         out += [

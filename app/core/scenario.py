@@ -21,6 +21,7 @@ from pydantic import Field, ValidationError
 
 from app.core.autofit import auto_fit
 from app.core.catalog import find_device, load_devices
+from app.core.coverage import approximate_sentence
 from app.core.devices import DeviceSpec
 from app.core.errors import EstimateError, FitScopeError
 from app.core.estimate import (
@@ -53,6 +54,9 @@ MIN_CONTEXT_TOKENS = 512
 MAX_USERS = 64
 WORDS_PER_TOKEN = 0.75  # English prose, as commonly quoted for BPE tokenizers
 AMBER_HEADROOM = 0.10  # under 10% of the memory left: it fits, but only just
+# An architecture whose rules are not proven: "fits" needs a wider margin before it shows green
+# (the unverified parts, KV cache and compute buffers, were off by up to 5x on hybrid models).
+APPROXIMATE_HEADROOM = 0.25
 
 
 
@@ -431,7 +435,32 @@ def make_verdict(
     gpus_hidden: bool = False,
 ) -> Verdict:
     """The answer in plain words, with a light: green (fits with room), amber (fits with under 10%
-    to spare, or only partly on the GPU), red (does not fit)."""
+    to spare, or only partly on the GPU, or under 25% to spare on an architecture whose rules are
+    approximate), red (does not fit). An approximate estimate says so first."""
+    verdict = _verdict(est, speed, controls, max_context, smaller_quant, n_ctx_train, gpus_hidden)
+    if not est.approximate:
+        return verdict
+    caveat = approximate_sentence(est.architecture or "unknown")
+    if est.rules == "unknown":
+        caveat = (
+            f"The llama.cpp FitScope ships cannot load this architecture ({est.architecture}); the figures below "
+            "come from generic rules. " + caveat
+        )
+    level = verdict.level
+    if level == "green" and budget_of(est).free_bytes < APPROXIMATE_HEADROOM * budget_of(est).capacity_bytes:
+        level = "amber"
+    return Verdict(level, verdict.headline, (caveat, *verdict.sentences))
+
+
+def _verdict(
+    est: Estimate,
+    speed: SpeedEstimate,
+    controls: Controls,
+    max_context: int,
+    smaller_quant: str | None,
+    n_ctx_train: int,
+    gpus_hidden: bool,
+) -> Verdict:
     budget = budget_of(est)
     convo = (
         f"remembering the conversation ({controls.context_tokens:,} tokens)"

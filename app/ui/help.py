@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import platform
 import sys
+from html import escape
 from importlib import metadata
 
 import pyqtgraph as pg
@@ -23,6 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from app import __version__
+from app.core.coverage import coverage_table, llamacpp_architectures
 from app.core.estimate import CPU_RUNTIME_OVERHEAD_BYTES, GPU_RUNTIME_OVERHEAD_BYTES
 from app.core.scenario import Machine
 from app.core.units import MIB
@@ -141,13 +143,38 @@ class AboutDialog(QDialog):
         layout.addWidget(buttons)
 
 
-class HowItWorksDialog(QDialog):
-    def __init__(self, parent: QWidget | None = None) -> None:
+def architectures_html() -> str:
+    """The coverage report: each architecture the shipped llama.cpp loads, and how exact FitScope is."""
+    version, known = llamacpp_architectures()
+    rows = coverage_table()
+    exact = [r for r in rows if r.status == "exact"]
+    other = [r for r in rows if r.status != "exact"]
+    out = [
+        "<h2>Model architectures</h2>",
+        f"<p>The llama.cpp inside FitScope (llama-cpp-python {escape(version or 'unknown')}) loads "
+        f"{len(known)} model architectures. For <b>{len(exact)}</b> of them FitScope's memory rules are "
+        "<b>exact</b>: sparse test files of each were loaded into llama.cpp, and the weights and the "
+        "conversation memory matched to the byte, the working buffers within a few percent.</p>",
+        "<table cellpadding='3'><tr><th align='left'>Architecture</th><th align='left'>Proven on</th></tr>",
+        *(f"<tr><td><b>{escape(r.arch)}</b></td><td>{escape(r.detail)}</td></tr>" for r in exact),
+        "</table>",
+        "<p>Every other architecture is estimated <b>approximately</b> when you open its GGUF file: the "
+        "weights are still exact (each tensor is read from the file), but the conversation memory and "
+        "working buffers follow the generic rules, and the verdict says so. Keep a margin.</p>",
+        "<p>" + ", ".join(escape(r.arch) for r in other if r.status == "approximate") + "</p>",
+    ]
+    return "\n".join(out)
+
+
+class TextDialog(QDialog):
+    """A help page: rich text in a scrolling view, and Close."""
+
+    def __init__(self, title: str, html: str, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setWindowTitle("How the estimate works")
+        self.setWindowTitle(title)
         self.resize(720, 640)
         self.text = QTextBrowser()
-        self.text.setHtml(HOW_IT_WORKS)
+        self.text.setHtml(html)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)

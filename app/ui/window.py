@@ -53,6 +53,7 @@ from app.adapters.load_profile import cached_profile, measure_profile, memory_sl
 from app.adapters.logs import log_path
 from app.core import fit, report
 from app.core.catalog import find_model, load_devices, load_models
+from app.core.coverage import APPROXIMATE_NOTE, coverage
 from app.core.errors import FitScopeError
 from app.core.estimate import Settings
 from app.core.hardware import DEFAULT_HOST_MEMORY, HOST_MEMORY, HostSnapshot, NvmlStatus, machine_key
@@ -75,7 +76,7 @@ from app.core.tensors import CACHE_TYPES
 from app.core.units import GIB
 from app.ui.ab_panel import AbPanel
 from app.ui.charts import ConcurrencyChart, ContextChart, DeviceBar, LadderChart, SplitChart, legend_html
-from app.ui.help import AboutDialog, HowItWorksDialog, Walkthrough, diagnostics
+from app.ui.help import HOW_IT_WORKS, AboutDialog, TextDialog, Walkthrough, architectures_html, diagnostics
 from app.ui.history_panel import HistoryPanel
 from app.ui.load_panel import LoadPanel
 from app.ui.panels import ContextControl, HardwareView, VerdictBanner, fill_table, readonly_table
@@ -499,6 +500,7 @@ class MainWindow(QMainWindow):
         help_menu = self.menuBar().addMenu("&Help")
         action(help_menu, "&Getting started", self.show_walkthrough)
         action(help_menu, "&How the estimate works", self._show_how, QKeySequence.StandardKey.HelpContents)
+        action(help_menu, "Model a&rchitectures", self._show_architectures)
         action(help_menu, "Copy &diagnostics", self.copy_diagnostics)
         help_menu.addSeparator()
         action(help_menu, "&About FitScope", self._show_about)
@@ -732,7 +734,10 @@ class MainWindow(QMainWindow):
         self.banner.set_scale(scale)
 
     def _show_how(self) -> None:
-        HowItWorksDialog(self).open()
+        TextDialog("How the estimate works", HOW_IT_WORKS, self).open()
+
+    def _show_architectures(self) -> None:
+        TextDialog("Model architectures", architectures_html(), self).open()
 
     def _show_about(self) -> None:
         AboutDialog(self.machine, self).open()
@@ -865,6 +870,9 @@ class MainWindow(QMainWindow):
             f"<b>{_escape(label)}</b> ({arch.arch}, {m.quant})",
             f"{params}; {arch.n_layer} layers; {kv} KV heads; trained context {arch.n_ctx_train:,} tokens",
         ]
+        rules = coverage(arch.arch)
+        if rules.status != "exact":
+            lines.append(f"Memory rules for {arch.arch}: {APPROXIMATE_NOTE} ({rules.detail}).")
         if m.path is not None:
             lines.append(f"File: {m.path.name} (in {m.path.parent})")
         if view.request.model.kind == "demo":

@@ -208,6 +208,17 @@ CASES: tuple[Case, ...] = (
     Case("phi-3-mini", context=4096, flash_attn=False),
     Case("phi-3-mini", context=4096),
     Case("phi-4", context=16384),
+    # 2025 releases: Mistral 3 (attention temperature), Seed-OSS (80 heads on 5120: Q wider than the
+    # embedding, q/k/v bias), MiniMax-M2 (256 experts, full-width q/k norm, expert bias), ERNIE 4.5
+    # (dense lead layer, two shared experts, tied embeddings)
+    Case("ministral-3-8b", context=32768),
+    Case("ministral-3-8b", context=8192, flash_attn=False, parallel=4),
+    Case("seed-oss-36b", context=16384, cache_k="q8_0", cache_v="q8_0"),
+    Case("seed-oss-36b", context=4096, flash_attn=False),
+    Case("minimax-m2", quant="Q4_K_M", context=32768),
+    Case("minimax-m2", context=4096, flash_attn=False, ubatch=2048),
+    Case("ernie-4.5-21b-a3b", context=32768),
+    Case("ernie-4.5-21b-a3b", context=8192, flash_attn=False, parallel=4),
     # recurrent
     Case("mamba-2.8b", context=4096),
     Case("mamba-2.8b", context=4096, parallel=4),

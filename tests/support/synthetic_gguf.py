@@ -64,6 +64,18 @@ def _metadata(arch: Architecture) -> dict[str, object]:
             kv[f"{a}.expert_shared_count"] = moe.n_shared_expert
         if moe.n_dense_lead_layers:
             kv[f"{a}.leading_dense_block_count"] = moe.n_dense_lead_layers
+        if a == "minimax-m2":
+            # The expert width is feed_forward_length; the router is a sigmoid (LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID).
+            kv[f"{a}.feed_forward_length"] = moe.expert_ff
+            kv[f"{a}.expert_gating_func"] = 2
+        if a == "ernie4_5-moe":
+            kv[f"{a}.interleave_moe_layer_step"] = 1
+            if moe.n_shared_expert:
+                kv[f"{a}.expert_shared_feed_forward_length"] = moe.shared_ff
+    if a == "mistral3":
+        # Ministral 3 files carry Llama 4's attention temperature (llama_4_scaling_beta), which adds a
+        # per-token scale on Q to the graph.
+        kv[f"{a}.attention.temperature_scale"] = 0.1
     if arch.mla is not None:
         mla = arch.mla
         # Current converters store the MLA cache geometry: one "head" of latent + rope dims.

@@ -1,0 +1,100 @@
+"""Architectures without proven rules are estimated, and say they are approximate everywhere a
+user reads the figures: the verdict, the CLI and the JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from app.cli import main
+from app.core.catalog import find_model
+from app.core.coverage import PROVEN, coverage, coverage_table, llamacpp_architectures
+from app.core.quant import quantize_layout
+from app.core.scenario import Controls, HardwareChoice, ModelChoice
+from tests.support.synthetic_gguf import write_sparse_gguf
+from tests.test_scenario import view_of
+
+
+def _gguf_as(path: Path, arch_name: str) -> Path:
+    """Llama 3.2 1B's tensors under another architecture name (a shape llama.cpp's generic rules
+    cover, but not proven for that architecture)."""
+    base = find_model("llama-3.2-1b")
+    tensors = quantize_layout(base, "Q4_K_M")
+    write_sparse_gguf(path, base.model_copy(update={"arch": arch_name}), "Q4_K_M", tensors)
+    return path
+
+
+def test_every_proven_architecture_is_one_llama_cpp_loads() -> None:
+    version, known = llamacpp_architectures()
+    assert version and len(known) > 100
+    assert set(PROVEN) <= set(known)
+    statuses = {r.arch: r.status for r in coverage_table()}
+    assert statuses["qwen3next"] == "approximate" and statuses["llama"] == "exact"
+    assert coverage("not-an-architecture").status == "unknown"
+
+
+def test_catalog_models_are_all_proven() -> None:
+    from app.core.catalog import load_models
+
+    assert {m.arch for m in load_models()} <= set(PROVEN)
+
+
+@pytest.fixture(scope="module")
+def smol_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _gguf_as(tmp_path_factory.mktemp("arch") / "smol.gguf", "smollm3")
+
+
+def test_unproven_architecture_is_labelled_in_json_and_text(smol_gguf: Path, capsys) -> None:
+    assert main(["estimate", "--gguf", str(smol_gguf), "-c", "4096", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["architecture"] == "smollm3"
+    assert out["rules"] == "approximate" and out["approximate"] is True
+    assert any(a.startswith("Approximate: this architecture's rules are not verified") for a in out["assumptions"])
+
+    assert main(["estimate", "--gguf", str(smol_gguf), "-c", "4096"]) == 0
+    text = capsys.readouterr().out
+    assert "(approximate: this architecture's rules are not verified)" in text
+
+
+def test_proven_architecture_says_nothing_of_the_kind(tmp_path: Path, capsys) -> None:
+    path = _gguf_as(tmp_path / "llama.gguf", "llama")
+    assert main(["estimate", "--gguf", str(path), "-c", "4096", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["rules"] == "exact" and out["approximate"] is False
+    assert not any("pproximate" in a for a in out["assumptions"])
+
+
+def test_verdict_says_approximate_and_wants_a_wider_margin(smol_gguf: Path, tmp_path: Path) -> None:
+    cpu = HardwareChoice(kind="cpu")
+    smol = view_of(ModelChoice(kind="gguf", ref=str(smol_gguf)), cpu)
+    llama = view_of(ModelChoice(kind="gguf", ref=str(_gguf_as(tmp_path / "l.gguf", "llama"))), cpu)
+    assert smol.verdict.sentences[0].startswith("Approximate: FitScope's rules for this architecture (smollm3)")
+    assert not any("pproximate" in s for s in llama.verdict.sentences)
+    # Same bytes, same hardware: the figures agree; only the label and the margin differ.
+    assert smol.estimate.total_bytes == llama.estimate.total_bytes
+
+
+def test_unknown_architecture_says_llama_cpp_cannot_load_it(tmp_path: Path) -> None:
+    path = _gguf_as(tmp_path / "odd.gguf", "not-a-real-arch")
+    view = view_of(ModelChoice(kind="gguf", ref=str(path)), HardwareChoice(kind="cpu"), Controls(context_tokens=4096))
+    assert view.estimate.rules == "unknown"
+    assert "cannot load this architecture (not-a-real-arch)" in view.verdict.sentences[0]
+
+
+@pytest.mark.llamacpp
+def test_coverage_report_matches_the_installed_llama_cpp() -> None:
+    """The report lists every architecture, and each name is one the installed library holds."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, str(root / "scripts" / "arch_coverage.py")], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "every name present" in done.stdout
+    lines = [line.split() for line in done.stdout.splitlines() if line.strip()]
+    exact = {parts[0] for parts in lines if parts[1:3] == ["exact", "(proven)"]}
+    assert exact == set(PROVEN)
