@@ -98,9 +98,21 @@ class Architecture(Frozen):
     moe: MoESpec | None = None
     mla: MLASpec | None = None
     ssm: SSMSpec | None = None
+    conv_l_cache: int | None = Field(
+        default=None,
+        ge=2,
+        description="short-convolution layers (LFM2): the convolution's length; each keeps n_embd x (L - 1) "
+        "f32 of state per sequence",
+    )
     attention_layers: list[int] | None = Field(
         default=None,
         description="for hybrid models: indices of the attention layers (the rest are recurrent)",
+    )
+    n_nextn_layers: int = Field(
+        default=0,
+        ge=0,
+        description="trailing multi-token-prediction (NextN) layers, counted in n_layer as llama.cpp's block_count "
+        "does: their tensors are in the file but not loaded (load_mtp is off by default) and they hold no KV",
     )
     native_expert_type: Literal["MXFP4"] | None = Field(
         default=None,
@@ -122,12 +134,14 @@ class Architecture(Frozen):
         if self.sliding_window_pattern is not None and self.sliding_window is None:
             raise ValueError("sliding_window_pattern is set without sliding_window")
         if self.attention_layers is not None:
-            if self.ssm is None:
-                raise ValueError("attention_layers is only meaningful for hybrid (ssm) models")
+            if not self.is_hybrid_family:
+                raise ValueError("attention_layers is only meaningful for hybrid (ssm or short-convolution) models")
             if any(i < 0 or i >= self.n_layer for i in self.attention_layers):
                 raise ValueError("attention_layers holds an index outside the model")
         if self.moe is not None and self.moe.n_expert_used > self.moe.n_expert:
             raise ValueError("n_expert_used exceeds n_expert")
+        if self.n_nextn_layers >= self.n_layer:
+            raise ValueError("n_nextn_layers leaves no layer to run")
         return self
 
     # -- per-layer accessors -------------------------------------------------------------------
@@ -154,13 +168,18 @@ class Architecture(Frozen):
     def head_dim_v_eff(self) -> int:
         return self.head_dim_v or self.n_embd // max(1, self.max_heads())
 
+    @property
+    def is_hybrid_family(self) -> bool:
+        """Recurrent layers of some kind (Mamba, short convolution), possibly among attention layers."""
+        return self.ssm is not None or self.conv_l_cache is not None
+
     def is_attention_layer(self, layer: int) -> bool:
-        if self.ssm is None:
+        if not self.is_hybrid_family:
             return True
         return self.attention_layers is not None and layer in self.attention_layers
 
     def is_recurrent_layer(self, layer: int) -> bool:
-        return self.ssm is not None and not self.is_attention_layer(layer)
+        return self.is_hybrid_family and not self.is_attention_layer(layer)
 
     def is_swa_layer(self, layer: int) -> bool:
         """llama.cpp's set_swa_pattern: in each period of N layers the last one is full."""
@@ -168,6 +187,10 @@ class Architecture(Frozen):
             return False
         n = self.sliding_window_pattern
         return n == 1 or layer % n < n - 1
+
+    def is_nextn_layer(self, layer: int | None) -> bool:
+        """A trailing multi-token-prediction layer, which llama.cpp skips (no weights loaded, no KV)."""
+        return layer is not None and self.n_nextn_layers > 0 and layer >= self.n_layer - self.n_nextn_layers
 
     def is_moe_layer(self, layer: int) -> bool:
         return self.moe is not None and layer >= self.moe.n_dense_lead_layers

@@ -38,6 +38,8 @@ PROVEN: dict[str, str] = {
     "seed_oss": "Seed-OSS 36B: 80 heads wider than the embedding, q/k/v bias",
     "minimax-m2": "MiniMax-M2: 256 experts with selection bias, full-width q/k norm",
     "ernie4_5-moe": "ERNIE 4.5 mixture of experts: dense first layer, shared experts, tied embeddings",
+    "glm4moe": "GLM-4.5 / 4.5-Air: shared expert, q/k norm, a NextN layer in the file but not loaded",
+    "lfm2": "LFM2: short-convolution layers among attention layers (working buffers up to 19% low at ubatch 2048)",
 }
 
 Status = Literal["exact", "approximate", "unknown"]

@@ -186,7 +186,9 @@ class Estimate(Frozen):
     settings: Settings
     devices: tuple[DeviceBreakdown, ...]
     kv_caches: tuple[KVCacheDetail, ...]
-    model_bytes: int = Field(description="llama_model_size: every tensor once")
+    model_bytes: int = Field(
+        description="llama_model_size: every tensor in the file once, NextN layers included though they are not loaded"
+    )
     gpu_layers: int
     n_layer: int
     layer_devices: tuple[int, ...] = Field(
@@ -272,6 +274,9 @@ def _pad(n: int, to: int) -> int:
 
 def _kv_layer_widths(arch: Architecture, layer: int) -> tuple[int, int]:
     """(K elements, V elements) per cell for one layer; (0, 0) for a layer without KV."""
+    if arch.is_nextn_layer(layer):
+        # The main context's cache skips NextN layers (filter il < n_layer(), llama_model::create_memory).
+        return 0, 0
     if arch.mla is not None:
         return arch.mla.kv_lora_rank + arch.mla.qk_rope_head_dim, 0
     n_kv = arch.kv_heads(layer)
@@ -375,11 +380,14 @@ def _kv_caches(arch: Architecture, settings: Settings) -> list[tuple[KVCacheDeta
 
 
 def recurrent_state_bytes_per_layer(arch: Architecture, settings: Settings) -> int:
-    """Mamba conv + SSM state (f32) for every sequence, one layer."""
+    """Mamba conv + SSM state, or a short convolution's history (f32), for every sequence, one layer
+    (llama_hparams::n_embd_r / n_embd_s; llama_memory_recurrent keeps max(1, n_seq_max) rows)."""
+    n_seq = max(1, settings.parallel_sequences)
+    if arch.conv_l_cache is not None:
+        return arch.n_embd * (arch.conv_l_cache - 1) * 4 * n_seq
     ssm = arch.ssm
     if ssm is None:
         return 0
-    n_seq = max(1, settings.parallel_sequences)
     conv = (ssm.d_conv - 1) * (ssm.d_inner + 2 * ssm.n_group * ssm.d_state)
     state = ssm.d_state * ssm.d_inner
     return (conv + state) * 4 * n_seq
@@ -421,6 +429,16 @@ def compute_parts(arch: Architecture, settings: Settings, kv_cells: int, swa_cel
         # flash attention.
         routed_rows = 3 * arch.moe.n_expert_used * arch.moe.expert_ff
         p_out += n_out * f32 * max(0, routed_rows - 2 * e)
+
+    if arch.arch == "glm4moe":
+        # GLM-4.5 keeps the output-normed hidden state as a graph output for its NextN head
+        # (t_h_nextn, src/models/glm4-moe.cpp), one embedding row per output beside the logits; with
+        # flash attention and q/k norm the last layer's normed Q (n_head x head_dim per token) is
+        # what stays below them instead. Exact on GLM-4.5 / GLM-4.5-Air dry runs at ubatch 128-2048.
+        kept = n_out * e
+        if settings.flash_attn and arch.qk_norm:
+            kept = max(kept, n_ub * arch.max_heads() * arch.head_dim_k_eff)
+        p_out += kept * f32
 
     n_kv = kv_cells
     if arch.ssm is not None and arch.attention_layers is None:
@@ -527,6 +545,7 @@ class TensorTotals(Frozen):
     """
 
     model_bytes: int
+    unloaded_bytes: int = 0  # NextN layers: counted by llama_model_size, never allocated
     input_bytes: int
     layer_bytes: tuple[int, ...]
     repack_bytes: dict[str, tuple[int, ...]]
@@ -571,11 +590,14 @@ def _sum_tensors(arch: Architecture, tensors: Sequence[TensorInfo]) -> TensorTot
     active_experts = [0.0] * (n_layer + 1)
     largest = [(0, 0, 0)] * (n_layer + 1)
     largest_expert = [(0, 0, 0)] * (n_layer + 1)
-    input_bytes = token_embd = 0
+    input_bytes = token_embd = unloaded = 0
     has_output = any(t.name == "output.weight" for t in tensors)
     output_head = (0, 0, 0)
     params = 0.0
     for t in tensors:
+        if arch.is_nextn_layer(t.layer):
+            unloaded += t.n_bytes  # in the file, not loaded (TENSOR_SKIP while load_mtp is off)
+            continue
         layer = _layer_of(t, n_layer)
         expert = is_expert_tensor(t.name)
         shape3 = (t.n_bytes, t.shape[0], t.shape[1] if len(t.shape) > 1 else 1)
@@ -605,7 +627,8 @@ def _sum_tensors(arch: Architecture, tensors: Sequence[TensorInfo]) -> TensorTot
                 if t.ggml_type in types:
                     repack[name][layer] += t.n_bytes
     return TensorTotals(
-        model_bytes=sum(layer_bytes) + input_bytes,
+        model_bytes=sum(layer_bytes) + input_bytes + unloaded,
+        unloaded_bytes=unloaded,
         input_bytes=input_bytes,
         layer_bytes=tuple(layer_bytes),
         repack_bytes={name: tuple(v) for name, v in repack.items()},

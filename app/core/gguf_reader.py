@@ -125,6 +125,24 @@ class GgufModel:
         return self.architecture.arch
 
 
+@dataclass(frozen=True, slots=True)
+class GgufHeader:
+    """A GGUF file's metadata and tensor list, read without interpreting what model they describe."""
+
+    path: Path
+    file_size_bytes: int
+    metadata: Mapping[str, Any] = field(repr=False)
+    tensors: tuple[TensorInfo, ...]
+    version: int
+    alignment: int
+    data_offset: int
+
+    @property
+    def tensors_bytes(self) -> int:
+        """Bytes of all tensor data."""
+        return sum(t.n_bytes for t in self.tensors)
+
+
 class _Truncated(Exception):
     """The header runs past the end of the file."""
 
@@ -322,11 +340,22 @@ def _open_buffer(path: Path) -> tuple[Any, int, Any]:
 
 def read_gguf(path: str | Path) -> GgufModel:
     """Read the header of the GGUF file at ``path``. Raises ModelFileError when it cannot."""
+    return _with_buffer(path, _read)
+
+
+def read_gguf_header(path: str | Path) -> GgufHeader:
+    """Read only the metadata and tensor list of the GGUF file at ``path``, whatever it holds (a
+    text model, a ``clip`` vision projector, ...): the same checks as :func:`read_gguf` but no
+    :class:`Architecture`. Raises ModelFileError when the file cannot be read."""
+    return _with_buffer(path, _read_header)
+
+
+def _with_buffer(path: str | Path, read: Any) -> Any:
     path = Path(path).expanduser()
     close = None
     try:
         buf, size, close = _open_buffer(path)
-        return _read(path, buf, size)
+        return read(path, buf, size)
     except ModelFileError:
         raise
     except Exception as exc:  # anything unforeseen still reaches the user as one sentence
@@ -336,7 +365,7 @@ def read_gguf(path: str | Path) -> GgufModel:
             close()
 
 
-def _read(path: Path, buf: Any, size: int) -> GgufModel:
+def _read_header(path: Path, buf: Any, size: int) -> GgufHeader:
     shown = str(path)
     head = bytes(buf[:64])
     if head[:4] != GGUF_MAGIC:
@@ -398,7 +427,26 @@ def _read(path: Path, buf: Any, size: int) -> GgufModel:
 
     tensors = _tensor_infos(shown, raw_tensors)
     _check_data_fits(shown, tensors, raw_tensors, data_offset, size)
+    return GgufHeader(
+        path=path,
+        file_size_bytes=size,
+        metadata=metadata,
+        tensors=tensors,
+        version=version,
+        alignment=alignment,
+        data_offset=data_offset,
+    )
 
+
+def _read(path: Path, buf: Any, size: int) -> GgufModel:
+    header = _read_header(path, buf, size)
+    shown, metadata, tensors = str(path), header.metadata, header.tensors
+    version, alignment, data_offset = header.version, header.alignment, header.data_offset
+    if metadata.get("general.architecture") == "clip":
+        raise ModelFileError(
+            f"{shown} is a vision projector (an mmproj file), not a language model: open the model's own "
+            "GGUF file, and add this one as its projector (fitscope estimate --mmproj)."
+        )
     try:
         architecture = _architecture(path, metadata, tensors)
     except ValidationError as exc:
@@ -707,6 +755,13 @@ def _architecture(path: Path, metadata: Mapping[str, Any], tensors: tuple[Tensor
         )
         kv = n_head_kv if isinstance(n_head_kv, list) else [n_head_kv] * n_layer
         attention_layers = [i for i, v in enumerate(kv) if v > 0] or None
+    conv_l_cache = m.maybe("shortconv.l_cache") or None
+    if conv_l_cache is not None:
+        if conv_l_cache < 2:
+            raise ModelFileError(f"{shown}: '{m.key('shortconv.l_cache')}' is {conv_l_cache} (at least 2).")
+        # LFM2: layers with 0 KV heads are short convolutions (llama_model_lfm2::load_arch_hparams).
+        kv = n_head_kv if isinstance(n_head_kv, list) else [n_head_kv] * n_layer
+        attention_layers = [i for i, v in enumerate(kv) if v > 0]
 
     name = metadata.get("general.name")
     if not isinstance(name, str) or not name.strip():
@@ -737,4 +792,13 @@ def _architecture(path: Path, metadata: Mapping[str, Any], tensors: tuple[Tensor
         mla=mla,
         ssm=ssm,
         attention_layers=attention_layers,
+        n_nextn_layers=_nextn_layers(m, n_layer),
+        conv_l_cache=conv_l_cache,
     )
+
+
+def _nextn_layers(m: _Meta, n_layer: int) -> int:
+    n = m.get("nextn_predict_layers", 0)
+    if not 0 <= n < n_layer:
+        raise ModelFileError(f"{m.shown}: '{m.key('nextn_predict_layers')}' is {n} for {n_layer} layers.")
+    return n

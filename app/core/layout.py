@@ -27,12 +27,17 @@ SUPPORTED_ARCHS = (
     "seed_oss",
     "minimax-m2",
     "ernie4_5-moe",
+    "glm4moe",
+    "lfm2",
 )
 
 # Architectures whose routed experts carry a selection bias (``exp_probs_b``): llama.cpp requires it
 # for MiniMax-M2 (src/models/minimax-m2.cpp load_arch_tensors); ERNIE 4.5's converter writes it
 # from ``e_score_correction_bias``.
-_EXPERT_BIAS = ("minimax-m2", "ernie4_5-moe")
+_EXPERT_BIAS = ("minimax-m2", "ernie4_5-moe", "glm4moe")
+
+# Architectures that normalise the FFN input with post_attention_norm and have no ffn_norm.
+_POST_ATTENTION_NORM_ONLY = ("gpt-oss", "seed_oss", "glm4moe")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,8 +67,9 @@ def tensor_layout(arch: Architecture) -> list[TensorShape]:
     e = arch.n_embd
     tensors: list[TensorShape] = [_mat("token_embd.weight", e, arch.n_vocab)]
     for layer in range(arch.n_layer):
-        tensors += _block(arch, layer)
-    tensors.append(_vec("output_norm.weight", e))
+        tensors += _lfm2_block(arch, layer) if arch.arch == "lfm2" else _block(arch, layer)
+    # LFM2 names its final norm token_embd_norm (LLM_TENSOR_OUTPUT_NORM_LFM2).
+    tensors.append(_vec("token_embd_norm.weight" if arch.arch == "lfm2" else "output_norm.weight", e))
     if not arch.tied_embeddings:
         tensors.append(_mat("output.weight", e, arch.n_vocab))
     return tensors
@@ -79,14 +85,46 @@ def _block(arch: Architecture, i: int) -> list[TensorShape]:
         out += _mla_attention(arch, p)
     else:
         out += _attention(arch, i, p)
-    if arch.arch in ("gemma2", "gemma3", "gpt-oss", "seed_oss"):
+    if arch.arch in ("gemma2", "gemma3") or arch.arch in _POST_ATTENTION_NORM_ONLY:
         out.append(_vec(p + "post_attention_norm.weight", e))
-    if arch.arch not in ("gpt-oss", "seed_oss"):  # these normalise the FFN input with post_attention_norm
+    if arch.arch not in _POST_ATTENTION_NORM_ONLY:
         out.append(_vec(p + "ffn_norm.weight", e))
     out += _ffn(arch, i, p)
+    if arch.is_nextn_layer(i):
+        # GLM-4.5's multi-token-prediction head (src/models/glm4-moe.cpp load_arch_tensors).
+        out += [
+            _mat(p + "nextn.eh_proj.weight", 2 * e, e),
+            _vec(p + "nextn.enorm.weight", e),
+            _vec(p + "nextn.hnorm.weight", e),
+            _vec(p + "nextn.shared_head_norm.weight", e),
+        ]
     if arch.arch in ("gemma2", "gemma3"):
         out.append(_vec(p + "post_ffw_norm.weight", e))
     return out
+
+
+def _lfm2_block(arch: Architecture, i: int) -> list[TensorShape]:
+    """LFM2: every layer has a dense FFN; attention layers (n_head_kv > 0) have per-head q/k norms and
+    a Q as wide as the embedding; the others a short convolution (src/models/lfm2.cpp)."""
+    p = f"blk.{i}."
+    e = arch.n_embd
+    out = [_vec(p + "ffn_norm.weight", e), *_ffn(arch, i, p), _vec(p + "attn_norm.weight", e)]
+    if arch.is_recurrent_layer(i):
+        assert arch.conv_l_cache is not None
+        return out + [
+            TensorShape(p + "shortconv.conv.weight", (arch.conv_l_cache, e), keep_f32=True),
+            _mat(p + "shortconv.in_proj.weight", e, 3 * e),
+            _mat(p + "shortconv.out_proj.weight", e, e),
+        ]
+    d = arch.head_dim_k_eff
+    return out + [
+        _vec(p + "attn_q_norm.weight", d),
+        _vec(p + "attn_k_norm.weight", d),
+        _mat(p + "attn_q.weight", e, e),
+        _mat(p + "attn_k.weight", e, arch.kv_heads(i) * d),
+        _mat(p + "attn_v.weight", e, arch.kv_heads(i) * arch.head_dim_v_eff),
+        _mat(p + "attn_output.weight", e, e),
+    ]
 
 
 def _attention(arch: Architecture, i: int, p: str) -> list[TensorShape]:

@@ -45,6 +45,11 @@ def _metadata(arch: Architecture) -> dict[str, object]:
     kv[f"{a}.feed_forward_length"] = arch.n_ff
     kv[f"{a}.attention.head_count"] = arch.n_head
     kv[f"{a}.attention.head_count_kv"] = arch.n_head_kv
+    if arch.attention_layers is not None:
+        # Hybrids mark their recurrent layers with 0 KV heads.
+        kv[f"{a}.attention.head_count_kv"] = [arch.kv_heads(i) for i in range(arch.n_layer)]
+    if arch.conv_l_cache is not None:
+        kv[f"{a}.shortconv.l_cache"] = arch.conv_l_cache
     kv[f"{a}.attention.layer_norm_rms_epsilon"] = 1e-6
     if arch.head_dim_k is not None:
         kv[f"{a}.attention.key_length"] = arch.head_dim_k
@@ -68,10 +73,18 @@ def _metadata(arch: Architecture) -> dict[str, object]:
             # The expert width is feed_forward_length; the router is a sigmoid (LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID).
             kv[f"{a}.feed_forward_length"] = moe.expert_ff
             kv[f"{a}.expert_gating_func"] = 2
+        if a == "glm4moe":
+            kv[f"{a}.expert_gating_func"] = 2
+            kv[f"{a}.expert_weights_norm"] = True
+            kv[f"{a}.expert_weights_scale"] = 1.0
         if a == "ernie4_5-moe":
             kv[f"{a}.interleave_moe_layer_step"] = 1
             if moe.n_shared_expert:
                 kv[f"{a}.expert_shared_feed_forward_length"] = moe.shared_ff
+    if arch.n_nextn_layers:
+        kv[f"{a}.nextn_predict_layers"] = arch.n_nextn_layers
+    if a == "glm4moe":
+        kv[f"{a}.rope.dimension_count"] = arch.head_dim_k_eff // 2  # partial_rotary_factor 0.5
     if a == "mistral3":
         # Ministral 3 files carry Llama 4's attention temperature (llama_4_scaling_beta), which adds a
         # per-token scale on Q to the graph.
