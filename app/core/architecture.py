@@ -108,6 +108,11 @@ class Architecture(Frozen):
         default=None,
         description="for hybrid models: indices of the attention layers (the rest are recurrent)",
     )
+    ffn_only_layers: list[int] | None = Field(
+        default=None,
+        description="for hybrids whose blocks are one of Mamba, attention or feed-forward (Nemotron-H): the "
+        "feed-forward-only layers, which hold neither KV nor state",
+    )
     n_nextn_layers: int = Field(
         default=0,
         ge=0,
@@ -179,6 +184,8 @@ class Architecture(Frozen):
         return self.attention_layers is not None and layer in self.attention_layers
 
     def is_recurrent_layer(self, layer: int) -> bool:
+        if self.ffn_only_layers is not None and layer in self.ffn_only_layers:
+            return False
         return self.is_hybrid_family and not self.is_attention_layer(layer)
 
     def is_swa_layer(self, layer: int) -> bool:

@@ -40,6 +40,7 @@ PROVEN: dict[str, str] = {
     "ernie4_5-moe": "ERNIE 4.5 mixture of experts: dense first layer, shared experts, tied embeddings",
     "glm4moe": "GLM-4.5 / 4.5-Air: shared expert, q/k norm, a NextN layer in the file but not loaded",
     "lfm2": "LFM2: short-convolution layers among attention layers (working buffers up to 19% low at ubatch 2048)",
+    "nemotron_h": "Nemotron-H: Mamba-2, attention and MLP blocks (working buffers up to 11% high at 32k+)",
 }
 
 Status = Literal["exact", "approximate", "unknown"]

@@ -393,6 +393,13 @@ def recurrent_state_bytes_per_layer(arch: Architecture, settings: Settings) -> i
     return (conv + state) * 4 * n_seq
 
 
+# Architectures whose graph sets res->t_h_nextn (src/models/*.cpp), which llm_graph_result::set_outputs
+# keeps alive as an output.
+_KEEPS_NEXTN_HIDDEN = frozenset(
+    {"deepseek2", "gpt-oss", "glm4moe", "nemotron_h", "nemotron_h_moe", "qwen3next", "qwen35", "qwen35moe"}
+)
+
+
 def compute_bytes(arch: Architecture, settings: Settings, kv_cells: int, swa_cells: int | None) -> int:
     """Peak of the worst-case graph's live intermediates on one device holding every layer and the
     output head (see :func:`compute_parts`)."""
@@ -430,15 +437,20 @@ def compute_parts(arch: Architecture, settings: Settings, kv_cells: int, swa_cel
         routed_rows = 3 * arch.moe.n_expert_used * arch.moe.expert_ff
         p_out += n_out * f32 * max(0, routed_rows - 2 * e)
 
-    if arch.arch == "glm4moe":
-        # GLM-4.5 keeps the output-normed hidden state as a graph output for its NextN head
-        # (t_h_nextn, src/models/glm4-moe.cpp), one embedding row per output beside the logits; with
-        # flash attention and q/k norm the last layer's normed Q (n_head x head_dim per token) is
-        # what stays below them instead. Exact on GLM-4.5 / GLM-4.5-Air dry runs at ubatch 128-2048.
+    if arch.arch in _KEEPS_NEXTN_HIDDEN:
+        # These graphs hand the output-normed hidden state to a multi-token-prediction head
+        # (res->t_h_nextn), which llm_graph_result marks as an output whether or not it is used: one
+        # embedding row per output stays beside the logits.
         kept = n_out * e
-        if settings.flash_attn and arch.qk_norm:
+        if arch.arch == "glm4moe" and settings.flash_attn and arch.qk_norm:
+            # With flash attention and q/k norm the last layer's normed Q (n_head x head_dim per
+            # token) is what stays below them instead: exact on GLM-4.5 dry runs at ubatch 128-2048.
             kept = max(kept, n_ub * arch.max_heads() * arch.head_dim_k_eff)
         p_out += kept * f32
+    if arch.arch in ("nemotron_h", "nemotron_h_moe"):
+        # Nemotron-H's attention mask is still placed below the logits (n_ub x n_kv, f16 with flash
+        # attention): exact at 4k cells, up to a quarter of it high at 32k-128k.
+        p_out += n_ub * kv_cells * (2 if settings.flash_attn else f32)
 
     n_kv = kv_cells
     if arch.ssm is not None and arch.attention_layers is None:

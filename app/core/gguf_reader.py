@@ -740,6 +740,7 @@ def _architecture(path: Path, metadata: Mapping[str, Any], tensors: tuple[Tensor
 
     ssm = None
     attention_layers = None
+    ffn_only_layers = None
     if is_ssm:
         group_count = m.maybe("ssm.group_count")
         version: Literal[1, 2] = 2 if arch == "mamba2" or group_count is not None else 1
@@ -755,6 +756,10 @@ def _architecture(path: Path, metadata: Mapping[str, Any], tensors: tuple[Tensor
         )
         kv = n_head_kv if isinstance(n_head_kv, list) else [n_head_kv] * n_layer
         attention_layers = [i for i, v in enumerate(kv) if v > 0] or None
+        if arch in ("nemotron_h", "nemotron_h_moe") and isinstance(n_ff, list):
+            # Each block is one of Mamba-2, attention or MLP: layers with a feed-forward width are MLPs
+            # (llama_model_nemotron_h::load_arch_hparams).
+            ffn_only_layers = [i for i, f in enumerate(n_ff) if f > 0] or None
     conv_l_cache = m.maybe("shortconv.l_cache") or None
     if conv_l_cache is not None:
         if conv_l_cache < 2:
@@ -794,6 +799,7 @@ def _architecture(path: Path, metadata: Mapping[str, Any], tensors: tuple[Tensor
         attention_layers=attention_layers,
         n_nextn_layers=_nextn_layers(m, n_layer),
         conv_l_cache=conv_l_cache,
+        ffn_only_layers=ffn_only_layers,
     )
 
 

@@ -29,6 +29,7 @@ SUPPORTED_ARCHS = (
     "ernie4_5-moe",
     "glm4moe",
     "lfm2",
+    "nemotron_h",
 )
 
 # Architectures whose routed experts carry a selection bias (``exp_probs_b``): llama.cpp requires it
@@ -67,7 +68,12 @@ def tensor_layout(arch: Architecture) -> list[TensorShape]:
     e = arch.n_embd
     tensors: list[TensorShape] = [_mat("token_embd.weight", e, arch.n_vocab)]
     for layer in range(arch.n_layer):
-        tensors += _lfm2_block(arch, layer) if arch.arch == "lfm2" else _block(arch, layer)
+        if arch.arch == "lfm2":
+            tensors += _lfm2_block(arch, layer)
+        elif arch.arch == "nemotron_h":
+            tensors += _nemotron_h_block(arch, layer)
+        else:
+            tensors += _block(arch, layer)
     # LFM2 names its final norm token_embd_norm (LLM_TENSOR_OUTPUT_NORM_LFM2).
     tensors.append(_vec("token_embd_norm.weight" if arch.arch == "lfm2" else "output_norm.weight", e))
     if not arch.tied_embeddings:
@@ -124,6 +130,37 @@ def _lfm2_block(arch: Architecture, i: int) -> list[TensorShape]:
         _mat(p + "attn_k.weight", e, arch.kv_heads(i) * d),
         _mat(p + "attn_v.weight", e, arch.kv_heads(i) * arch.head_dim_v_eff),
         _mat(p + "attn_output.weight", e, e),
+    ]
+
+
+def _nemotron_h_block(arch: Architecture, i: int) -> list[TensorShape]:
+    """Nemotron-H: each block is one of a Mamba-2 mixer, attention (no RoPE) or a ReLU-squared MLP
+    with up and down projections only (src/models/nemotron-h.cpp load_arch_tensors)."""
+    p = f"blk.{i}."
+    e = arch.n_embd
+    out = [_vec(p + "attn_norm.weight", e)]
+    if arch.ffn_only_layers is not None and i in arch.ffn_only_layers:
+        ff = arch.ff(i)
+        return out + [_mat(p + "ffn_down.weight", ff, e), _mat(p + "ffn_up.weight", e, ff)]
+    if arch.is_recurrent_layer(i):
+        return out + _mamba2_mixer(arch, p)
+    return out + _attention(arch, i, p)
+
+
+def _mamba2_mixer(arch: Architecture, p: str) -> list[TensorShape]:
+    ssm = arch.ssm
+    assert ssm is not None
+    e, d_inner, n_head = arch.n_embd, ssm.d_inner, ssm.n_head
+    xbc = d_inner + 2 * ssm.n_group * ssm.d_state
+    return [
+        _mat(p + "ssm_in.weight", e, 2 * d_inner + 2 * ssm.n_group * ssm.d_state + n_head),
+        TensorShape(p + "ssm_conv1d.weight", (ssm.d_conv, xbc), keep_f32=True),
+        _vec(p + "ssm_conv1d.bias", xbc),
+        _vec(p + "ssm_dt.bias", n_head),
+        TensorShape(p + "ssm_a", (1, n_head), keep_f32=True),
+        TensorShape(p + "ssm_d", (1, n_head), keep_f32=True),
+        TensorShape(p + "ssm_norm.weight", (d_inner // ssm.n_group, ssm.n_group), keep_f32=True),
+        _mat(p + "ssm_out.weight", d_inner, e),
     ]
 
 

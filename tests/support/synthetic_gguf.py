@@ -50,6 +50,19 @@ def _metadata(arch: Architecture) -> dict[str, object]:
         kv[f"{a}.attention.head_count_kv"] = [arch.kv_heads(i) for i in range(arch.n_layer)]
     if arch.conv_l_cache is not None:
         kv[f"{a}.shortconv.l_cache"] = arch.conv_l_cache
+    if arch.ssm is not None:
+        # A Mamba-2 hybrid (Nemotron-H): its mixer's geometry, and LayerNorm epsilon as the converter writes it.
+        ssm = arch.ssm
+        kv.update(
+            {
+                f"{a}.ssm.conv_kernel": ssm.d_conv,
+                f"{a}.ssm.inner_size": ssm.d_inner,
+                f"{a}.ssm.state_size": ssm.d_state,
+                f"{a}.ssm.time_step_rank": ssm.n_head,
+                f"{a}.ssm.group_count": ssm.n_group,
+                f"{a}.attention.layer_norm_epsilon": 1e-5,
+            }
+        )
     kv[f"{a}.attention.layer_norm_rms_epsilon"] = 1e-6
     if arch.head_dim_k is not None:
         kv[f"{a}.attention.key_length"] = arch.head_dim_k
