@@ -35,6 +35,22 @@ def _add_estimate_args(p: argparse.ArgumentParser) -> None:
     src.add_argument("--hf-config", metavar="PATH", help="a Hugging Face config.json")
     src.add_argument("--model", metavar="CATALOG_ID", help="a catalog model, e.g. llama-3.1-8b")
     src.add_argument(
+        "--mmproj",
+        metavar="PATH",
+        help="a vision projector GGUF loaded beside the model (as llama-server --mmproj)",
+    )
+    src.add_argument(
+        "--projector",
+        action="store_true",
+        help="add the catalog model's vision projector (F16, as published beside its GGUF)",
+    )
+    src.add_argument(
+        "--no-mmproj-offload",
+        dest="mmproj_offload",
+        action="store_false",
+        help="keep the projector in host memory (llama-server's flag)",
+    )
+    src.add_argument(
         "--quant",
         default=None,
         help="llama.cpp preset for --model/--hf-config (default Q4_K_M; MXFP4_MOE for models released in MXFP4)",
@@ -269,6 +285,8 @@ def _settings(args: argparse.Namespace, host_profile: str):
             consumer=args.consumer,
             mmap=not args.no_mmap,
             n_cpu_moe=(1 << 20) if args.cpu_moe else (args.n_cpu_moe or 0),
+            mmproj=_projector(args),
+            mmproj_offload=args.mmproj_offload,
         )
     except ValidationError as exc:
         first = exc.errors()[0]
@@ -280,6 +298,26 @@ def _settings(args: argparse.Namespace, host_profile: str):
             "gpu_layers": "-ngl",
         }.get(str(first["loc"][0]) if first["loc"] else "", "a setting")
         raise FitScopeError(f"Invalid {field}: {first['msg']}.") from exc
+
+
+def _projector(args: argparse.Namespace):
+    """The projector --mmproj or --projector names, or None."""
+    if args.mmproj and args.projector:
+        raise FitScopeError("Choose --mmproj PATH or --projector, not both.")
+    if args.mmproj:
+        from app.core.projector import read_projector
+
+        return read_projector(args.mmproj)
+    if not args.projector:
+        return None
+    from app.core.catalog import find_projector
+
+    if not args.model:
+        raise FitScopeError("--projector adds a catalog model's own projector: use it with --model, or give --mmproj.")
+    entry = find_projector(args.model)
+    if entry is None:
+        raise FitScopeError(f"The catalog model '{args.model}' has no vision projector (it reads text only).")
+    return entry.spec()
 
 
 def _model(args: argparse.Namespace):
@@ -344,6 +382,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     model = _model(args)
     targets, host = _targets(args)
     settings = _settings(args, fit.repack_profile(host))
+    _check_projector_width(settings, model.arch)
     plan = None
     if args.n_gpu_layers == "auto":
         from app.core.autofit import auto_fit
@@ -381,15 +420,28 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_projector_width(settings, arch) -> None:
+    p = settings.mmproj
+    if p is not None and p.n_embd_text != arch.n_embd:
+        # mtmd refuses it too: "mismatch between text model (n_embd = ...) and mmproj".
+        raise FitScopeError(
+            f"The projector {p.name} outputs width {p.n_embd_text}, but {arch.name} takes {arch.n_embd}: "
+            "it belongs to another model (llama-server would refuse it)."
+        )
+
+
 def format_result(result) -> str:
     e = result.estimate
     lines = [
         f"{result.model.label} ({result.model.arch.arch}, {result.model.quant}) at {e.settings.context_tokens:,} "
         f"tokens of context, {e.settings.parallel_sequences} sequence(s)"
     ]
+    vision = e.projector is not None
     header = (
         f"{'device':38s} {'weights':>9s} {'repack':>8s} {'KV':>8s} {'state':>7s} {'compute':>8s} "
-        f"{'output':>7s} {'overhd':>7s} {'total':>9s} {'capacity':>9s}  verdict"
+        f"{'output':>7s} {'overhd':>7s} "
+        + (f"{'vision':>8s} " if vision else "")
+        + f"{'total':>9s} {'capacity':>9s}  verdict"
     )
     lines += ["", header]
     for d in e.devices:
@@ -397,7 +449,9 @@ def format_result(result) -> str:
             f"{d.name[:38]:38s} {d.weights_bytes / GIB:8.2f}G {d.repack_bytes / GIB:7.2f}G "
             f"{d.kv_cache_bytes / GIB:7.2f}G "
             f"{d.recurrent_state_bytes / MIB:6.0f}M {d.compute_bytes / MIB:7.0f}M {d.output_bytes / MIB:6.1f}M "
-            f"{d.overhead_bytes / MIB:6.0f}M {d.total_bytes / GIB:8.2f}G {d.capacity_bytes / GIB:8.2f}G  "
+            f"{d.overhead_bytes / MIB:6.0f}M "
+            + (f"{d.projector_bytes / MIB:7.0f}M " if vision else "")
+            + f"{d.total_bytes / GIB:8.2f}G {d.capacity_bytes / GIB:8.2f}G  "
             + (
                 f"fits ({d.free_bytes / GIB:.2f} GiB free)"
                 if d.fits
@@ -417,6 +471,14 @@ def format_result(result) -> str:
         "none": "does not fit",
     }[placement_of(e)]
     build = e.backend.upper() if e.backend != "cpu" else "CPU"
+    if e.projector is not None and e.projector_device is not None:
+        p = e.projector
+        lines += [
+            "",
+            f"Vision projector ({p.spec.name}) on {e.devices[e.projector_device].name}: "
+            f"{p.total_bytes / MIB:,.0f} MiB = weights {p.weights_bytes / MIB:,.0f} MiB + compute "
+            f"{p.compute_bytes / MIB:,.0f} MiB" + (" (approximate)" if p.approximate else "") + ".",
+        ]
     lines += [
         "",
         f"llama.cpp build: {build}, as {e.settings.consumer} runs it; "

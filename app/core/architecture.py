@@ -34,6 +34,9 @@ class MoESpec(Frozen):
     n_dense_lead_layers: int = Field(
         default=0, ge=0, description="leading layers with a dense FFN (DeepSeek first_k_dense_replace)"
     )
+    layer_step: int = Field(
+        default=1, ge=1, description="every N-th layer is MoE, the others dense (Llama 4 interleave_moe_layer_step)"
+    )
 
     @property
     def shared_ff(self) -> int:
@@ -200,7 +203,8 @@ class Architecture(Frozen):
         return layer is not None and self.n_nextn_layers > 0 and layer >= self.n_layer - self.n_nextn_layers
 
     def is_moe_layer(self, layer: int) -> bool:
-        return self.moe is not None and layer >= self.moe.n_dense_lead_layers
+        moe = self.moe
+        return moe is not None and layer >= moe.n_dense_lead_layers and (layer + 1) % moe.layer_step == 0
 
     @property
     def uses_swa(self) -> bool:

@@ -40,6 +40,10 @@ def server_command(
         "-ngl",
         str(gpu_layers),
     ]
+    if s.mmproj is not None:
+        args += ["--mmproj", shlex.quote(s.mmproj.file_name)]
+        if not s.mmproj_offload:
+            args.append("--no-mmproj-offload")
     if len(tensor_split) > 1:
         # An explicit split reproduces the estimate; without it llama.cpp splits by the memory free at
         # start-up, which differs between GPUs by whatever else (a desktop) holds memory.

@@ -41,6 +41,8 @@ PROVEN: dict[str, str] = {
     "glm4moe": "GLM-4.5 / 4.5-Air: shared expert, q/k norm, a NextN layer in the file but not loaded",
     "lfm2": "LFM2: short-convolution layers among attention layers (working buffers up to 19% low at ubatch 2048)",
     "nemotron_h": "Nemotron-H: Mamba-2, attention and MLP blocks (working buffers up to 11% high at 32k+)",
+    "qwen3next": "Qwen3-Next: gated DeltaNet state, gated full attention, 512 experts, a NextN layer not loaded",
+    "llama4": "Llama 4 Scout / Maverick: chunked attention, shared expert, interleaved MoE",
 }
 
 Status = Literal["exact", "approximate", "unknown"]

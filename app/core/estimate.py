@@ -32,6 +32,7 @@ from app.core.architecture import Architecture
 from app.core.backends import Backend, Consumer
 from app.core.coverage import APPROXIMATE_NOTE, ArchCoverage, Status, coverage
 from app.core.errors import EstimateError
+from app.core.projector import ProjectorEstimate, ProjectorSpec, estimate_projector
 from app.core.tensors import CACHE_TYPES, GGMLType, TensorInfo, is_quantized, row_bytes
 from app.core.units import MIB, Frozen
 
@@ -80,6 +81,8 @@ class Settings(Frozen):
     )
     mmap: bool = True
     n_cpu_moe: int = Field(default=0, ge=0, description="--n-cpu-moe: expert tensors of the first N layers in RAM")
+    mmproj: ProjectorSpec | None = Field(default=None, description="--mmproj: a vision projector beside the model")
+    mmproj_offload: bool = Field(default=True, description="False: --no-mmproj-offload (the projector in host memory)")
 
     @model_validator(mode="after")
     def _check(self) -> Settings:
@@ -145,11 +148,13 @@ class DeviceBreakdown(Frozen):
     output_bytes: int
     overhead_bytes: int
     layers: int = Field(description="repeating layers placed here (the output layer not counted)")
+    projector_bytes: int = Field(default=0, description="a vision projector's weights and compute buffer (--mmproj)")
 
     @property
     def total_bytes(self) -> int:
         return (
-            self.weights_bytes
+            self.projector_bytes
+            + self.weights_bytes
             + self.repack_bytes
             + self.kv_cache_bytes
             + self.recurrent_state_bytes
@@ -206,6 +211,8 @@ class Estimate(Frozen):
         "approximate: generic rules; unknown: llama.cpp does not load this architecture",
     )
     architecture: str = Field(default="", description="llama.cpp general.architecture")
+    projector: ProjectorEstimate | None = Field(default=None, description="the --mmproj projector, when one is loaded")
+    projector_device: int | None = Field(default=None, description="the index in ``devices`` holding the projector")
 
     @property
     def approximate(self) -> bool:
@@ -237,6 +244,10 @@ class Estimate(Frozen):
     @property
     def output_bytes(self) -> int:
         return self._sum("output_bytes")
+
+    @property
+    def projector_bytes(self) -> int:
+        return self._sum("projector_bytes")
 
     @property
     def overhead_bytes(self) -> int:
@@ -447,6 +458,12 @@ def compute_parts(arch: Architecture, settings: Settings, kv_cells: int, swa_cel
             # token) is what stays below them instead: exact on GLM-4.5 dry runs at ubatch 128-2048.
             kept = max(kept, n_ub * arch.max_heads() * arch.head_dim_k_eff)
         p_out += kept * f32
+    if arch.arch == "llama4":
+        # Llama 4's output phase keeps an embedding row per output and, at long contexts, the two
+        # attention masks (chunked and global) below the logits: counted whole (exact at 64k without
+        # --swa-full, up to 8% high with a full-size chunked cache).
+        mask = 2 if settings.flash_attn else f32
+        p_out += n_out * e * f32 + n_ub * mask * (kv_cells + (swa_cells or 0))
     if arch.arch in ("nemotron_h", "nemotron_h_moe"):
         # Nemotron-H's attention mask is still placed below the logits (n_ub x n_kv, f16 with flash
         # attention): exact at 4k cells, up to a quarter of it high at 32k-128k.
@@ -463,7 +480,7 @@ def compute_parts(arch: Architecture, settings: Settings, kv_cells: int, swa_cel
     p_moe_down = 0
     if arch.moe is not None:
         moe = arch.moe
-        dense = max((arch.ff(i) for i in range(moe.n_dense_lead_layers)), default=0)
+        dense = max((arch.ff(i) for i in range(arch.n_layer) if not arch.is_moe_layer(i)), default=0)
         # Routed experts: per token, n_expert_used rows of gate/up/act per expert.
         routed = moe.n_expert_used * moe.expert_ff
         ff = max(dense, routed + moe.shared_ff)
@@ -488,7 +505,7 @@ def compute_parts(arch: Architecture, settings: Settings, kv_cells: int, swa_cel
         # q (and its roped copy) wider than the embedding (Qwen3-MoE: 32 x 128 heads on 2048):
         # exact on dry runs of Qwen3-30B-A3B and Qwen3-235B-A22B.
         p_attn += n_ub * f32 * 2 * (q_width - e)
-    if swa_cells is not None and arch.arch == "gemma3":
+    if swa_cells is not None and arch.arch in ("gemma3", "llama4"):
         # Gemma 3's scores are reserved beside its SWA mask (f32 without flash attention);
         # measured on Gemma-3-4B/12B dry runs, where Gemma 2's are not.
         p_attn += n_ub * swa_cells * f32
@@ -815,6 +832,7 @@ def estimate(
             layers=layer_counts[-1],
         )
     )
+    projector, projector_device = _place_projector(settings, breakdown, gpu_build)
     rules = coverage(arch.arch)
     return Estimate(
         settings=settings,
@@ -824,13 +842,51 @@ def estimate(
         gpu_layers=ngl,
         n_layer=n_layer,
         layer_devices=_breakdown_indices(layer_dev, len(breakdown)),
-        assumptions=tuple(_assumptions(settings, gpus, cpu, backend, repacks, cpu_moe, rules)),
+        assumptions=tuple(_assumptions(settings, gpus, cpu, backend, repacks, cpu_moe, rules))
+        + _projector_notes(projector, projector_device, breakdown),
         backend=backend,
         cpu_moe_layers=cpu_moe,
         runtime_scratch_bytes=scratch,
         rules=rules.status,
         architecture=arch.arch,
+        projector=projector,
+        projector_device=projector_device,
     )
+
+
+def _place_projector(
+    settings: Settings, breakdown: list[DeviceBreakdown], gpu_build: bool
+) -> tuple[ProjectorEstimate | None, int | None]:
+    """Add the ``--mmproj`` projector to the device mtmd puts it on: the first GPU with a GPU build
+    and offload on (``clip_ctx`` takes the first GPU backend when ``use_gpu``), else host memory
+    (the last entry of ``breakdown``, which is changed in place)."""
+    if settings.mmproj is None:
+        return None, None
+    projector = _projector_estimate(settings.mmproj, settings.flash_attn)
+    index = 0 if gpu_build and settings.mmproj_offload else len(breakdown) - 1
+    device = breakdown[index]
+    breakdown[index] = device.model_copy(update={"projector_bytes": projector.total_bytes})
+    return projector, index
+
+
+def _projector_notes(
+    projector: ProjectorEstimate | None, index: int | None, breakdown: list[DeviceBreakdown]
+) -> tuple[str, ...]:
+    if projector is None or index is None:
+        return ()
+    where = breakdown[index]
+    place = (
+        f"The vision projector goes on {where.name}, as mtmd places it (the first GPU unless "
+        "--no-mmproj-offload; not yet checked on a GPU)."
+        if where.kind == "gpu"
+        else f"The vision projector runs in host memory ({where.name})."
+    )
+    return (*projector.assumptions, place)
+
+
+@lru_cache(maxsize=32)
+def _projector_estimate(spec: ProjectorSpec, flash_attn: bool) -> ProjectorEstimate:
+    return estimate_projector(spec, flash_attn)
 
 
 def _offload_peak(

@@ -194,6 +194,27 @@ class FitResult:
         }
 
 
+def projector_json(e: Estimate) -> dict[str, Any] | None:
+    """The ``--mmproj`` projector's parts (bytes), or None without one."""
+    p = e.projector
+    if p is None:
+        return None
+    return {
+        "name": p.spec.name,
+        "projector_type": p.spec.projector_type,
+        "file": p.spec.file_name,
+        "source": p.spec.source,
+        "device": e.devices[e.projector_device].name if e.projector_device is not None else None,
+        "weights_bytes": p.weights_bytes,
+        "compute_bytes": p.compute_bytes,
+        "warmup_compute_bytes": p.warmup_compute_bytes,
+        "total_bytes": p.total_bytes,
+        "image_tokens": p.spec.image_tokens,
+        "flash_attn": p.flash_attn,
+        "approximate": p.approximate,
+    }
+
+
 def estimate_json(e: Estimate) -> dict[str, Any]:
     """An estimate's figures as ``fitscope estimate --json`` names them: bytes as unrounded
     integers, ``context_tokens`` as llama.cpp's ``-c``, one entry per device, the settings."""
@@ -208,6 +229,7 @@ def estimate_json(e: Estimate) -> dict[str, Any]:
         "compute_bytes": e.compute_bytes,
         "output_bytes": e.output_bytes,
         "overhead_bytes": e.overhead_bytes,
+        "projector_bytes": e.projector_bytes,
         "total_bytes": e.total_bytes,
         "model_bytes": e.model_bytes,
         "gpu_layers": e.gpu_layers,
@@ -226,11 +248,13 @@ def estimate_json(e: Estimate) -> dict[str, Any]:
                 "compute_bytes": d.compute_bytes,
                 "output_bytes": d.output_bytes,
                 "overhead_bytes": d.overhead_bytes,
+                "projector_bytes": d.projector_bytes,
                 "layers": d.layers,
             }
             for d in e.devices
         ],
         "kv_caches": [c.model_dump() | {"total_bytes": c.total_bytes} for c in e.kv_caches],
+        "projector": projector_json(e),
         "fits": e.fits,
         "settings": e.settings.model_dump(),
     }

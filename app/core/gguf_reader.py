@@ -60,6 +60,7 @@ ARCH_SWA_PATTERN: dict[str, int] = {
     "gemma-embedding": 6,
     "cohere2": 4,
     "gpt-oss": 2,
+    "llama4": 4,
 }
 
 # GGUF value types -> (name, struct format char, size). 8 = string, 9 = array.
@@ -683,6 +684,10 @@ def _architecture(path: Path, metadata: Mapping[str, Any], tensors: tuple[Tensor
 
     # sliding window
     sliding_window = m.maybe("attention.sliding_window") or None
+    if arch == "llama4" and m.maybe("attention.sliding_window") != 0:
+        # Chunked attention of 8192 tokens unless the file says 0, whatever window it gives
+        # (llama_model_llama4::load_arch_hparams).
+        sliding_window = 8192
     pattern = _swa_pattern(m, n_layer) if sliding_window else None
 
     moe = None
@@ -715,6 +720,7 @@ def _architecture(path: Path, metadata: Mapping[str, Any], tensors: tuple[Tensor
             n_shared_expert=n_shared,
             shared_expert_ff=shared_ff if n_shared else None,
             n_dense_lead_layers=m.get("leading_dense_block_count", 0),
+            layer_step=max(1, m.get("interleave_moe_layer_step", 1)) if arch == "llama4" else 1,
         )
 
     mla = None
@@ -756,6 +762,8 @@ def _architecture(path: Path, metadata: Mapping[str, Any], tensors: tuple[Tensor
         )
         kv = n_head_kv if isinstance(n_head_kv, list) else [n_head_kv] * n_layer
         attention_layers = [i for i, v in enumerate(kv) if v > 0] or None
+        if m.has("attention.recurrent_layers") or m.has("full_attention_interval"):
+            attention_layers = _full_attention_layers(m, n_layer, _nextn_layers(m, n_layer))
         if arch in ("nemotron_h", "nemotron_h_moe") and isinstance(n_ff, list):
             # Each block is one of Mamba-2, attention or MLP: layers with a feed-forward width are MLPs
             # (llama_model_nemotron_h::load_arch_hparams).
@@ -801,6 +809,23 @@ def _architecture(path: Path, metadata: Mapping[str, Any], tensors: tuple[Tensor
         conv_l_cache=conv_l_cache,
         ffn_only_layers=ffn_only_layers,
     )
+
+
+def _full_attention_layers(m: _Meta, n_layer: int, n_nextn: int) -> list[int]:
+    """Qwen3-Next style layouts: ``attention.recurrent_layers`` flags, else every
+    ``full_attention_interval``-th layer is full attention; NextN layers are never recurrent
+    (llama_model_qwen3next::load_arch_hparams)."""
+    key = m.key("attention.recurrent_layers")
+    flags = m.md.get(key)
+    if isinstance(flags, list) and len(flags) == n_layer:
+        recurrent = [bool(v) for v in flags]
+    else:
+        interval = m.get("full_attention_interval", 4)
+        if interval < 1:
+            raise ModelFileError(f"{m.shown}: '{m.key('full_attention_interval')}' is {interval}.")
+        recurrent = [(i + 1) % interval != 0 for i in range(n_layer)]
+    trunk = n_layer - n_nextn
+    return [i for i in range(n_layer) if not (i < trunk and recurrent[i])]
 
 
 def _nextn_layers(m: _Meta, n_layer: int) -> int:

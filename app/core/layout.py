@@ -30,6 +30,8 @@ SUPPORTED_ARCHS = (
     "glm4moe",
     "lfm2",
     "nemotron_h",
+    "qwen3next",
+    "llama4",
 )
 
 # Architectures whose routed experts carry a selection bias (``exp_probs_b``): llama.cpp requires it
@@ -72,6 +74,8 @@ def tensor_layout(arch: Architecture) -> list[TensorShape]:
             tensors += _lfm2_block(arch, layer)
         elif arch.arch == "nemotron_h":
             tensors += _nemotron_h_block(arch, layer)
+        elif arch.arch == "qwen3next":
+            tensors += _qwen3next_block(arch, layer)
         else:
             tensors += _block(arch, layer)
     # LFM2 names its final norm token_embd_norm (LLM_TENSOR_OUTPUT_NORM_LFM2).
@@ -145,6 +149,53 @@ def _nemotron_h_block(arch: Architecture, i: int) -> list[TensorShape]:
     if arch.is_recurrent_layer(i):
         return out + _mamba2_mixer(arch, p)
     return out + _attention(arch, i, p)
+
+
+def _qwen3next_block(arch: Architecture, i: int) -> list[TensorShape]:
+    """Qwen3-Next: gated DeltaNet (linear attention) layers and gated full-attention layers (Q and its
+    output gate in one projection), every layer a mixture of experts with a gated shared expert, and
+    a trailing NextN layer (src/models/qwen3next.cpp load_arch_tensors)."""
+    p = f"blk.{i}."
+    e = arch.n_embd
+    out = [_vec(p + "attn_norm.weight", e)]
+    if arch.is_recurrent_layer(i):
+        ssm = arch.ssm
+        assert ssm is not None
+        key_dim = ssm.d_state * ssm.n_group
+        value_dim = ssm.d_state * ssm.n_head
+        conv_dim = 2 * key_dim + value_dim
+        out += [
+            _mat(p + "attn_qkv.weight", e, conv_dim),
+            _mat(p + "attn_gate.weight", e, value_dim),
+            TensorShape(p + "ssm_conv1d.weight", (ssm.d_conv, conv_dim), keep_f32=True),
+            _vec(p + "ssm_dt.bias", ssm.n_head),
+            _vec(p + "ssm_a", ssm.n_head),
+            _mat(p + "ssm_ba.weight", e, 2 * ssm.n_head),
+            _vec(p + "ssm_norm.weight", ssm.d_state),
+            _mat(p + "ssm_out.weight", value_dim, e),
+        ]
+    else:
+        d = arch.head_dim_k_eff
+        n_q = arch.heads(i) * d
+        out += [
+            _mat(p + "attn_q.weight", e, 2 * n_q),
+            _mat(p + "attn_k.weight", e, arch.kv_heads(i) * d),
+            _mat(p + "attn_v.weight", e, arch.kv_heads(i) * arch.head_dim_v_eff),
+            _mat(p + "attn_output.weight", n_q, e),
+            _vec(p + "attn_q_norm.weight", d),
+            _vec(p + "attn_k_norm.weight", d),
+        ]
+    out.append(_vec(p + "post_attention_norm.weight", e))
+    out += _ffn(arch, i, p)
+    out.append(_vec(p + "ffn_gate_inp_shexp.weight", e))
+    if arch.is_nextn_layer(i):
+        out += [
+            _mat(p + "nextn.eh_proj.weight", 2 * e, e),
+            _vec(p + "nextn.enorm.weight", e),
+            _vec(p + "nextn.hnorm.weight", e),
+            _vec(p + "nextn.shared_head_norm.weight", e),
+        ]
+    return out
 
 
 def _mamba2_mixer(arch: Architecture, p: str) -> list[TensorShape]:

@@ -45,6 +45,7 @@ from app.core.fit import (
     target_from_gpu,
 )
 from app.core.hardware import GpuSnapshot, HostSnapshot
+from app.core.projector import ProjectorSpec
 from app.core.quant import PRESETS, QuantPreset, quality_words, quantize_layout
 from app.core.speed import Range, SpeedEstimate, estimate_speed
 from app.core.tensors import TensorInfo
@@ -112,6 +113,9 @@ class Controls(Frozen):
     backend: str = Field(default="auto", description="the llama.cpp build; auto: by the hardware")
     consumer: str = "llama-server"
     mmap: bool = True
+    projector: ProjectorSpec | None = Field(
+        default=None, description="the vision projector loaded beside the model (--mmproj); None: text only"
+    )
 
     def settings(self, repack: str = "x86-avx2", gpu_layers: int | None = None) -> Settings:
         """llama.cpp's settings for these controls. Raises EstimateError for values it refuses."""
@@ -136,6 +140,7 @@ class Controls(Frozen):
                 swa_full=self.consumer != "llama-server",
                 mmap=self.mmap,
                 n_cpu_moe=self.n_cpu_moe or 0,
+                mmproj=self.projector,
             )
         except ValidationError as exc:
             raise EstimateError(exc.errors()[0]["msg"]) from None
@@ -254,6 +259,7 @@ class Budget:
     kv_cache_bytes: int
     compute_bytes: int
     overhead_bytes: int
+    projector_bytes: int = 0
 
     @property
     def free_bytes(self) -> int:
@@ -272,6 +278,8 @@ class ContextCurve:
     overhead_bytes: tuple[int, ...]
     capacity_bytes: int
     max_context_tokens: int
+    projector_bytes: tuple[int, ...] = ()
+    """The vision projector's share (empty: no projector)."""
 
 
 @dataclass(frozen=True)
@@ -376,6 +384,7 @@ def budget_of(est: Estimate) -> Budget:
         kv_cache_bytes=total("kv_cache_bytes", "recurrent_state_bytes"),
         compute_bytes=total("compute_bytes", "output_bytes"),
         overhead_bytes=total("overhead_bytes"),
+        projector_bytes=total("projector_bytes"),
     )
 
 
@@ -604,6 +613,14 @@ class Evaluator:
         targets = resolve_targets(request.hardware, machine)
         repack = repack_profile(machine.host)
         c = request.controls
+        if c.projector is not None and c.projector.n_embd_text != model.arch.n_embd:
+            return _error_view(
+                request,
+                model,
+                targets,
+                f"The vision projector {c.projector.name} outputs width {c.projector.n_embd_text}, but "
+                f"{model.label} takes {model.arch.n_embd}: it belongs to another model (llama-server refuses it).",
+            )
         try:
             est, layers = self._placed(model.arch, model.tensors, c, targets, repack)
         except EstimateError as exc:
@@ -720,6 +737,7 @@ class Evaluator:
             overhead_bytes=tuple(b.overhead_bytes for b in budgets),
             capacity_bytes=first.capacity_bytes,
             max_context_tokens=per_user_limit,
+            projector_bytes=tuple(b.projector_bytes for b in budgets) if c.projector is not None else (),
         )
         users_grid = context_grid(arch.n_ctx_train, points_per_octave=2)
         no_unified = base.model_copy(update={"kv_unified": False})

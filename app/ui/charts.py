@@ -23,6 +23,7 @@ COLORS = {
     "kv": "#f28e2b",
     "compute": "#59a14f",
     "overhead": "#9c9c9c",
+    "projector": "#b07aa1",
     "capacity": "#d23c3c",
     "fits": "#2e9d4a",
     "current": "#f28e2b",
@@ -33,6 +34,7 @@ PARTS = (
     ("kv", "KV cache (conversation memory)"),
     ("compute", "Compute buffers"),
     ("overhead", "Runtime overhead"),
+    ("projector", "Vision projector"),
 )
 
 
@@ -166,14 +168,17 @@ class DeviceBar:
     compute_bytes: int
     overhead_bytes: int
     capacity_bytes: int
+    projector_bytes: int = 0
 
     @property
     def total_bytes(self) -> int:
-        return self.weights_bytes + self.kv_cache_bytes + self.compute_bytes + self.overhead_bytes
+        return (
+            self.weights_bytes + self.kv_cache_bytes + self.compute_bytes + self.overhead_bytes + self.projector_bytes
+        )
 
 
 class SplitChart(Chart):
-    """One stacked bar per device (weights, KV cache, compute, overhead) against its capacity."""
+    """One stacked bar per device (weights, KV cache, compute, overhead, vision projector) against its capacity."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__("Where the memory goes", parent)
@@ -199,6 +204,7 @@ class SplitChart(Chart):
             ("kv", "kv_cache_bytes"),
             ("compute", "compute_bytes"),
             ("overhead", "overhead_bytes"),
+            ("projector", "projector_bytes"),
         ):
             heights = [_gib(getattr(d, field)) for d in devices]
             self.bars[key].setOpts(x=xs, height=heights, y0=list(base), width=0.55)
@@ -242,7 +248,8 @@ class SplitChart(Chart):
             f"KV cache: {_gib(d.kv_cache_bytes):.2f} GiB\n"
             f"Compute buffers: {_gib(d.compute_bytes):.2f} GiB\n"
             f"Runtime overhead: {_gib(d.overhead_bytes):.2f} GiB\n"
-            f"Total: {_gib(d.total_bytes):.2f} of {_gib(d.capacity_bytes):.2f} GiB "
+            + (f"Vision projector: {_gib(d.projector_bytes):.2f} GiB\n" if d.projector_bytes else "")
+            + f"Total: {_gib(d.total_bytes):.2f} of {_gib(d.capacity_bytes):.2f} GiB "
             + (f"({_gib(free):.2f} GiB free)" if free >= 0 else f"({_gib(-free):.2f} GiB short)")
         )
 
@@ -282,8 +289,9 @@ class ContextChart(Chart):
         xs = [math.log2(n) for n in curve.contexts]
         acc = [0.0] * len(xs)
         self.curves[0].setData(xs, acc)
+        projector = curve.projector_bytes or (0,) * len(xs)
         for i, series in enumerate(
-            (curve.weights_bytes, curve.kv_cache_bytes, curve.compute_bytes, curve.overhead_bytes), start=1
+            (curve.weights_bytes, curve.kv_cache_bytes, curve.compute_bytes, curve.overhead_bytes, projector), start=1
         ):
             acc = [a + _gib(v) for a, v in zip(acc, series, strict=True)]
             self.curves[i].setData(xs, acc)
@@ -306,14 +314,16 @@ class ContextChart(Chart):
         if c is None:
             return None
         i = min(range(len(c.contexts)), key=lambda k: abs(math.log2(c.contexts[k]) - x))
-        total = c.weights_bytes[i] + c.kv_cache_bytes[i] + c.compute_bytes[i] + c.overhead_bytes[i]
+        projector = c.projector_bytes[i] if c.projector_bytes else 0
+        total = c.weights_bytes[i] + c.kv_cache_bytes[i] + c.compute_bytes[i] + c.overhead_bytes[i] + projector
         return (
             f"{c.contexts[i]:,} tokens per user on {c.label}\n"
             f"Weights: {_gib(c.weights_bytes[i]):.2f} GiB\n"
             f"KV cache: {_gib(c.kv_cache_bytes[i]):.2f} GiB\n"
             f"Compute buffers: {_gib(c.compute_bytes[i]):.2f} GiB\n"
             f"Runtime overhead: {_gib(c.overhead_bytes[i]):.2f} GiB\n"
-            f"Total: {_gib(total):.2f} of {_gib(c.capacity_bytes):.2f} GiB\n"
+            + (f"Vision projector: {_gib(projector):.2f} GiB\n" if projector else "")
+            + f"Total: {_gib(total):.2f} of {_gib(c.capacity_bytes):.2f} GiB\n"
             f"Largest context that fits: {c.max_context_tokens:,} tokens"
         )
 

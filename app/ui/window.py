@@ -52,13 +52,14 @@ from app.adapters.history import RunHistory, keep_unsaved
 from app.adapters.load_profile import cached_profile, measure_profile, memory_slots
 from app.adapters.logs import log_path
 from app.core import fit, report
-from app.core.catalog import find_model, load_devices, load_models
+from app.core.catalog import find_model, find_projector, load_devices, load_models
 from app.core.coverage import APPROXIMATE_NOTE, coverage
 from app.core.errors import FitScopeError
 from app.core.estimate import Settings
 from app.core.hardware import DEFAULT_HOST_MEMORY, HOST_MEMORY, HostSnapshot, NvmlStatus, machine_key
 from app.core.measure import RunResult
 from app.core.prefs import MAX_COMPARED, Preferences, save_preferences
+from app.core.projector import ProjectorSpec, read_projector
 from app.core.quant import PRESETS
 from app.core.run_vs_estimate import estimate_for_run, run_report
 from app.core.scenario import (
@@ -116,6 +117,11 @@ class MainWindow(QMainWindow):
         self.setAcceptDrops(True)
         self._services = services
         self._prefs = prefs
+        projector = prefs.controls.projector
+        # A projector read from a file (not a catalog model's own) stays chosen across models.
+        self._projector_file: ProjectorSpec | None = (
+            projector if projector is not None and not projector.source.startswith("https://") else None
+        )
         self._estimates = TaskRunner("estimate", self, make_pool=services.make_estimate_pool)
         self._hardware = TaskRunner("nvml", self)
         self._host_job = TaskRunner("host", self)
@@ -330,6 +336,17 @@ class MainWindow(QMainWindow):
         self.mmap_check = QCheckBox("&Memory-map the weights (mmap)")
         self.mmap_check.setToolTip("llama.cpp's default; --no-mmap loads them into memory instead")
         adv.addRow("", self.mmap_check)
+        self.vision_check = QCheckBox("Include the &vision projector")
+        self.vision_check.setToolTip(
+            "Models that read images are served with a projector file beside them (llama-server --mmproj); "
+            "its weights and working memory go on the first GPU, or in system memory without one"
+        )
+        self.mmproj_button = QPushButton("Projector &file...")
+        self.mmproj_button.setToolTip("Choose a projector GGUF (mmproj-*.gguf) to load beside the model")
+        vision_row = QHBoxLayout()
+        vision_row.addWidget(self.vision_check)
+        vision_row.addWidget(self.mmproj_button)
+        ctl.addRow(vision_row)
         ctl.addRow(self.advanced)
         left_layout.addWidget(ctl_box)
 
@@ -375,7 +392,8 @@ class MainWindow(QMainWindow):
         details = QWidget()
         details_layout = QVBoxLayout(details)
         self.breakdown_table = readonly_table(
-            ["Device", "Weights", "KV cache", "Compute", "Output", "Overhead", "Total", "Capacity"], stretch_last=True
+            ["Device", "Weights", "KV cache", "Compute", "Output", "Overhead", "Vision projector", "Total", "Capacity"],
+            stretch_last=True,
         )
         self.command_text = QPlainTextEdit()
         self.command_text.setReadOnly(True)
@@ -438,6 +456,8 @@ class MainWindow(QMainWindow):
             lambda _i: self._controls_edited(consumer=self.consumer_combo.currentData())
         )
         self.mmap_check.toggled.connect(lambda on: self._controls_edited(mmap=on))
+        self.vision_check.toggled.connect(self._vision_toggled)
+        self.mmproj_button.clicked.connect(self.choose_projector_file)
         self.host_memory_combo.activated.connect(self._hardware_edited)
 
     def _device_combo(self, include_local: bool, include_none: bool = False) -> QComboBox:
@@ -529,6 +549,7 @@ class MainWindow(QMainWindow):
             self._select_combo(self.backend_combo, c.backend)
             self._select_combo(self.consumer_combo, c.consumer)
             self.mmap_check.setChecked(c.mmap)
+            self.vision_check.setChecked(c.projector is not None)
             self._select_combo(self.host_memory_combo, p.hardware.host_memory or DEFAULT_HOST_MEMORY)
             self._select_combo(self.quant_combo, p.model.quant)
             self._select_model_item(p.model)
@@ -568,7 +589,60 @@ class MainWindow(QMainWindow):
         self.ngl_spin.setEnabled(has_gpu)
         self.ngl_spin.setToolTip("" if has_gpu else "No GPU in this choice: every layer runs on the CPU.")
 
+    def _catalog_projector(self) -> ProjectorSpec | None:
+        """The current catalog model's own projector, if it has one."""
+        choice = self._prefs.model
+        if choice.kind != "catalog":
+            return None
+        entry = find_projector(choice.ref)
+        return entry.spec() if entry is not None else None
+
+    def _vision_toggled(self, on: bool) -> None:
+        if self._updating:
+            return
+        spec = (self._projector_file or self._catalog_projector()) if on else None
+        if on and spec is None:
+            self.choose_projector_file()
+            return
+        self._controls_edited(projector=spec)
+
+    def choose_projector_file(self, path: str | Path | None = None) -> None:
+        """Load a projector GGUF beside the model (a file dialog without ``path``)."""
+        if path is None:
+            chosen, _ = QFileDialog.getOpenFileName(self, "Choose a vision projector", "", "GGUF files (*.gguf)")
+            if not chosen:
+                self._sync_vision_widgets()
+                return
+            path = chosen
+        try:
+            spec = read_projector(path)
+        except FitScopeError as exc:
+            QMessageBox.warning(self, "Vision projector", str(exc))
+            self._sync_vision_widgets()
+            return
+        self._projector_file = spec
+        self._controls_edited(projector=spec)
+        self._sync_vision_widgets()
+
+    def _sync_vision_widgets(self) -> None:
+        projector = self._prefs.controls.projector
+        available = projector is not None or self._projector_file is not None or self._catalog_projector() is not None
+        previous, self._updating = self._updating, True
+        try:
+            self.vision_check.setChecked(projector is not None)
+        finally:
+            self._updating = previous
+        self.vision_check.setEnabled(available)
+        self.vision_check.setToolTip(
+            f"Loaded: {projector.name} ({projector.file_name})"
+            if projector is not None
+            else "This model reads text only; choose a projector file to add one"
+            if not available
+            else "Add the model's vision projector (llama-server --mmproj)"
+        )
+
     def _update_model_widgets(self) -> None:
+        self._sync_vision_widgets()
         kind = self._prefs.model.kind
         self.quant_combo.setEnabled(kind in ("catalog", "hf_config"))
         self.quant_combo.setToolTip(
@@ -645,7 +719,12 @@ class MainWindow(QMainWindow):
 
     def choose_model(self, choice: ModelChoice) -> None:
         """Switch model; if it cannot be read, a message says why and the previous one stays."""
-        self._set_prefs(model=choice)
+        controls = self._prefs.controls
+        if controls.projector is not None and controls.projector != self._projector_file:
+            # A catalog model's own projector follows the model; a chosen file stays until unticked.
+            entry = find_projector(choice.ref) if choice.kind == "catalog" else None
+            controls = controls.model_copy(update={"projector": entry.spec() if entry is not None else None})
+        self._set_prefs(model=choice, controls=controls)
         self._select_model_item(choice)
         self._update_model_widgets()
 
@@ -840,6 +919,7 @@ class MainWindow(QMainWindow):
                     compute_bytes=d.compute_bytes + d.output_bytes,
                     overhead_bytes=d.overhead_bytes,
                     capacity_bytes=d.capacity_bytes,
+                    projector_bytes=d.projector_bytes,
                 )
                 for d in est.devices
                 if d.kind == "gpu" and d.total_bytes or d.kind == "cpu" and (d.layers or not has_gpu_layers)
@@ -903,6 +983,7 @@ class MainWindow(QMainWindow):
                             d.compute_bytes,
                             d.output_bytes,
                             d.overhead_bytes,
+                            d.projector_bytes,
                             d.total_bytes,
                             d.capacity_bytes,
                         )

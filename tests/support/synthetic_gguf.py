@@ -45,7 +45,14 @@ def _metadata(arch: Architecture) -> dict[str, object]:
     kv[f"{a}.feed_forward_length"] = arch.n_ff
     kv[f"{a}.attention.head_count"] = arch.n_head
     kv[f"{a}.attention.head_count_kv"] = arch.n_head_kv
-    if arch.attention_layers is not None:
+    if a == "qwen3next":
+        # Its converter writes the layout as an interval (every 4th layer is full attention).
+        assert arch.attention_layers is not None
+        kv[f"{a}.full_attention_interval"] = arch.attention_layers[0] + 1
+        kv[f"{a}.rope.dimension_count"] = arch.head_dim_k_eff // 4  # partial_rotary_factor 0.25
+        if arch.moe is not None and arch.moe.n_shared_expert:
+            kv[f"{a}.expert_shared_feed_forward_length"] = arch.moe.shared_ff
+    elif arch.attention_layers is not None:
         # Hybrids mark their recurrent layers with 0 KV heads.
         kv[f"{a}.attention.head_count_kv"] = [arch.kv_heads(i) for i in range(arch.n_layer)]
     if arch.conv_l_cache is not None:
@@ -90,6 +97,8 @@ def _metadata(arch: Architecture) -> dict[str, object]:
             kv[f"{a}.expert_gating_func"] = 2
             kv[f"{a}.expert_weights_norm"] = True
             kv[f"{a}.expert_weights_scale"] = 1.0
+        if a == "llama4":
+            kv[f"{a}.interleave_moe_layer_step"] = moe.layer_step
         if a == "ernie4_5-moe":
             kv[f"{a}.interleave_moe_layer_step"] = 1
             if moe.n_shared_expert:
