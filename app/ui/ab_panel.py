@@ -131,6 +131,8 @@ class AbPanel(QWidget):
         vl.addLayout(row)
         make = QHBoxLayout()
         self.make_preset = QComboBox()
+        self.make_preset.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.make_preset.setMinimumContentsLength(8)  # the longest preset name, read whole
         for p in PRESETS:
             if p.name not in ("F32", "MXFP4_MOE") and not p.uses_imatrix:
                 self.make_preset.addItem(p.name, p.name)

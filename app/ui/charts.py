@@ -91,6 +91,16 @@ class Chart(pg.PlotWidget):
         self.plotItem.showGrid(x=False, y=True, alpha=0.2)
         self.last_hover_text: str | None = None
         self.scene().sigMouseMoved.connect(self._on_mouse_moved)
+        self._font = QFont(self.font())
+        add_item = self.plotItem.addItem
+
+        def add_styled(item, *args, **kwargs):
+            # Text added later (labels that follow the data) takes the chart's current type size.
+            if isinstance(item, pg.TextItem):
+                item.setFont(self._font)
+            return add_item(item, *args, **kwargs)
+
+        self.plotItem.addItem = add_styled  # type: ignore[method-assign]
         self.apply_palette(self.palette(), 1.0)
 
     def hover_text(self, x: float, y: float) -> str | None:  # pragma: no cover - overridden
@@ -146,10 +156,21 @@ class Chart(pg.PlotWidget):
             backdrop.setAlpha(215)  # readable over the lines it covers
             legend.setBrush(pg.mkBrush(backdrop))
             legend.setLabelTextColor(fg)
+            legend.setLabelTextSize(f"{font.pointSizeF():.0f}pt")
         self._fg = fg
         self._scale = scale
         self._font = font
+        for item in self.plotItem.items:
+            if isinstance(item, pg.TextItem):
+                item.setFont(font)
+            elif isinstance(item, pg.InfiniteLine) and getattr(item, "label", None) is not None:
+                item.label.setFont(font)
         self._restyle()
+
+    def addLegend(self, *args, **kwargs):  # noqa: N802 - pyqtgraph's name
+        legend = self.plotItem.addLegend(*args, **kwargs)
+        legend.setLabelTextSize(f"{self._font.pointSizeF():.0f}pt")
+        return legend
 
     def _restyle(self) -> None:
         """Re-apply text colours and fonts to items the subclass owns."""

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QComboBox,
+    QCompleter,
     QFrame,
     QGridLayout,
     QHBoxLayout,
@@ -257,3 +260,50 @@ class ContextControl(QWidget):
         self.slider.setValue(self.position_of(tokens))
         self.slider.blockSignals(was)
         self.context_changed.emit(tokens)
+
+
+_VENDOR = re.compile(r"^(NVIDIA|AMD|Intel|Apple)\s+(GeForce\s+|Radeon\s+|Instinct\s+)?")
+_DETAIL = re.compile(r"\s*\([^)]*\)|\s+\d+\s*GB$")
+_LONG_WORDS = (("Workstation Edition", ""), ("Server Edition", ""), ("Ada Generation", "Ada"), ("  ", " "))
+
+
+def device_label(name: str, memory_gib: float, price_usd: float | None) -> str:
+    """A catalog device as a hardware list shows it: the name without the vendor and the details in
+    parentheses (those are in its tooltip), its memory and price, short enough to read whole."""
+    short = _DETAIL.sub("", _VENDOR.sub("", name))
+    for long, brief in _LONG_WORDS:
+        short = short.replace(long, brief)
+    price = f" · ${price_usd:,.0f}" if price_usd else ""
+    return f"{short.strip()} · {memory_gib:g} GiB{price}"
+
+
+class DeviceCombo(QComboBox):
+    """A hardware list you can type into: the first click opens the list, typing part of a name
+    ("3090", "M2 Ultra", "EPYC") filters it, and the list is as wide as its longest entry."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setEditable(True)
+        self.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
+        self.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.setMinimumContentsLength(14)
+        self.setToolTip("Pick from the list, or type part of a name (3090, M2 Ultra, EPYC) to filter it")
+        line = self.lineEdit()
+        line.setPlaceholderText("type to filter, e.g. 3090")
+        line.installEventFilter(self)
+        completer = self.completer()
+        if completer is not None:
+            completer.setFilterMode(Qt.MatchFlag.MatchContains)
+            completer.setCompletionMode(QCompleter.CompletionMode.PopupCompletion)
+
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802 - Qt's name
+        if watched is self.lineEdit() and event.type() == QEvent.Type.MouseButtonPress and not self.view().isVisible():
+            self.showPopup()
+            return True
+        return super().eventFilter(watched, event)
+
+    def showPopup(self) -> None:  # noqa: N802 - Qt's name
+        metrics = self.view().fontMetrics()
+        widest = max((metrics.horizontalAdvance(self.itemText(i)) for i in range(self.count())), default=0)
+        self.view().setMinimumWidth(widest + 40)
+        super().showPopup()

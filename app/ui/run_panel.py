@@ -27,7 +27,6 @@ from PySide6.QtWidgets import (
     QGroupBox,
     QHBoxLayout,
     QLabel,
-    QLineEdit,
     QPlainTextEdit,
     QPushButton,
     QSpinBox,
@@ -187,8 +186,10 @@ class RunPanel(QWidget):
         self.gpu_note = QLabel("")
         self.gpu_note.setWordWrap(True)
         form.addRow("", self.gpu_note)
-        self.gpu_command = QLineEdit(CUDA_INSTALL_HINT)
-        self.gpu_command.setReadOnly(True)
+        # Wrapped and selectable, so the whole command can be read and copied.
+        self.gpu_command = QLabel(CUDA_INSTALL_HINT)
+        self.gpu_command.setWordWrap(True)
+        self.gpu_command.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.gpu_command.setAccessibleName("Command that installs the CUDA build")
         self.gpu_command.setVisible(False)
         form.addRow("", self.gpu_command)

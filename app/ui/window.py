@@ -19,11 +19,18 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QBuffer, QByteArray, QEvent, QIODevice, QSettings, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QGuiApplication, QKeySequence
+from PySide6.QtGui import (
+    QAction,
+    QCloseEvent,
+    QDragEnterEvent,
+    QDropEvent,
+    QFontMetrics,
+    QGuiApplication,
+    QKeySequence,
+)
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
-    QCompleter,
     QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
@@ -80,7 +87,15 @@ from app.ui.charts import ConcurrencyChart, ContextChart, DeviceBar, LadderChart
 from app.ui.help import HOW_IT_WORKS, AboutDialog, TextDialog, Walkthrough, architectures_html, diagnostics
 from app.ui.history_panel import HistoryPanel
 from app.ui.load_panel import LoadPanel
-from app.ui.panels import ContextControl, HardwareView, VerdictBanner, fill_table, readonly_table
+from app.ui.panels import (
+    ContextControl,
+    DeviceCombo,
+    HardwareView,
+    VerdictBanner,
+    device_label,
+    fill_table,
+    readonly_table,
+)
 from app.ui.run_panel import RunContext, RunPanel, demo_or_path
 from app.ui.scale_panel import ScalePanel
 from app.ui.worker import TaskRunner, process_pool
@@ -192,6 +207,7 @@ class MainWindow(QMainWindow):
         self.hardware_view = HardwareView()
         hw_layout.addWidget(self.hardware_view)
         form = QFormLayout()
+        form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapAllRows)
         self.target_combo = self._device_combo(include_local=True)
         self.target_combo.setAccessibleName("Hardware to estimate for")
         self.count_spin = QSpinBox()
@@ -211,7 +227,11 @@ class MainWindow(QMainWindow):
         row.addWidget(self.host_ram_spin)
         self.host_memory_combo = QComboBox()
         for key, (memory_label, peak) in HOST_MEMORY.items():
-            self.host_memory_combo.addItem(f"{memory_label}, {peak:.0f} GB/s", key)
+            # The kind of machine it belongs to goes in the item's tooltip, so the choice reads whole.
+            self.host_memory_combo.addItem(f"{memory_label.split(' (')[0]}, {peak:.0f} GB/s", key)
+            self.host_memory_combo.setItemData(
+                self.host_memory_combo.count() - 1, f"{memory_label}: {peak:.0f} GB/s", Qt.ItemDataRole.ToolTipRole
+            )
         self.host_memory_combo.setAccessibleName("Host memory type")
         self.host_memory_combo.setToolTip(
             "The system memory of the box: how fast layers and experts left in system memory are read"
@@ -224,6 +244,8 @@ class MainWindow(QMainWindow):
         self.compare_box = QWidget()
         compare_form = QFormLayout(self.compare_box)
         compare_form.setContentsMargins(0, 0, 0, 0)
+        # Each label above its list, so a device's name has the panel's whole width.
+        compare_form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapAllRows)
         for i in range(MAX_COMPARED - 1):
             combo = self._device_combo(include_local=True, include_none=True)
             combo.setAccessibleName(f"Compare with, choice {i + 1}")
@@ -336,7 +358,7 @@ class MainWindow(QMainWindow):
         self.mmap_check = QCheckBox("&Memory-map the weights (mmap)")
         self.mmap_check.setToolTip("llama.cpp's default; --no-mmap loads them into memory instead")
         adv.addRow("", self.mmap_check)
-        self.vision_check = QCheckBox("Include the &vision projector")
+        self.vision_check = QCheckBox("Add &vision projector")
         self.vision_check.setToolTip(
             "Models that read images are served with a projector file beside them (llama-server --mmproj); "
             "its weights and working memory go on the first GPU, or in system memory without one"
@@ -355,6 +377,7 @@ class MainWindow(QMainWindow):
         scroll.setWidgetResizable(True)
         scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         scroll.setMinimumWidth(360)
+        self.left_scroll = scroll
 
         right = QWidget()
         right_layout = QVBoxLayout(right)
@@ -461,23 +484,16 @@ class MainWindow(QMainWindow):
         self.host_memory_combo.activated.connect(self._hardware_edited)
 
     def _device_combo(self, include_local: bool, include_none: bool = False) -> QComboBox:
-        combo = QComboBox()
-        combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-        combo.setMinimumContentsLength(14)
-        combo.setEditable(True)
-        combo.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
-        completer = combo.completer()
-        if completer is not None:
-            completer.setFilterMode(Qt.MatchFlag.MatchContains)
-            completer.setCompletionMode(QCompleter.CompletionMode.PopupCompletion)
+        combo = DeviceCombo()
         if include_none:
             combo.addItem("(nothing)", "")
         if include_local:
             combo.addItem("This machine", "local")
             combo.addItem("This machine's CPU only", "cpu")
         for d in self._devices.values():
+            combo.addItem(device_label(d.name, d.memory_gib, d.price_usd), f"catalog:{d.id}")
             price = f", ${d.price_usd:,.0f}" if d.price_usd else ""
-            combo.addItem(f"{d.name} ({d.memory_gib:g} GiB{price})", f"catalog:{d.id}")
+            combo.setItemData(combo.count() - 1, f"{d.name}: {d.memory_gib:g} GiB{price}", Qt.ItemDataRole.ToolTipRole)
         return combo
 
     def _fill_model_list(self) -> None:
@@ -793,12 +809,16 @@ class MainWindow(QMainWindow):
     def _set_presentation_widgets(self, on: bool) -> None:
         self.advanced.setVisible(not on)
         self.hardware_view.setVisible(not on)
-        self.compare_box.setVisible(not on)
         self.tabs.setTabVisible(3, not on)
         font = QGuiApplication.font()
         if on:
             font.setPointSizeF(font.pointSizeF() * PRESENTATION_SCALE)
         self.splitter.setFont(font)
+        # The controls keep room for a device's whole name at either type size.
+        metrics = QFontMetrics(font)
+        widest = max(metrics.horizontalAdvance(self.target_combo.itemText(i)) for i in range(self.target_combo.count()))
+        # combo chrome, the compare row's count box, group and scroll margins
+        self.left_scroll.setMinimumWidth(max(360, widest + metrics.horizontalAdvance("x" * 10) + 90))
         self._apply_look()
 
     @property
@@ -808,7 +828,7 @@ class MainWindow(QMainWindow):
     def _apply_look(self) -> None:
         scale = PRESENTATION_SCALE if self._prefs.presentation else 1.0
         palette = self.palette()
-        for chart in (*self.charts.values(), *self.run_panel.charts, *self.load_panel.charts):
+        for chart in (*self.charts.values(), *self.run_panel.charts, *self.load_panel.charts, self.ab_panel.chart):
             chart.apply_palette(palette, scale)
         self.banner.set_scale(scale)
 

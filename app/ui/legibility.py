@@ -1,0 +1,118 @@
+"""Is every word on screen readable? Finds widget text cut off by its widget's width, and chart text
+below a minimum size: the checks behind the window's layout tests and ``scripts/screenshots.py``.
+
+A label that wraps is never clipped horizontally; an elided label (``…``) is reported, since the
+user cannot read what was dropped. Only widgets the user can see are checked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyqtgraph as pg
+from PySide6.QtGui import QFontMetrics
+from PySide6.QtWidgets import (
+    QAbstractButton,
+    QCheckBox,
+    QComboBox,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QTabBar,
+    QWidget,
+)
+
+# Padding Qt's styles put around a push button's, check box's and combo box's text.
+_BUTTON_PAD = 12
+_CHECK_PAD = 24
+_COMBO_PAD = 28
+
+
+@dataclass(frozen=True)
+class Clipped:
+    widget: str
+    text: str
+    needed_px: int
+    available_px: int
+
+    def __str__(self) -> str:
+        return f"{self.widget}: {self.text!r} needs {self.needed_px}px, has {self.available_px}px"
+
+
+def _name(w: QWidget) -> str:
+    return w.objectName() or type(w).__name__
+
+
+def _visible(w: QWidget) -> bool:
+    return w.isVisible() and w.width() > 0 and w.height() > 0
+
+
+def clipped_texts(root: QWidget) -> list[Clipped]:
+    """Widget text under ``root`` that does not fit the width it is given."""
+    out: list[Clipped] = []
+    for w in root.findChildren(QWidget):
+        if not _visible(w):
+            continue
+        fm = QFontMetrics(w.font())
+        if isinstance(w, QLabel):
+            text = w.text()
+            if not text or w.wordWrap() or w.textFormat() == 1 or "<" in text or w.pixmap() is not None:
+                continue  # rich text and wrapping labels lay themselves out
+            width = max(fm.horizontalAdvance(line) for line in text.splitlines() or [""])
+            avail = w.contentsRect().width() - 2 * w.margin() - max(0, w.indent())
+            if width > avail + 1:
+                out.append(Clipped(_name(w), text, width, avail))
+        elif isinstance(w, QCheckBox):
+            width = fm.horizontalAdvance(w.text()) + _CHECK_PAD
+            if w.text() and width > w.width() + 1:
+                out.append(Clipped(_name(w), w.text(), width, w.width()))
+        elif isinstance(w, QPushButton) or (isinstance(w, QAbstractButton) and w.text()):
+            text = w.text().replace("&", "")
+            width = fm.horizontalAdvance(text) + _BUTTON_PAD
+            if text and width > w.width() + 1:
+                out.append(Clipped(_name(w), text, width, w.width()))
+        elif isinstance(w, QComboBox):
+            text = w.currentText()
+            width = fm.horizontalAdvance(text) + _COMBO_PAD
+            if text and width > w.width() + 1:
+                out.append(Clipped(_name(w), text, width, w.width()))
+        elif isinstance(w, QLineEdit) and w.isReadOnly():
+            width = fm.horizontalAdvance(w.text()) + 8
+            if w.text() and width > w.width() + 1:
+                out.append(Clipped(_name(w), w.text(), width, w.width()))
+        elif isinstance(w, QTabBar):
+            for i in range(w.count()):
+                text = w.tabText(i).replace("&", "")
+                rect = w.tabRect(i)
+                need = fm.horizontalAdvance(text) + 16
+                if rect.width() and need > rect.width() + 1:
+                    out.append(Clipped(f"{_name(w)} tab {i}", text, need, rect.width()))
+                if rect.right() > w.width() + 1 and not w.usesScrollButtons():
+                    out.append(Clipped(f"{_name(w)} tab {i}", text, rect.right(), w.width()))
+    return out
+
+
+def chart_text_sizes(root: QWidget) -> list[tuple[str, float]]:
+    """(what, point size) of the text inside every visible pyqtgraph plot under ``root``: axis tick
+    labels, axis titles, plot titles, legend entries and text items."""
+    out: list[tuple[str, float]] = []
+    for view in root.findChildren(pg.GraphicsView):
+        if not _visible(view):
+            continue
+        scene = view.scene()
+        if scene is None:
+            continue
+        for item in scene.items():
+            if isinstance(item, pg.AxisItem) and item.isVisible():
+                font = item.style.get("tickFont") or item.font()
+                out.append((f"axis {item.orientation} ticks", float(font.pointSizeF())))
+                if item.label.isVisible() and item.label.toPlainText().strip():
+                    out.append((f"axis {item.orientation} title", float(item.label.font().pointSizeF())))
+            elif isinstance(item, pg.TextItem) and item.isVisible() and item.textItem.toPlainText().strip():
+                # (InfiniteLine labels are TextItems too)
+                out.append(("text " + item.textItem.toPlainText()[:30], float(item.textItem.font().pointSizeF())))
+            elif isinstance(item, pg.LabelItem) and item.isVisible() and item.text:
+                size = item.opts.get("size")
+                pt = float(str(size).rstrip("pt")) if size else float(item.item.font().pointSizeF())
+                out.append(("label " + str(item.text)[:30], pt))
+    return out
