@@ -130,9 +130,12 @@ class Chart(pg.PlotWidget):
             return
         p = self.plotItem.vb.mapSceneToView(scene_pos)
         text = self.hover_text(p.x(), p.y())
+        if text and text == self.last_hover_text and QToolTip.isVisible():
+            return  # the same figures: leave the tooltip where it is, to be read
         self.last_hover_text = text
         if text:
-            QToolTip.showText(QCursor.pos(), text, self)
+            # Shown while the pointer stays on the plot (up to a minute), not for Qt's few seconds.
+            QToolTip.showText(QCursor.pos(), text, self, self.rect(), 60_000)
         else:
             QToolTip.hideText()
 

@@ -143,6 +143,67 @@ class AboutDialog(QDialog):
         layout.addWidget(buttons)
 
 
+# Every term the window uses, in plain words: the Help ▸ Glossary page, and the tooltips of the
+# controls that use the term.
+GLOSSARY: dict[str, str] = {
+    "Model": "The trained network that writes the answers. Bigger models (more billions of parameters) "
+    "answer better and need more memory.",
+    "Parameters": "The numbers a model learned. 8B = 8 billion. Each needs 2 bytes at full precision, "
+    "about half a byte when quantized to 4 bits.",
+    "Quantization": "Storing the model's numbers with fewer bits, so it takes less memory and runs faster, "
+    "at some loss of quality. Q8_0 is nearly lossless; Q4_K_M is the usual choice; Q2_K loses noticeably.",
+    "Q4_K_M, Q8_0, IQ2_XXS": "Names of llama.cpp's quantization presets: the number is about how many bits "
+    "each weight keeps (Q4 ≈ 4.5 bits); K and IQ are newer methods; _S/_M/_L mean small, medium, large "
+    "variants of the same level.",
+    "Perplexity (ppl)": "How surprised a model is by ordinary text; lower is better. FitScope shows how much a "
+    "quantization raises it, in words: practically the same, slightly worse, noticeably worse.",
+    "Token": "The piece of text a model reads and writes at a time: about three quarters of an English word.",
+    "Tokens per second (tok/s)": "How fast text comes out. Reading is about 4 words a second for most "
+    "people, so 6 tokens/s keeps up with a reader.",
+    "Context": "How much of the conversation the model keeps in view, in tokens: 8,000 tokens is about "
+    "6,000 words, a long report.",
+    "KV cache": "The memory that remembers the conversation so far: it grows with the context and with "
+    "the number of users.",
+    "Concurrent users": "How many conversations are served at the same moment; each has its own context.",
+    "Compute buffers": "Working memory llama.cpp keeps for its calculations, sized for the largest step.",
+    "Runtime overhead": "Memory the program and the GPU driver need before any model is loaded.",
+    "GiB": "Gibibyte: 1,073,741,824 bytes, what operating systems usually call a GB.",
+    "GPU": "The graphics card: fast memory and many calculators, the quickest place to run a model.",
+    "Layers": "A model is a stack of similar blocks; llama.cpp can put some on the GPU and the rest on the "
+    "CPU (GPU layers, -ngl) when the GPU is too small for all of them.",
+    "Runs partly in system memory": "The model does not fit the GPU, so some layers run from the "
+    "computer's main memory: it works, but much more slowly.",
+    "Prefill (reading the prompt)": "The first phase of an answer: the model reads everything it was "
+    "given. Limited by arithmetic speed.",
+    "Decode (writing)": "The second phase: the model writes one token at a time. Limited by how fast "
+    "memory can be read.",
+    "Time to first token (TTFT)": "How long before the first word of the answer appears.",
+    "p50 / p95": "Waiting times: half of the requests wait less than p50, 95 in 100 wait less than p95.",
+    "Batching": "Answering several requests in one pass: more answers per second in total, each a little "
+    "slower.",
+    "Flash attention": "A faster way to compute attention that also needs less working memory; llama.cpp "
+    "uses it by default where it can.",
+    "Mixture of experts (MoE)": "Models with many expert blocks of which only a few work on each token: "
+    "large in memory, fast to run.",
+    "Vision projector": "The extra file that lets a model read images (llama-server --mmproj).",
+    "llama.cpp / llama-server": "The open-source program FitScope models and runs: llama-server serves a "
+    "model over HTTP.",
+    "vLLM": "Another serving program, for GPU servers; FitScope plans it for multi-GPU setups.",
+    "Approximate": "FitScope's rules for this kind of model are not checked against llama.cpp: the weights "
+    "are exact, the rest may be off. Keep a margin.",
+}
+
+
+def glossary_html() -> str:
+    rows = "".join(f"<dt><b>{escape(term)}</b></dt><dd>{escape(text)}</dd>" for term, text in GLOSSARY.items())
+    return f"<h2>Glossary</h2><p>The words FitScope uses, in plain terms.</p><dl>{rows}</dl>"
+
+
+def term(name: str) -> str:
+    """A tooltip: the glossary's explanation of ``name``."""
+    return GLOSSARY[name]
+
+
 def architectures_html() -> str:
     """The coverage report: each architecture the shipped llama.cpp loads, and how exact FitScope is."""
     version, known = llamacpp_architectures()

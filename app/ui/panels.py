@@ -289,6 +289,7 @@ class DeviceCombo(QComboBox):
         self.setMinimumContentsLength(14)
         self.setToolTip("Pick from the list, or type part of a name (3090, M2 Ultra, EPYC) to filter it")
         line = self.lineEdit()
+        assert line is not None  # editable
         line.setPlaceholderText("type to filter, e.g. 3090")
         line.installEventFilter(self)
         completer = self.completer()

@@ -84,7 +84,16 @@ from app.core.tensors import CACHE_TYPES
 from app.core.units import GIB
 from app.ui.ab_panel import AbPanel
 from app.ui.charts import ConcurrencyChart, ContextChart, DeviceBar, LadderChart, SplitChart, legend_html
-from app.ui.help import HOW_IT_WORKS, AboutDialog, TextDialog, Walkthrough, architectures_html, diagnostics
+from app.ui.help import (
+    HOW_IT_WORKS,
+    AboutDialog,
+    TextDialog,
+    Walkthrough,
+    architectures_html,
+    diagnostics,
+    glossary_html,
+    term,
+)
 from app.ui.history_panel import HistoryPanel
 from app.ui.load_panel import LoadPanel
 from app.ui.panels import (
@@ -294,6 +303,8 @@ class MainWindow(QMainWindow):
         self.users_spin = QSpinBox()
         self.users_spin.setRange(1, MAX_USERS)
         self.users_spin.setAccessibleName("Concurrent users")
+        self.users_spin.setToolTip(term("Concurrent users"))
+        self.context_control.setToolTip(term("Context"))
         ctl.addRow("Concurrent &users", self.users_spin)
         self.quant_combo = QComboBox()
         for p in PRESETS:
@@ -308,17 +319,20 @@ class MainWindow(QMainWindow):
         for combo in (self.ctk_combo, self.ctv_combo):
             for name in CACHE_TYPES:
                 combo.addItem(name, name)
+        self.ctk_combo.setToolTip(term("KV cache") + " A smaller type (q8_0) halves it.")
+        self.ctv_combo.setToolTip(term("KV cache") + " A quantized V cache needs flash attention.")
         self.ctk_combo.setAccessibleName("K cache type")
         self.ctv_combo.setAccessibleName("V cache type")
         adv.addRow("&K cache type", self.ctk_combo)
         adv.addRow("&V cache type", self.ctv_combo)
         self.fa_check = QCheckBox("Flash &attention")
-        self.fa_check.setToolTip("llama.cpp's -fa; a quantized V cache needs it")
+        self.fa_check.setToolTip(term("Flash attention") + " (llama.cpp's -fa; a quantized V cache needs it)")
         adv.addRow("", self.fa_check)
         self.ngl_spin = QSpinBox()
         self.ngl_spin.setRange(-1, 1000)
         self.ngl_spin.setSpecialValueText("auto (the most that fit)")
         self.ngl_spin.setAccessibleName("GPU layers")
+        self.ngl_spin.setWhatsThis(term("Layers"))
         adv.addRow("&GPU layers", self.ngl_spin)
         self.cpu_moe_spin = QSpinBox()
         self.cpu_moe_spin.setRange(-1, 1024)
@@ -536,6 +550,7 @@ class MainWindow(QMainWindow):
         help_menu = self.menuBar().addMenu("&Help")
         action(help_menu, "&Getting started", self.show_walkthrough)
         action(help_menu, "&How the estimate works", self._show_how, QKeySequence.StandardKey.HelpContents)
+        action(help_menu, "&Glossary", self._show_glossary)
         action(help_menu, "Model a&rchitectures", self._show_architectures)
         action(help_menu, "Copy &diagnostics", self.copy_diagnostics)
         help_menu.addSeparator()
@@ -603,7 +618,7 @@ class MainWindow(QMainWindow):
         self.host_memory_combo.setEnabled(multi)
         has_gpu = (hw.kind == "local" and bool(self.machine.gpus)) or (hw.kind == "catalog")
         self.ngl_spin.setEnabled(has_gpu)
-        self.ngl_spin.setToolTip("" if has_gpu else "No GPU in this choice: every layer runs on the CPU.")
+        self.ngl_spin.setToolTip(term("Layers") if has_gpu else "No GPU in this choice: every layer runs on the CPU.")
 
     def _catalog_projector(self) -> ProjectorSpec | None:
         """The current catalog model's own projector, if it has one."""
@@ -662,7 +677,9 @@ class MainWindow(QMainWindow):
         kind = self._prefs.model.kind
         self.quant_combo.setEnabled(kind in ("catalog", "hf_config"))
         self.quant_combo.setToolTip(
-            "" if self.quant_combo.isEnabled() else "A GGUF file's quantization is fixed; the ladder shows the others."
+            term("Quantization")
+            if self.quant_combo.isEnabled()
+            else "A GGUF file's quantization is fixed; the ladder shows the others."
         )
 
     def _set_prefs(self, **update: Any) -> None:
@@ -834,6 +851,9 @@ class MainWindow(QMainWindow):
 
     def _show_how(self) -> None:
         TextDialog("How the estimate works", HOW_IT_WORKS, self).open()
+
+    def _show_glossary(self) -> None:
+        TextDialog("Glossary", glossary_html(), self).open()
 
     def _show_architectures(self) -> None:
         TextDialog("Model architectures", architectures_html(), self).open()
