@@ -160,6 +160,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-n", "--n-predict", type=int, default=128, help="tokens to generate (default 128)")
     run.add_argument("--temp", type=float, default=0.0, help="temperature (default 0: greedy)")
     run.add_argument("--repeat", type=int, default=3, help="repetitions; medians are reported (default 3)")
+    rpc = run.add_mutually_exclusive_group()
+    rpc.add_argument(
+        "--rpc",
+        metavar="HOST:PORT[,HOST:PORT...]",
+        help="split the model across these llama.cpp RPC servers (ggml-rpc-server), as llama.cpp's --rpc",
+    )
+    rpc.add_argument(
+        "--rpc-local", type=int, metavar="N", help="start N RPC servers on this machine and split the model across them"
+    )
     bench = sub.add_parser("bench", help="llama-bench style: pp (prompt processing) and tg (generation) tokens/s")
     _add_run_args(bench)
     bench.add_argument("-p", "--n-prompt", type=int, default=512, help="pp: prompt tokens in one batch (default 512)")
@@ -174,20 +183,50 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_ = sub.add_parser("compare", help="run task suites on 2-4 quantized variants and recommend one per task")
     cmp_.add_argument("--gguf", action="append", metavar="PATH", required=True, help="a variant (repeat: 2-4)")
     cmp_.add_argument(
-        "--suite", action="append", metavar="NAME|PATH", help="a built-in suite name or a JSON/YAML file (repeatable)"
+        "--suite",
+        action="append",
+        metavar="NAME|PATH",
+        help="a built-in suite, one of yours (see `fitscope suites`) or a JSON/YAML file (repeatable; "
+        "default: every built-in suite and yours)",
     )
     cmp_.add_argument("--gpu", metavar="CATALOG_ID", help="advise for catalog hardware (default: this machine)")
     cmp_.add_argument("-c", "--ctx-size", type=int, default=4096)
     cmp_.add_argument("-ngl", "--n-gpu-layers", type=int, default=0)
     cmp_.add_argument("--routing-config", metavar="PATH", help="also write the routing config (.json or .toml)")
+    cmp_.add_argument(
+        "--kl-text",
+        metavar="PATH|builtin",
+        default="builtin",
+        help="text for KL divergence and perplexity against the reference (default: the built-in public-domain text)",
+    )
+    cmp_.add_argument(
+        "--kl-tokens", type=int, default=2048, help="tokens of the text to evaluate (0: all; default 2048)"
+    )
+    cmp_.add_argument("--kl-chunk", type=int, default=512, help="chunk size, as llama-perplexity's -c (default 512)")
+    cmp_.add_argument("--no-kl", action="store_true", help="skip the KL divergence and perplexity measurement")
     cmp_.add_argument("--json", action="store_true")
+    suites = sub.add_parser("suites", help="list the task suites for compare, and add examples of your own task")
+    suites.add_argument(
+        "--add", metavar="PROMPT", help="add an example to your suite: the prompt as the model gets it ('-': stdin)"
+    )
+    suites.add_argument("--expect", metavar="ANSWER", help="with --add: the answer you expect")
+    suites.add_argument(
+        "--check",
+        choices=("contains", "exact", "similar"),
+        default="contains",
+        help="with --add: pass when the answer contains the expected one, is exactly it, or says the same "
+        "(content-word F1 >= 0.4) (default: contains)",
+    )
+    suites.add_argument(
+        "--to", metavar="NAME", default="my-examples", help="with --add: your suite (default my-examples)"
+    )
     qz = sub.add_parser("quantize", help="make a quantized variant of a GGUF file with llama.cpp's quantizer")
     qz.add_argument("--gguf", metavar="PATH", required=True, help="the source (F16/BF16/Q8_0...)")
     qz.add_argument("--type", required=True, help="llama.cpp preset: Q8_0, Q6_K, Q5_K_M, Q4_K_M, Q4_0, ...")
     qz.add_argument("-o", "--output", metavar="PATH", help="default: beside the source, named after the preset")
     plan = sub.add_parser("plan", help="one model on several GPUs: llama.cpp's layer split and vLLM's tensor parallel")
     plan.add_argument("--model", required=True, metavar="CATALOG_ID")
-    plan.add_argument("--gpu", required=True, metavar="CATALOG_ID")
+    plan.add_argument("--gpu", metavar="CATALOG_ID", help="the GPUs (with --rpc-host: the client's own, optional)")
     plan.add_argument("--count", type=int, default=2, help="number of GPUs (default 2)")
     plan.add_argument("--quant", default="Q4_K_M", help="llama.cpp preset for the layer split (default Q4_K_M)")
     plan.add_argument("--dtype", default="FP16", help="vLLM weights: FP16, FP8, INT8, AWQ, GPTQ (default FP16)")
@@ -197,7 +236,35 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--gpu-memory-utilization", type=float, default=0.90)
     plan.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "fp8"])
     plan.add_argument("--host-ram-gib", type=float, default=None)
+    plan.add_argument(
+        "--rpc-host",
+        action="append",
+        metavar="HOST[:PORT]=CATALOG_ID[xN]",
+        help="a machine running ggml-rpc-server (repeat): plan llama.cpp's RPC split across machines instead",
+    )
+    plan.add_argument("--link-gbps", type=float, default=10.0, help="network speed for --rpc-host (default 10)")
+    plan.add_argument("--rtt-ms", type=float, default=0.2, help="network round trip for --rpc-host (default 0.2)")
     plan.add_argument("--json", action="store_true")
+    adv = sub.add_parser("advise", help="which machine to buy: every catalog configuration for a workload, ranked")
+    adv_model = adv.add_mutually_exclusive_group(required=True)
+    adv_model.add_argument("--model", metavar="CATALOG_ID")
+    adv_model.add_argument("--gguf", metavar="PATH")
+    adv_model.add_argument("--hf-config", metavar="PATH")
+    adv.add_argument("--quant", action="append", metavar="PRESET", help="only these presets (repeatable)")
+    adv.add_argument("-c", "--ctx-size", type=int, default=8192, help="context per user (default 8192)")
+    adv.add_argument("--users", type=int, default=1, help="concurrent users (default 1)")
+    adv_speed = adv.add_mutually_exclusive_group()
+    adv_speed.add_argument("--min-tps", type=float, help="tokens/s each user needs at least (default 10)")
+    adv_speed.add_argument("--min-wps", type=float, help="the same in words a second (0.75 words per token)")
+    adv.add_argument("--budget", type=float, help="US dollars at most")
+    adv.add_argument("--prefer", choices=["price", "speed", "headroom"], default="price")
+    adv.add_argument(
+        "--quality", choices=["same", "slight", "noticeable", "any"], default="slight", help="quality floor"
+    )
+    adv.add_argument("--max-gpus", type=int, default=8, help="GPUs per box at most (1-8, default 8)")
+    adv.add_argument("--top", type=int, default=10, help="machines listed (default 10)")
+    adv.add_argument("--why", action="append", default=[], metavar="CATALOG_ID", help="say why one of these fails")
+    adv.add_argument("--json", action="store_true")
     load = sub.add_parser("load", help="latency and throughput under load, simulated from this machine's measurements")
     load.add_argument("--gguf", metavar="PATH", help="the model file (default: the built-in demo model)")
     load.add_argument("--users", default="1,2,4,8", help="concurrent users, comma-separated (default 1,2,4,8)")
@@ -765,7 +832,54 @@ def format_run_report(r: dict) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.rpc or args.rpc_local:
+        return _run_rpc(args)
     return _measure_and_report(args, "generate")
+
+
+def _run_rpc(args: argparse.Namespace) -> int:
+    """``fitscope run --rpc`` / ``--rpc-local``: the run across RPC servers, every per-device
+    buffer llama.cpp printed beside the RPC plan's. Not saved in the history (its speed includes
+    the network and must not calibrate this machine)."""
+    from app.adapters.rpc_servers import parse_endpoints, run_across_rpc
+    from app.core.run_vs_estimate import run_report
+
+    settings = _run_settings(args, "generate")
+
+    def servers(endpoints: tuple[str, ...]) -> None:
+        if not args.json and args.rpc_local:
+            print(f"started {len(endpoints)} RPC servers: {', '.join(endpoints)}", file=sys.stderr)
+
+    def progress(event: dict) -> None:
+        if not args.json and event.get("event") == "loaded":
+            print(f"loaded in {event['load_s']:.2f} s", file=sys.stderr)
+
+    outcome = run_across_rpc(
+        settings,
+        endpoints=parse_endpoints(args.rpc) if args.rpc else (),
+        local_servers=args.rpc_local or 0,
+        on_event=progress,
+        on_servers=servers,
+    )
+    report = run_report(outcome.result, Path(settings.gguf_path).name, None)
+    report["rpc"] = {
+        "servers": list(outcome.endpoints),
+        "plan": outcome.plan.to_json(),
+        "buffers": [c.to_json() for c in outcome.checks],
+        "weights_and_kv_agree": outcome.weights_and_kv_agree,
+    }
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(format_run_report(report))
+    print(f"\n{'device':28s} {'buffer':9s} {'llama.cpp':>12s} {'plan':>12s} {'difference':>12s}")
+    for c in outcome.checks:
+        print(
+            f"{c.device:28s} {c.buffer:9s} {c.measured_bytes / MIB:8.2f} MiB {c.planned_bytes / MIB:8.2f} MiB "
+            f"{c.difference_bytes / MIB:+8.2f} MiB"
+        )
+    print(outcome.verdict())
+    return 0
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -792,12 +906,14 @@ def cmd_quantize(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from app.adapters.ab_compare import compare_variants
     from app.adapters.host import detect_host
+    from app.adapters.user_suites import load_user_suites
     from app.core import fit
     from app.core.catalog import find_device
     from app.core.quant_compare import routing_config, to_toml
     from app.core.suites import builtin_suites, find_suite
 
-    suites = [find_suite(s) for s in args.suite] if args.suite else list(builtin_suites().values())
+    yours = [u.suite for u in load_user_suites()[0]]
+    suites = [find_suite(s, yours) for s in args.suite] if args.suite else [*builtin_suites().values(), *yours]
     host = detect_host(measure_bandwidth=False)
     if args.gpu:
         device = find_device(args.gpu)
@@ -811,6 +927,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"  {fraction:4.0%} {message}", file=sys.stderr)
 
+    divergence = None
+    if not args.no_kl:
+        from app.adapters.divergence_runner import DivergenceSettings, builtin_text, read_text
+
+        text, text_name = builtin_text() if args.kl_text == "builtin" else read_text(args.kl_text)
+        divergence = DivergenceSettings(
+            text=text, text_name=text_name, max_tokens=args.kl_tokens, chunk_tokens=args.kl_chunk
+        )
     comparison = compare_variants(
         args.gguf,
         suites,
@@ -820,6 +944,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         n_ctx=args.ctx_size,
         n_gpu_layers=args.n_gpu_layers,
         on_progress=progress,
+        divergence=divergence,
     )
     config = routing_config(comparison)
     if args.routing_config:
@@ -843,6 +968,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 "prompt_format": v.prompt_format,
                 "identical_token_share": v.identical_token_share,
                 "top1_agreement": v.top1_agreement,
+                "divergence": v.divergence.model_dump(mode="json") if v.divergence else None,
                 "answers": [
                     {
                         "suite": a.suite,
@@ -870,10 +996,60 @@ def cmd_compare(args: argparse.Namespace) -> int:
             f"{v.label[:28]:28s} {v.estimated_total_bytes / GIB:8.2f}G {v.decode_tokens_per_s or 0:7.1f} "
             f"{same:>8s} {top1:>6s}  {rates}"
         )
+    if any(v.divergence for v in comparison.variants):
+        from app.core.divergence import meaning
+
+        print("\nMeasured on this model (95% intervals):")
+        for v in comparison.variants:
+            d = v.divergence
+            if d is None:
+                continue
+            if d.is_reference or d.kl_mean is None:
+                print(f"  {v.label}: reference, perplexity {d.perplexity.text('.3f')}")
+                continue
+            p99 = d.kl_p99.text(".3f") if d.kl_p99 else "-"
+            print(
+                f"  {v.label}: KL mean {d.kl_mean.text('.4f')}, 99th percentile {p99}"
+                f"\n    Δ perplexity {d.delta_perplexity.text('+.3f') if d.delta_perplexity else '-'}, "
+                f"same top token {d.same_top.text('.1%') if d.same_top else '-'}\n    {meaning(d)}"
+            )
+        for note in comparison.notes[1:]:
+            print(f"  {note}")
     for advice in comparison.advice:
         print(f"\n{advice.profile} (floor {advice.floor:.0%}): {advice.chosen or 'no variant qualifies'}")
         for reason in advice.reasons:
             print(f"  - {reason}")
+    return 0
+
+
+def cmd_suites(args: argparse.Namespace) -> int:
+    from app.adapters.user_suites import add_example, load_user_suites, user_suites_dir
+    from app.core.errors import FitScopeError
+    from app.core.suites import builtin_suites
+
+    if args.add is not None:
+        if not args.expect:
+            raise FitScopeError("--add needs --expect: the answer you expect to the prompt.")
+        prompt = sys.stdin.read() if args.add == "-" else args.add
+        saved = add_example(prompt, args.expect, args.check, suite_name=args.to)
+        added = saved.suite.prompts[-1]
+        count = len(saved.suite.prompts)
+        noun = "prompt" if count == 1 else "prompts"
+        print(f"Added '{added.id}' ({args.check}) to {saved.suite.name}: {count} {noun} in {saved.path}")
+        print(f"Use it: fitscope compare --gguf A.gguf --gguf B.gguf --suite {saved.suite.name}")
+        return 0
+    yours, problems = load_user_suites()
+    rows = [(s, "built-in") for s in builtin_suites().values()] + [(u.suite, str(u.path)) for u in yours]
+    print(f"{'suite':16s} {'task':13s} {'prompts':>7s} {'floor':>5s}  checks / where")
+    for suite, where in rows:
+        floor = f"{suite.quality_floor:.0%}" if suite.quality_floor is not None else "-"
+        kinds = ", ".join(sorted({p.check.kind for p in suite.prompts}))
+        print(f"{suite.name[:16]:16s} {suite.task:13s} {len(suite.prompts):7d} {floor:>5s}  {kinds} / {where}")
+    if not yours:
+        print(f"\nNo suites of yours yet in {user_suites_dir()}; add an example with")
+        print('  fitscope suites --add "PROMPT" --expect "ANSWER" [--check contains|exact|similar]')
+    for problem in problems:
+        print(f"fitscope: {clean_message(problem)}", file=sys.stderr)
     return 0
 
 
@@ -887,12 +1063,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if not 1 <= args.count <= 16:
         raise FitScopeError("--count must be 1 to 16 GPUs.")
     model = fit.model_from_catalog(args.model, args.quant)
-    gpu = find_device(args.gpu)
     host = detect_host(measure_bandwidth=False)
     ram = int(args.host_ram_gib * GIB) if args.host_ram_gib else host.ram_total_bytes
     settings = Settings(
         context_tokens=args.ctx_size * args.parallel, parallel_sequences=args.parallel, repack=fit.repack_profile(host)
     )
+    if args.rpc_host:
+        return _plan_rpc(args, model, settings, ram)
+    if not args.gpu:
+        raise FitScopeError("Name the GPU (--gpu CATALOG_ID), or the machines of an RPC split (--rpc-host).")
+    gpu = find_device(args.gpu)
     split = llama_split_plan(model.arch, model.tensors, settings, gpu, args.count, ram)
     vllm = vllm_plan(
         model.arch,
@@ -915,6 +1095,75 @@ def cmd_plan(args: argparse.Namespace) -> int:
     for line in vllm.summary_lines():
         print(f"  {line}")
     print(f"  {vllm.command}")
+    return 0
+
+
+def _plan_rpc(args: argparse.Namespace, model, settings, ram: int) -> int:
+    from app.core.rpc import NetworkLink, parse_host, rpc_plan
+
+    settings = settings.model_copy(update={"consumer": "llama-server", "swa_full": False})
+    plan = rpc_plan(
+        model.arch,
+        model.tensors,
+        settings,
+        [parse_host(h) for h in args.rpc_host],
+        ram,
+        client_gpu_id=args.gpu,
+        client_gpu_count=args.count if args.gpu else 0,
+        link=NetworkLink(gbit_s=args.link_gbps, rtt_ms=args.rtt_ms),
+        model_path=f"{model.arch.id}-{model.quant}.gguf",
+    )
+    if args.json:
+        print(json.dumps({"llama_cpp_rpc": plan.to_json()}, indent=2))
+        return 0
+    print(f"llama.cpp across machines, RPC backend ({model.quant}):")
+    for line in plan.summary_lines():
+        print(f"  {line}")
+    print("\n  On each host:")
+    for h in plan.hosts:
+        print(f"    {h.endpoint}: {h.command}")
+    print(f"  On the client:\n    {plan.command}")
+    for note in plan.notes:
+        print(f"  - {note}")
+    return 0
+
+
+def cmd_advise(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from app.core.advisor import Workload, advise, format_advice, words_to_tokens
+    from app.core.catalog import find_device
+    from app.core.scenario import ModelChoice
+
+    if args.gguf:
+        model = ModelChoice(kind="gguf", ref=args.gguf)
+    elif args.hf_config:
+        model = ModelChoice(kind="hf_config", ref=args.hf_config)
+    else:
+        model = ModelChoice(kind="catalog", ref=args.model)
+    for device_id in args.why:
+        find_device(device_id)  # an unknown id is a one-line error naming close ones
+    tps = words_to_tokens(args.min_wps) if args.min_wps is not None else args.min_tps
+    try:
+        workload = Workload(
+            model=model,
+            quants=tuple(args.quant or ()),
+            context_tokens=args.ctx_size,
+            users=args.users,
+            min_tokens_per_s=10.0 if tps is None else tps,
+            budget_usd=args.budget,
+            prefer=args.prefer,
+            quality_floor=args.quality,
+            max_gpus=args.max_gpus,
+        )
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise FitScopeError(f"{'.'.join(map(str, first['loc']))}: {first['msg']}.") from None
+    advice = advise(workload)
+    if args.json:
+        print(json.dumps(advice.to_json(limit=max(args.top, 1)), indent=2))
+    else:
+        print(format_advice(advice, top=args.top, why=args.why))
     return 0
 
 
@@ -1019,7 +1268,9 @@ COMMANDS = {
     "run": cmd_run,
     "bench": cmd_bench,
     "compare": cmd_compare,
+    "suites": cmd_suites,
     "plan": cmd_plan,
+    "advise": cmd_advise,
     "load": cmd_load,
     "quantize": cmd_quantize,
 }

@@ -7,11 +7,16 @@ python="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
     "$python" -m venv .venv
 fi
-# llama.cpp's AMX kernels stop with "illegal instruction" on virtual machines that list AMX in
-# /proc/cpuinfo without keeping its tile state; where AMX is listed, build for AVX-512 without them
-# (set CMAKE_ARGS yourself to choose otherwise).
-if [ -z "${CMAKE_ARGS:-}" ] && grep -qw amx_tile /proc/cpuinfo 2>/dev/null; then
-    export CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON"
+# llama.cpp is built with its RPC backend (-DGGML_RPC=ON: `fitscope run --rpc`, one model across
+# machines). Its AMX kernels stop with "illegal instruction" on virtual machines that list AMX in
+# /proc/cpuinfo without keeping its tile state; where AMX is listed, build for AVX-512 without them.
+# Set CMAKE_ARGS yourself to choose otherwise (it is then used as given).
+if [ -z "${CMAKE_ARGS:-}" ]; then
+    if grep -qw amx_tile /proc/cpuinfo 2>/dev/null; then
+        export CMAKE_ARGS="-DGGML_RPC=ON -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON"
+    else
+        export CMAKE_ARGS="-DGGML_RPC=ON"
+    fi
 fi
 stamp=.venv/.fitscope-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then

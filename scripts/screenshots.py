@@ -79,6 +79,24 @@ def main() -> int:
     shot("compare-hardware")
     window.tabs.setCurrentIndex(0)
 
+    # Which machine? Llama 3.3 70B for 4 people with 16k tokens each, at least 15 tokens/s.
+    window.set_scenario(model=ModelChoice(kind="catalog", ref="llama-3.3-70b"), controls=Controls(context_tokens=16384))
+    wait_until(window, lambda v: v.request.model.ref == "llama-3.3-70b")
+    advisor = window.advisor_panel
+    window.tabs.setCurrentIndex(window.tabs.indexOf(advisor.parentWidget().parentWidget()))
+    advisor.users.setValue(4)
+    advisor.speed_unit.setCurrentIndex(advisor.speed_unit.findData("tokens"))
+    advisor.speed.setValue(15)
+    advised = QEventLoop()
+    advisor.advice_shown.connect(lambda *_: advised.quit())
+    advisor.error_shown.connect(lambda *_: advised.quit())
+    QTimer.singleShot(60_000, advised.quit)
+    advisor.find_machines()
+    advised.exec()
+    wait_until(window, lambda v: True)
+    shot("which-machine")
+    window.tabs.setCurrentIndex(0)
+
     llama70 = ModelChoice(kind="catalog", ref="llama-3.1-70b", quant="Q4_K_M")
     window.set_scenario(
         model=llama70,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import textwrap
 from pathlib import Path
@@ -28,55 +29,66 @@ from app.core.suites import (
 
 FLOORS = {"chat": 0.6, "summarization": 0.7, "extraction": 0.9, "tool_call": 0.95}
 
-# A right answer (the model's continuation) for every built-in prompt: each check must accept it,
-# so no built-in check is impossible to pass.
+# A right answer (the model's continuation) for every chat and JSON-Schema prompt: each check must
+# accept it, so no built-in check is impossible to pass. The value checks (fields, tool_call) and the
+# summaries' references are turned into right answers in right_answer() below.
 RIGHT_ANSWERS = {
     "chat": {
         "capital-france": " Paris.",
+        "capital-japan": " Tokyo is the capital of Japan.",
         "add-numbers": " 12",
+        "multiply": " 6 times 8 is 48.",
+        "half-of-fifty": " Twenty-five",
+        "square-root": " 9",
         "days-in-week": " There are seven days in a week.",
+        "months-in-year": " 12 months",
+        "minutes-in-hour": " Sixty minutes.",
+        "metres-in-kilometre": " There are 1,000 metres in a kilometre.",
+        "hexagon-sides": " 6",
+        "spider-legs": " A spider has eight legs.",
         "largest-planet": " Jupiter",
+        "red-planet": " Mars",
+        "star-of-solar-system": " The Sun.",
+        "largest-ocean": " The Pacific Ocean",
+        "kenya-continent": " Africa",
         "sky-colour": " Blue.",
+        "mix-blue-yellow": " Green",
         "opposite-of-hot": " Cold",
-        "romeo-author": " William Shakespeare",
+        "opposite-of-early": " Late.",
+        "past-tense-go": ' "Went"',
+        "plural-mouse": " Mice",
+        "solid-water": " Ice",
         "water-freezes": " 0 degrees Celsius.",
+        "water-boils": " At 100 degrees Celsius.",
         "photosynthesis-gas": " Carbon dioxide (CO2).",
+        "gold-symbol": " Au",
+        "fastest-land-animal": " The cheetah.",
+        "romeo-author": " William Shakespeare",
+        "mona-lisa": " Leonardo da Vinci",
+        "first-on-moon": " Neil Armstrong, in 1969.",
         "thank-you-french": " Merci",
-    },
-    "summarization": {
-        "library-closes": " The council will close the unsafe Main Street library and open a new one next year.",
-        "storm-power-cut": " A storm cut power to 20,000 homes.",
-        "bread-prices": " Bakeries raised bread prices as flour became more expensive.",
-        "school-four-day-week": " Schools will switch to a four-day week in September.",
-        "kettle-recall": " A company is recalling 50,000 kettles that can overheat.",
-        "teen-sleep-study": " Teenagers who sleep less do worse at school.",
-        "river-cleanup": " Volunteers pulled two tonnes of rubbish from the river.",
-        "cup-final": " The Eagles beat the Lions 2-1 to take their first trophy in thirty years.",
-        "rail-strike": " A two-day strike by train drivers will halt most services.",
+        "good-morning-spanish": " Buenos días",
+        "dog-german": " der Hund",
     },
     "extraction": {
-        "person-age": '"name": "Maria Lopez", "age": 34}',
-        "invoice-total": '"invoice": "2231", "amount": 149.90, "currency": "EUR"}',
-        "meeting-date": '"date": "2025-05-14", "time": "15:00"}',
-        "contact-details": '"email": "ana@example.com", "phone": "555-0199"}',
-        "order-line": '"item": "blue pens", "quantity": 3, "city": "Leeds"}',
-        "flight-route": '"flight": "BA117", "from": "London", "to": "New York"}',
         "review-sentiment": '"product": "headphones", "sentiment": "negative"}',
-        "postal-address": '"street": "8 Quai Saint-Vincent", "postcode": "69001", "city": "Lyon"}',
-        "recipe-ingredients": '"ingredients": ["flour", "sugar", "eggs"]}',
-    },
-    "tool_call": {
-        "weather": '"city": "Berlin", "unit": "celsius"}',
-        "timer": '"minutes": 15, "label": "pasta"}',
-        "send-email": '"to": "sam@example.com", "subject": "Report", "body": "The report is ready."}',
-        "convert-currency": '"amount": 50, "from": "USD", "to": "EUR"}',
-        "search-flights": '"origin": "Paris", "destination": "Rome", "date": "2025-07-03"}',
-        "calendar-event": '"title": "Dentist appointment", "date": "2025-06-10", "time": "14:30"}',
-        "play-music": '"artist": "Queen", "shuffle": true}',
-        "order-status": '"order_id": "A-7731"}',
-        "room-lights": '"room": "kitchen", "brightness": 50}',
+        "customer-complaint": '"order": "8830", "problem": "arrived damaged", "refund": true}',
+        "sensor-alert": '"sensor": "P-9", "reading": 7.2, "over_limit": true}',
     },
 }
+
+
+def right_answer(suite: str, prompt: SuitePrompt) -> str:
+    """A right continuation of ``prompt``, followed by the rambling a base model adds after it."""
+    check = prompt.check
+    ramble = "\nText: and so on, and so on"
+    if check.kind == "similar":
+        return " " + (check.references or ("",))[0] + "\n\nArticle: The next story is about the weather."
+    if check.kind == "fields":
+        return json.dumps(check.fields)[1:] + ramble
+    if check.kind == "tool_call" and check.call is not None:
+        return json.dumps({"name": check.call.name, "arguments": check.call.arguments})[1:] + ramble
+    return RIGHT_ANSWERS[suite][prompt.id]
 
 
 def _without_lines(suite: Suite) -> dict:
@@ -104,12 +116,12 @@ def test_every_builtin_suite_loads_with_its_floor_and_unique_ids():
         assert suite.task == name
         assert suite.quality_floor == FLOORS[name]
         assert suite.description
-        assert 8 <= len(suite.prompts) <= 10
+        assert len(suite.prompts) >= 30, name
         ids = [p.id for p in suite.prompts]
         assert len(ids) == len(set(ids))
         for p in suite.prompts:
             assert p.line is not None and p.line > 1
-            assert 16 <= p.max_tokens <= 96, p.id
+            assert 16 <= p.max_tokens <= 64, p.id  # short answers keep a 30-prompt suite quick
 
 
 def test_every_builtin_check_compiles():
@@ -119,6 +131,12 @@ def test_every_builtin_check_compiles():
             if check.kind == "json_schema":
                 assert check.schema_ is not None
                 validator_for(check.schema_).check_schema(check.schema_)
+            elif check.kind == "similar":
+                assert check.references and len(check.references) >= 2, p.id
+            elif check.kind == "fields":
+                assert check.fields, p.id
+            elif check.kind == "tool_call":
+                assert check.call is not None and check.call.arguments, p.id
             else:
                 assert check.value
                 if check.kind == "regex":
@@ -128,15 +146,18 @@ def test_every_builtin_check_compiles():
 def test_extraction_and_tool_call_suites_check_json_continuations():
     for name in ("extraction", "tool_call"):
         for p in builtin_suites()[name].prompts:
-            assert p.check.kind == "json_schema", p.id
+            assert p.check.kind in ("json_schema", "fields", "tool_call"), p.id
             assert p.answer_prefix == "{" and p.prompt.endswith("{"), p.id
+    kinds = {p.check.kind for p in builtin_suites()["extraction"].prompts}
+    assert kinds == {"fields", "json_schema"}
+    assert {p.check.kind for p in builtin_suites()["tool_call"].prompts} == {"tool_call"}
+    assert {p.check.kind for p in builtin_suites()["summarization"].prompts} == {"similar"}
 
 
 def test_every_builtin_check_accepts_a_right_answer_and_rejects_an_empty_one():
     for name, suite in builtin_suites().items():
-        assert {p.id for p in suite.prompts} == set(RIGHT_ANSWERS[name])
         for p in suite.prompts:
-            right = check_prompt(p, RIGHT_ANSWERS[name][p.id])
+            right = check_prompt(p, right_answer(name, p))
             assert right.passed, (name, p.id, right.reason)
             assert not check_prompt(p, "").passed, (name, p.id)
             assert not check_prompt(p, " I don't know.").passed, (name, p.id)
@@ -343,7 +364,8 @@ def test_bad_check_kind_points_at_its_line():
     assert err.line == _line_of(text, "regx") == 7
     assert err.source == "tools.yaml"
     assert str(err) == (
-        "tools.yaml, line 7: prompt 'one' has check kind 'regx'; use one of exact, contains, regex, json_schema."
+        "tools.yaml, line 7: prompt 'one' has check kind 'regx'; use one of exact, contains, regex, json_schema, "
+        "similar, fields, tool_call."
     )
     long_form = MINIMAL.replace("check: {regex: '\\b4\\b'}", "check:\n      kind: regx\n      value: '4'")
     err = _error(long_form)

@@ -1,16 +1,26 @@
 """Run task suites on 2–4 variants of one model and compare them: the highest-precision variant
-first (its greedy answers are the reference), then the others, each in a llama.cpp child process.
+first (its greedy answers are the reference), then the others, each in a llama.cpp child process;
+optionally, first, every variant's KL divergence, perplexity and same-top-token rate against that
+reference on a text (``app.adapters.divergence_runner``, cached per file and text).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from app.adapters.divergence_runner import (
+    DivergenceResult,
+    DivergenceSettings,
+    measure_divergence,
+    record_measured_quality,
+)
 from app.adapters.llamacpp_runner import LiveRun
 from app.adapters.suite_runner import PromptJob, SuiteRun, SuiteRunSettings, run_suite
 from app.core import fit
+from app.core.divergence import MeasuredQuality, quality_key
 from app.core.errors import FitScopeError
 from app.core.estimate import Settings, Target, estimate
 from app.core.quant_compare import Comparison, VariantResult, advise, median_or_none, score
@@ -38,10 +48,12 @@ def compare_variants(
     on_progress: Progress | None = None,
     stop: threading.Event | None = None,
     on_start: Callable[[LiveRun], None] | None = None,
+    divergence: DivergenceSettings | None = None,
 ) -> Comparison:
     """Answer every suite on every variant and compare. ``targets`` is the hardware the advice must
-    fit (the estimator's targets). Raises FitScopeError for fewer than 2 or more than 4 variants,
-    a file that cannot be read or loaded, or a stop."""
+    fit (the estimator's targets); ``divergence`` (a text and its settings) adds each variant's KL
+    divergence and perplexity against the reference. Raises FitScopeError for fewer than 2 or more
+    than 4 variants, a file that cannot be read or loaded, or a stop."""
     if not 2 <= len(paths) <= MAX_VARIANTS:
         raise FitScopeError(f"Compare 2 to {MAX_VARIANTS} variants of one model (got {len(paths)}).")
     models = [fit.model_from_gguf(p) for p in paths]
@@ -57,9 +69,25 @@ def compare_variants(
     runs: dict[int, SuiteRun] = {}
     reference: dict[str, list[int]] | None = None
 
+    # With a text, its passes take the first half of the progress bar and the suites the second.
+    div_share = 0.5 if divergence is not None else 0.0
+
     def progress(message: str) -> None:
         if on_progress is not None:
-            on_progress(min(done_steps / max(total_steps, 1), 1.0), message)
+            on_progress(div_share + (1 - div_share) * min(done_steps / max(total_steps, 1), 1.0), message)
+
+    measured: DivergenceResult | None = None
+    if divergence is not None:
+        ordered = [str(paths[i]) for i in order]
+        measured = measure_divergence(
+            ordered[0],
+            ordered[1:],
+            divergence.model_copy(update={"n_gpu_layers": n_gpu_layers}),
+            labels={str(p): Path(p).stem for p in paths},
+            on_progress=(lambda f, m: on_progress(div_share * f, m)) if on_progress is not None else None,
+            stop=stop,
+            on_start=on_start,
+        )
 
     for rank, i in enumerate(order):
         name = Path(paths[i]).name
@@ -128,11 +156,35 @@ def compare_variants(
                 prompt_format=run.prompt_format,
             )
         )
+    notes = [f"Reference (highest precision): {variants[0].label}."]
+    if measured is not None:
+        variants = [dataclasses.replace(v, divergence=measured.figures.get(v.gguf_path)) for v in variants]
+        others = [v for v in variants if not v.is_reference]
+        arch = models[0].arch
+        key = quality_key(arch.arch, arch.n_layer, arch.n_embd, arch.n_vocab)
+        record_measured_quality(
+            [
+                MeasuredQuality(
+                    model_key=key,
+                    preset=v.quant,
+                    delta_perplexity=d.value,
+                    low=d.low,
+                    high=d.high if d.high is not None else d.value,
+                    reference_preset=variants[0].quant,
+                    tokens=v.divergence.positions,
+                    text_name=v.divergence.text_name,
+                )
+                for v in others
+                if v.divergence is not None and (d := v.divergence.delta_perplexity) is not None
+            ]
+        )
+        for a, b in zip(others, others[1:], strict=False):
+            notes.append(measured.pair_sentence(a.gguf_path, b.gguf_path, a.label, b.label))
     progress("Done.")
     return Comparison(
         variants=tuple(variants),
         suites=tuple(suites),
         advice=advise(variants, suites, hardware),
         hardware=hardware,
-        notes=(f"Reference (highest precision): {variants[0].label}.",),
+        notes=tuple(notes),
     )

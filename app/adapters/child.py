@@ -20,11 +20,17 @@ def module_command(module: str) -> list[str]:
     return [sys.executable, "-m", module]
 
 
+def child_env() -> dict[str, str]:
+    """This process's environment with FitScope's source on ``PYTHONPATH``."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(_REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
 def start_child(module: str) -> subprocess.Popen[str]:
     """Start ``module`` in a new process with pipes for stdin, stdout and stderr (text, line
     buffered): the shape every llama.cpp worker of FitScope uses."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(_REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env = child_env()
     return subprocess.Popen(
         module_command(module),
         stdin=subprocess.PIPE,

@@ -373,6 +373,10 @@ class DryRunSettings(Frozen):
     use_extra_bufts: bool = True
     real_load: bool = False
     n_outputs_max: int = 0  # 0: n_batch (llama-cpp-python); llama-server sets its slot count
+    rpc_servers: tuple[str, ...] = ()
+    """llama.cpp --rpc: HOST:PORT of RPC servers whose devices come first (app.adapters.rpc_servers)."""
+    tensor_split: tuple[float, ...] = ()
+    """llama.cpp --tensor-split over the devices; (): by their free memory."""
 
 
 class DryRunResult(Frozen):
@@ -464,6 +468,10 @@ def _build_command(gguf_path: str, s: DryRunSettings) -> list[str]:
     ]
     if s.real_load:
         cmd.append("--real-load")
+    if s.rpc_servers:
+        cmd += ["--rpc", ",".join(s.rpc_servers)]
+    if s.tensor_split:
+        cmd += ["--tensor-split", ",".join(f"{x:g}" for x in s.tensor_split)]
     return cmd
 
 
@@ -496,6 +504,8 @@ def dry_run(
     use_extra_bufts: bool = True,
     real_load: bool = False,
     n_outputs_max: int = 0,
+    rpc_servers: tuple[str, ...] = (),
+    tensor_split: tuple[float, ...] = (),
     timeout_s: float = 120,
 ) -> DryRunResult:
     """Ask llama.cpp, in a child process, what this model needs with these context settings.
@@ -503,6 +513,8 @@ def dry_run(
     ``flash_attn``: True → enabled, False → disabled, None → llama.cpp's auto.
     ``real_load``: really mmap the weights and allocate the context (see the module docstring):
     slower and memory-hungry, but reports the true CPU_REPACK size.
+    ``rpc_servers``: split over these RPC servers' devices too (``tensor_split`` fixes the shares);
+    the buffers are then named ``RPC0[HOST:PORT]``.
 
     Raises :class:`ProbeError` when the file is missing, llama.cpp refuses the model or the
     settings (the message carries llama.cpp's reason), the child crashes, or it runs past
@@ -523,6 +535,8 @@ def dry_run(
         use_extra_bufts=use_extra_bufts,
         real_load=real_load,
         n_outputs_max=n_outputs_max,
+        rpc_servers=tuple(rpc_servers),
+        tensor_split=tuple(tensor_split),
     )
     if not path.exists():
         raise ProbeError(f"Model file {path} does not exist.", path=str(path), reason="file not found")
@@ -646,6 +660,13 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
     callback = L.llama_log_callback(on_log)  # keep a reference for as long as llama.cpp may log
     L.llama_log_set(callback, ctypes.c_void_p(0))
     L.llama_backend_init()
+    if args.rpc:
+        from app.adapters.rpc_servers import RpcError, register_rpc_servers
+
+        try:
+            rpc_devices = register_rpc_servers(tuple(e for e in args.rpc.split(",") if e))
+        except RpcError as exc:
+            return {"error": str(exc), "stage": "rpc", "log": "".join(chunks)}
 
     def log_text() -> str:
         return "".join(chunks)
@@ -659,6 +680,12 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
         mparams.load_mode = L.LLAMA_LOAD_MODE_NONE
     mparams.n_gpu_layers = args.n_gpu_layers
     mparams.use_extra_bufts = args.use_extra_bufts
+    split = [float(x) for x in args.tensor_split.split(",")] if args.tensor_split else []
+    c_split = (ctypes.c_float * max(L.LLAMA_MAX_DEVICES, len(split)))(*split)  # referenced until loaded
+    if split:
+        mparams.tensor_split = c_split
+    if args.rpc:
+        mparams.devices = ctypes.cast(rpc_devices, ctypes.c_void_p)
 
     model = L.llama_model_load_from_file(args.model.encode(), mparams)
     if not model:
@@ -723,6 +750,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--use-extra-bufts", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--real-load", action="store_true")
     p.add_argument("--n-outputs-max", type=int, default=0)
+    p.add_argument("--rpc", default="", metavar="HOST:PORT,...", help="RPC servers whose devices come first")
+    p.add_argument("--tensor-split", default="", metavar="A,B,...", help="the devices' layer shares")
     return p.parse_args(argv)
 
 

@@ -36,6 +36,7 @@ from typing import Any, TextIO
 from app.adapters.child import start_child
 from app.adapters.cpu_topology import llama_math_threads, with_llama_threads
 from app.adapters.llamacpp_probe import GGML_TYPE_IDS, _reason, parse_llama_log
+from app.adapters.rpc_servers import offloads_to_local_gpu
 from app.core import llama_defaults
 from app.core.errors import FitScopeError
 from app.core.measure import MeasuredBuffers, RunFigures, RunResult, RunSettings, figures_from_times
@@ -197,6 +198,7 @@ def run_live(
         raise RunError(f"Stopped before {Path(settings.gguf_path).name} had loaded; nothing was measured.")
     if loaded is None:
         tail = live.stderr_tail()
+        _raise_if_rpc_server_stopped(settings, code)
         raise RunError(
             f"llama.cpp stopped while loading {Path(settings.gguf_path).name} (exit code {code})"
             + (f": {tail}" if tail else ".")
@@ -207,6 +209,7 @@ def run_live(
         runs.append(figures_from_times(prompt_tokens, tokens[0], tokens, stopped=True))
     if done is None and not live.stop_requested:
         tail = live.stderr_tail()
+        _raise_if_rpc_server_stopped(settings, code)
         raise RunError(f"llama.cpp stopped during the run (exit code {code})" + (f": {tail}" if tail else "."))
     final = done or {}
     return RunResult(
@@ -228,6 +231,18 @@ def run_live(
         n_threads_used=loaded.get("n_threads"),
         llama_server_threads=llama_math_threads(),
     )
+
+
+def _raise_if_rpc_server_stopped(settings: RunSettings, code: int) -> None:
+    """A run across RPC servers that died: name the server that went away (llama.cpp only says
+    "Remote RPC server crashed or returned malformed response" and aborts)."""
+    if not settings.rpc_servers:
+        return
+    from app.adapters.rpc_servers import stopped_during_run_message
+
+    gone = stopped_during_run_message(settings.rpc_servers)
+    if gone:
+        raise RunError(f"{Path(settings.gguf_path).name}: {gone} (llama.cpp exited with code {code}).")
 
 
 def sweep_threads(
@@ -433,6 +448,7 @@ def open_model(llama_cpp: Any, settings: Any) -> Any:
         n_threads=n_threads,
         n_threads_batch=n_threads,
         seed=getattr(settings, "seed", 0),
+        tensor_split=list(getattr(settings, "tensor_split", ())) or None,
         verbose=False,
     )
 
@@ -474,7 +490,16 @@ def _child_run(child: _Child, settings: RunSettings) -> int:
 
     callback = llama_cpp.llama_log_callback(on_log)  # referenced for as long as llama.cpp may log
     llama_cpp.llama_log_set(callback, ctypes.c_void_p(0))
-    gpu_ok = bool(llama_cpp.llama_supports_gpu_offload())
+    gpu_ok = offloads_to_local_gpu(llama_cpp)  # before RPC devices join the list
+    if settings.rpc_servers:
+        from app.adapters.rpc_servers import RpcError, load_models_on, register_rpc_servers
+
+        try:
+            devices = register_rpc_servers(settings.rpc_servers)
+        except RpcError as exc:
+            child.emit({"event": "error", "message": str(exc)})
+            return 1
+        load_models_on(llama_cpp, devices)
     t0 = time.perf_counter()
     try:
         llm = open_model(llama_cpp, settings)

@@ -27,6 +27,10 @@ Each rule names the function of the llama.cpp vendored by llama-cpp-python 0.3.3
   ``llama_context`` enables pipeline parallelism and the scheduler keeps ``GGML_SCHED_MAX_COPIES``
   (4) copies of every graph input and split input (``ggml_backend_sched_split_graph``, passes 5
   and 6), marked as outputs so the allocator never reuses them.
+- **RPC devices** (``-DGGML_RPC=ON``, ggml/src/ggml-rpc/ggml-rpc.cpp) report async compute and
+  events (``ggml_backend_rpc_device_get_props``), so a split over several servers is pipelined
+  like CUDA's; they have no host buffer type and no ``offload_op``. ``rpc`` is the build of a
+  client whose only offload devices are RPC servers.
 - **Quantized KV with flash attention.** ggml-cuda's flash attention converts a quantized K/V view
   to f16 in its memory pool for batched (prompt) kernels: one layer's K and V at the full KV
   length, not printed as a buffer but allocated.
@@ -36,8 +40,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-Backend = Literal["cpu", "cuda", "rocm", "vulkan", "metal"]
-BACKENDS: tuple[Backend, ...] = ("cpu", "cuda", "rocm", "vulkan", "metal")
+Backend = Literal["cpu", "cuda", "rocm", "vulkan", "metal", "rpc"]
+BACKENDS: tuple[Backend, ...] = ("cpu", "cuda", "rocm", "vulkan", "metal", "rpc")
 Consumer = Literal["llama-cpp-python", "llama-server"]
 CONSUMERS: tuple[Consumer, ...] = ("llama-cpp-python", "llama-server")
 
@@ -46,7 +50,7 @@ _HOST_BUFFER: frozenset[str] = frozenset({"cuda", "rocm", "vulkan"})
 # Backends whose devices take host-resident weights' batched ops (``offload_op``).
 _OP_OFFLOAD: frozenset[str] = frozenset({"cuda", "rocm", "vulkan"})
 # Backends with async compute and events (pipeline parallelism across GPUs).
-_PIPELINE: frozenset[str] = frozenset({"cuda", "rocm"})
+_PIPELINE: frozenset[str] = frozenset({"cuda", "rocm", "rpc"})
 # Backends that convert a quantized KV view to f16 scratch for flash attention.
 _FA_F16_SCRATCH: frozenset[str] = frozenset({"cuda", "rocm"})
 

@@ -47,6 +47,12 @@ class RunSettings(Frozen):
     repeat: int = Field(default=1, ge=1, le=100)
     ignore_eos: bool = False
     depth_tokens: int = Field(default=0, ge=0, description="bench: context already in the cache")
+    rpc_servers: tuple[str, ...] = Field(
+        default=(), max_length=16, description="llama.cpp --rpc: HOST:PORT of each RPC server, first device first"
+    )
+    tensor_split: tuple[float, ...] = Field(
+        default=(), max_length=16, description="llama.cpp --tensor-split: the layer share of each device; (): by memory"
+    )
 
 
 class RunFigures(Frozen):

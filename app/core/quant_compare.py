@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.core.divergence import DivergenceFigures, Figure
 from app.core.evidence import paired, wilson_interval
 from app.core.suites import CheckResult, Suite, check_answer, pass_rate
 from app.core.units import GIB
@@ -49,6 +50,7 @@ class VariantResult:
     is_reference: bool = False
     n_threads: int | None = None
     prompt_format: str = "raw"  # "chat template": through the model's own template
+    divergence: DivergenceFigures | None = None  # KL / perplexity against the reference on a text
 
 
 @dataclass(frozen=True)
@@ -182,6 +184,7 @@ def routing_config(comparison: Comparison) -> dict[str, Any]:
                 "avg_tokens_per_s": round(v.decode_tokens_per_s, 1) if v.decode_tokens_per_s else None,
                 "pass_rates": {k: round(r, 3) for k, r in v.pass_rates.items()},
                 "fits": v.fits,
+                "distribution": _distribution_evidence(v.divergence),
             }
             for v in comparison.variants
         ],
@@ -205,7 +208,43 @@ def _evidence(comparison: Comparison, advice: Advice) -> dict[str, Any]:
         return {}
     results = suite_results(chosen, advice.profile)
     low, high = wilson_interval(sum(results.values()), len(results))
-    return {"prompts": len(results), "passed": sum(results.values()), "interval_95": [round(low, 3), round(high, 3)]}
+    out: dict[str, Any] = {
+        "prompts": len(results),
+        "passed": sum(results.values()),
+        "interval_95": [round(low, 3), round(high, 3)],
+    }
+    distribution = _distribution_evidence(chosen.divergence)
+    if distribution:
+        out["distribution"] = distribution
+    return out
+
+
+def _figure(f: Figure | None, digits: int = 4) -> dict[str, Any] | None:
+    if f is None:
+        return None
+    # No upper bound (a text too short for it) is left out rather than written as null.
+    return {
+        "value": round(f.value, digits),
+        "low_95": round(f.low, digits),
+        "high_95": None if f.high is None else round(f.high, digits),
+    }
+
+
+def _distribution_evidence(d: DivergenceFigures | None) -> dict[str, Any] | None:
+    """KL / perplexity figures with their 95% intervals and N (scored tokens), for a gateway's config."""
+    if d is None:
+        return None
+    return {
+        "text": d.text_name,
+        "tokens_scored": d.positions,
+        "reference": d.is_reference,
+        "perplexity": _figure(d.perplexity),
+        "reference_perplexity": _figure(d.reference_perplexity),
+        "delta_perplexity": _figure(d.delta_perplexity),
+        "kl_divergence_mean": _figure(d.kl_mean, 5),
+        "kl_divergence_p99": _figure(d.kl_p99, 5),
+        "same_top_token": _figure(d.same_top),
+    }
 
 
 def to_toml(data: dict[str, Any]) -> str:

@@ -78,7 +78,7 @@ def diagnose(result: RunResult, est: Estimate | None, speed: SpeedEstimate | Non
     """Sentences saying what probably happened when the run and the estimate disagree."""
     out = []
     s = result.settings
-    if s.n_gpu_layers != 0 and not result.gpu_offload_supported:
+    if s.n_gpu_layers != 0 and not result.gpu_offload_supported and not s.rpc_servers:
         out.append(
             "This llama-cpp-python was built without GPU support, so every layer ran on the CPU. For an "
             f"NVIDIA GPU install the CUDA build: {CUDA_INSTALL_HINT}"

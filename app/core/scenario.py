@@ -23,6 +23,7 @@ from app.core.autofit import auto_fit
 from app.core.catalog import find_device, load_devices
 from app.core.coverage import approximate_sentence
 from app.core.devices import DeviceSpec
+from app.core.divergence import MeasuredQuality, quality_key
 from app.core.errors import EstimateError, FitScopeError
 from app.core.estimate import (
     MAX_CONTEXT_TOKENS,
@@ -235,6 +236,8 @@ class Request:
     prompt_tokens: int = 512
     measured_efficiency: tuple[tuple[str, float], ...] = ()
     """(target name, decode efficiency) measured by live runs on this machine."""
+    measured_quality: tuple[MeasuredQuality, ...] = ()
+    """Δ perplexities measured by quantization A/B comparisons, shown on the ladder."""
 
 
 @dataclass(frozen=True)
@@ -294,6 +297,8 @@ class LadderRow:
     decode_tokens_per_s: Range
     current: bool
     placement: Literal["gpu", "partial", "cpu", "none"] = "gpu"
+    measured: MeasuredQuality | None = None
+    """This model's own Δ perplexity for the preset, measured against a reference file (A/B tab)."""
 
     @property
     def placement_words(self) -> str:
@@ -434,6 +439,16 @@ def placement_of(est: Estimate) -> Literal["gpu", "partial", "cpu", "none"]:
     return "gpu"
 
 
+def _people_sentence(users: int, controls: Controls) -> str:
+    """How many conversations fit at once, each with the chosen context."""
+    each = f"{controls.context_tokens:,} tokens (about {controls.context_tokens * WORDS_PER_TOKEN:,.0f} words) each"
+    if users >= MAX_USERS:
+        return f"At least {MAX_USERS} people can chat at once with {each} (FitScope counts up to {MAX_USERS})."
+    if users == 1:
+        return f"One person at a time can chat with {each}."
+    return f"Up to {users} people can chat at once with {each}."
+
+
 def make_verdict(
     est: Estimate,
     speed: SpeedEstimate,
@@ -447,6 +462,16 @@ def make_verdict(
     to spare, or only partly on the GPU, or under 25% to spare on an architecture whose rules are
     approximate), red (does not fit). An approximate estimate says so first."""
     verdict = _verdict(est, speed, controls, max_context, smaller_quant, n_ctx_train, gpus_hidden)
+    if est.repack_bytes > 0:
+        verdict = Verdict(
+            verdict.level,
+            verdict.headline,
+            (
+                *verdict.sentences,
+                f"On a CPU, llama.cpp also keeps a rearranged copy of {gib(est.repack_bytes)} of the weights for "
+                "faster arithmetic, so the same model needs more memory here than on a graphics card.",
+            ),
+        )
     if not est.approximate:
         return verdict
     caveat = approximate_sentence(est.architecture or "unknown")
@@ -570,6 +595,7 @@ class Evaluator:
         self._ladder_tensors: dict[tuple[str, str], tuple[TensorInfo, ...] | str] = {}
         self._curves: dict[tuple, tuple[ContextCurve, ConcurrencyCurve, int]] = {}
         self._efficiency: dict[str, float] = {}
+        self._measured_quality: dict[tuple[str, str], MeasuredQuality] = {}
 
     # Model loading is the slow, failing part (files); the window calls it first to report errors.
     def model(self, choice: ModelChoice, demo_path: str | None = None) -> ModelSource:
@@ -609,6 +635,7 @@ class Evaluator:
         """The view for a request. Raises FitScopeError only when the model cannot be loaded."""
         model = self.model(request.model, demo_path)
         self._efficiency = dict(request.measured_efficiency)
+        self._measured_quality = {(m.model_key, m.preset): m for m in request.measured_quality}
         machine = request.machine
         targets = resolve_targets(request.hardware, machine)
         repack = repack_profile(machine.host)
@@ -668,6 +695,8 @@ class Evaluator:
             bool(targets) and any(t.kind == "gpu" for t in targets) and not any(d.kind == "gpu" for d in est.devices)
         )
         verdict = make_verdict(est, speed, c, max_ctx, smaller, model.arch.n_ctx_train, gpus_hidden=hidden)
+        if est.fits and users >= 1:
+            verdict = Verdict(verdict.level, verdict.headline, (*verdict.sentences, _people_sentence(users, c)))
         note = hardware_note(request.hardware)
         if note:
             verdict = Verdict(verdict.level, verdict.headline, (*verdict.sentences, note))
@@ -755,6 +784,7 @@ class Evaluator:
     ) -> tuple[tuple[LadderRow, ...], str]:
         rows = []
         failures = []
+        key = quality_key(model.arch.arch, model.arch.n_layer, model.arch.n_embd, model.arch.n_vocab)
         for preset in PRESETS:
             if preset.name in ("F32", "MXFP4_MOE") and preset.name != model.quant:
                 continue
@@ -787,6 +817,7 @@ class Evaluator:
                     gpu_layers=est.gpu_layers,
                     decode_tokens_per_s=speed.decode_tokens_per_s,
                     current=preset.name == model.quant,
+                    measured=self._measured_quality.get((key, preset.name)),
                 )
             )
         rows.sort(key=lambda r: r.budget_bytes)

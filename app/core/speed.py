@@ -107,7 +107,7 @@ def estimate_speed(
     by_name = {t.name: t for t in targets}
     weights = active_bytes_by_device(arch, tensors, est)
     kv_per_token = kv_bytes_per_token(est)
-    n_attn_layers = sum(1 for i in range(arch.n_layer) if arch.is_attention_layer(i)) or 1
+    n_attn_layers = _attention_layers(arch)
     assumptions = []
 
     model = load_speed_model()
@@ -210,8 +210,38 @@ def target_family(target: Target) -> str:
     return speed_family(target.name, "gpu")
 
 
+_FLOAT_SHARE_CACHE: dict[int, tuple[Sequence[TensorInfo], float]] = {}
+_ATTENTION_LAYERS: dict[int, tuple[Architecture, int]] = {}
+
+
+def _attention_layers(arch: Architecture) -> int:
+    """Layers with an attention KV cache (at least 1), remembered per architecture object."""
+    hit = _ATTENTION_LAYERS.get(id(arch))
+    if hit is not None and hit[0] is arch:
+        return hit[1]
+    n = sum(1 for i in range(arch.n_layer) if arch.is_attention_layer(i)) or 1
+    if len(_ATTENTION_LAYERS) >= 128:
+        _ATTENTION_LAYERS.pop(next(iter(_ATTENTION_LAYERS)))
+    _ATTENTION_LAYERS[id(arch)] = (arch, n)
+    return n
+
+
 def _float_weight_share(tensors: Sequence[TensorInfo]) -> float:
-    """Share of weight bytes stored as F16/BF16/F32 (cuBLAS/float kernels rather than quantized ones)."""
+    """Share of weight bytes stored as F16/BF16/F32 (cuBLAS/float kernels rather than quantized ones),
+    remembered per tensor tuple (it cannot change) as ``tensor_totals`` remembers its sums: a sweep
+    over hardware asks it for the same model thousands of times."""
+    hit = _FLOAT_SHARE_CACHE.get(id(tensors))
+    if hit is not None and hit[0] is tensors:
+        return hit[1]
+    share = _sum_float_share(tensors)
+    if isinstance(tensors, tuple):
+        if len(_FLOAT_SHARE_CACHE) >= 128:
+            _FLOAT_SHARE_CACHE.pop(next(iter(_FLOAT_SHARE_CACHE)))
+        _FLOAT_SHARE_CACHE[id(tensors)] = (tensors, share)
+    return share
+
+
+def _sum_float_share(tensors: Sequence[TensorInfo]) -> float:
     total = sum(t.n_bytes for t in tensors if len(t.shape) >= 2) or 1
     floats = sum(
         t.n_bytes for t in tensors if len(t.shape) >= 2 and t.ggml_type in (GGMLType.F16, GGMLType.BF16, GGMLType.F32)

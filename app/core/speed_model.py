@@ -46,6 +46,7 @@ FAMILIES = (
 )
 
 
+@functools.lru_cache(maxsize=1024)
 def speed_family(name: str, kind: str = "gpu") -> str:
     """The device family whose constants apply, from a device's name (catalog or as llama.cpp prints
     it). ``kind`` is "cpu" for host processors."""

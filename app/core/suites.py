@@ -20,18 +20,53 @@ Suites are YAML or JSON files (the built-in ones live in ``resources/suites``)::
         answer_prefix: "{"          # put back in front of the answer before checking (the prompt opened it)
         check:
           json_schema: {type: object, required: [age], properties: {age: {const: 34}}}
+      - id: the-same-age
+        prompt: "Text: Maria is 34.\\nJSON: {"
+        answer_prefix: "{"
+        check: {fields: {name: Maria, age: 34}}     # these keys with these values; others are ignored
+      - id: timer
+        prompt: "Tool: set_timer(minutes: integer)\\nUser: 15 minutes, please.\\nCall: {"
+        answer_prefix: "{"
+        check: {tool_call: {name: set_timer, arguments: {minutes: 15}}}
+      - id: summary
+        prompt: "Article: ...\\nSummary in one sentence:"
+        check:
+          similar: ["The council will close the unsafe library.", "An unsafe library is to close."]
+          threshold: 0.5            # optional, 0.4 by default
 
-``check: {contains: Paris}`` is short for ``check: {kind: contains, value: Paris}`` and
-``json_schema: {...}`` for ``kind: json_schema`` with ``schema: {...}``; both forms are read.
-The prompts are raw completion prompts: no chat template is applied.
+``check: {contains: Paris}`` is short for ``check: {kind: contains, value: Paris}``,
+``json_schema: {...}`` for ``kind: json_schema`` with ``schema: {...}``, ``similar: ...`` for
+``kind: similar`` with ``references: [...]``, ``tool_call: {...}`` for ``kind: tool_call`` with
+``call: {...}`` and ``fields: {...}`` for ``kind: fields``; both forms are read.
+
+Value checks (``fields``, ``tool_call``) compare JSON values by meaning: text ignores case (unless
+``case_sensitive``), surrounding and repeated whitespace and a final period; numbers compare as
+numbers (34 and 34.0 are equal, "34" is not a number); lists compare as collections in any
+order; nested objects field by field. A tool call must name the function and give exactly the
+expected arguments: a missing, wrong or extra argument fails, as it would when the call reached
+the real tool.
+
+``similar`` judges free text against one or more reference answers by content-word F1 (see
+``similarity``): the share of content words the answer and a reference have in common, as the
+harmonic mean of precision and recall, after dropping function words and word endings. Word
+order is ignored on purpose: a summary that says the same thing in another order is as good. The
+best score over the references counts. Only the answer's opening is judged (as many paragraphs as
+the reference has, after a lead-in line ending in ":"), so a base model that writes its summary
+and then goes on with the next article is judged by its summary, not by what it restates after.
+
+Prompts go through the model's chat template when it has one (see ``app.adapters.suite_runner``),
+else as raw completions; the built-in prompts read well either way.
 
 Every problem in a suite text is a SuiteError naming the line at fault and what to change.
 """
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import difflib
 import json
+import math
 import os
 import re
 from collections.abc import Sequence
@@ -52,14 +87,25 @@ from app.core.files import read_text_file
 SUITES_DIR = RESOURCES_DIR / "suites"
 EDITOR_SOURCE = "<editor>"
 TASKS = ("chat", "summarization", "extraction", "tool_call", "custom")
-CHECK_KINDS = ("exact", "contains", "regex", "json_schema")
+CHECK_KINDS = ("exact", "contains", "regex", "json_schema", "similar", "fields", "tool_call")
 DEFAULT_MAX_TOKENS = 96
+DEFAULT_SIMILARITY = 0.4  # content-word F1 a 'similar' check needs unless it sets its own threshold
 
 Task = Literal["chat", "summarization", "extraction", "tool_call", "custom"]
-CheckKind = Literal["exact", "contains", "regex", "json_schema"]
+CheckKind = Literal["exact", "contains", "regex", "json_schema", "similar", "fields", "tool_call"]
 
 _TEXT_KINDS = ("exact", "contains", "regex")
-_CHECK_OPTIONS = ("case_sensitive", "description")
+_CHECK_OPTIONS = ("case_sensitive", "description", "threshold")
+# Where each kind's short form (`contains: Paris`) puts its content in the long form.
+_CHECK_TARGET = {
+    "exact": "value",
+    "contains": "value",
+    "regex": "value",
+    "json_schema": "schema",
+    "similar": "references",
+    "fields": "fields",
+    "tool_call": "call",
+}
 _KINDS_TEXT = ", ".join(CHECK_KINDS)
 _TASKS_TEXT = ", ".join(TASKS)
 
@@ -107,15 +153,47 @@ def _check_schema(schema: dict[str, Any]) -> None:
         raise _FieldProblem(f"the JSON Schema is invalid{at}: {_clip(exc.message, 160)}", where) from None
 
 
+def _plain_json(value: Any) -> Any:
+    """``value`` with what YAML reads beyond JSON made JSON: an unquoted 2025-05-14 is a date to
+    YAML, and the text "2025-05-14" to the model's JSON."""
+    if isinstance(value, datetime.datetime | datetime.date):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {str(k): _plain_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain_json(v) for v in value]
+    return value
+
+
+class ExpectedCall(BaseModel):
+    """The tool call a ``tool_call`` check expects: the function's name and its arguments."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1)
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("arguments", mode="before")
+    @classmethod
+    def _arguments_as_json(cls, value: Any) -> Any:
+        return _plain_json(value) if isinstance(value, dict) else value
+
+
 class Check(BaseModel):
     """How an answer is judged. ``value`` is the text for exact/contains/regex, ``schema_`` (written
-    ``schema`` in files) the JSON Schema for json_schema."""
+    ``schema`` in files) the JSON Schema for json_schema, ``references`` the reference answers of a
+    similar check (passing at ``threshold``, DEFAULT_SIMILARITY when unset), ``fields`` the values a
+    fields check expects and ``call`` the call a tool_call check expects."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
     kind: CheckKind
     value: str | None = Field(default=None, validate_default=True)
     schema_: dict[str, Any] | None = Field(default=None, alias="schema", validate_default=True)
+    references: tuple[str, ...] | None = Field(default=None, validate_default=True)
+    threshold: float | None = Field(default=None, ge=0, le=1)
+    fields: dict[str, Any] | None = Field(default=None, validate_default=True)
+    call: ExpectedCall | None = Field(default=None, validate_default=True)
     case_sensitive: bool = False
     description: str | None = None
 
@@ -148,6 +226,53 @@ class Check(BaseModel):
                 raise _FieldProblem("a 'json_schema' check needs a 'schema' (a JSON Schema mapping)")
             _check_schema(schema)
         return schema
+
+    @field_validator("references", mode="before")
+    @classmethod
+    def _references_as_texts(cls, value: Any) -> Any:
+        # `similar: One reference.` is the common case; a list gives several.
+        value = _number_as_text(value)
+        if isinstance(value, str):
+            return (value,)
+        if isinstance(value, list):
+            return tuple(_number_as_text(v) for v in value)
+        return value
+
+    @field_validator("references")
+    @classmethod
+    def _references_fit_kind(cls, references: tuple[str, ...] | None, info: ValidationInfo) -> tuple[str, ...] | None:
+        if info.data.get("kind") == "similar":
+            if not references:
+                raise _FieldProblem("a 'similar' check needs a reference answer (or a list of them)")
+            for index, text in enumerate(references):
+                if not content_words(text):
+                    raise _FieldProblem(
+                        f"the reference '{_clip(text)}' has no content words to compare; write the answer you expect",
+                        (index,) if len(references) > 1 else (),
+                    )
+        return references
+
+    @field_validator("fields", mode="before")
+    @classmethod
+    def _fields_as_json(cls, value: Any) -> Any:
+        return _plain_json(value) if isinstance(value, dict) else value
+
+    @field_validator("fields")
+    @classmethod
+    def _fields_fit_kind(cls, fields: dict[str, Any] | None, info: ValidationInfo) -> dict[str, Any] | None:
+        if info.data.get("kind") == "fields" and not fields:
+            raise _FieldProblem("a 'fields' check needs the expected values, e.g. 'fields: {name: Maria, age: 34}'")
+        return fields
+
+    @field_validator("call")
+    @classmethod
+    def _call_fits_kind(cls, call: ExpectedCall | None, info: ValidationInfo) -> ExpectedCall | None:
+        if info.data.get("kind") == "tool_call" and call is None:
+            raise _FieldProblem(
+                "a 'tool_call' check needs the expected call, e.g. "
+                "'tool_call: {name: set_timer, arguments: {minutes: 5}}'"
+            )
+        return call
 
 
 class SuitePrompt(BaseModel):
@@ -301,7 +426,8 @@ def _expand_check(check: dict[Any, Any], path: _Path, lines: dict[_Path, int], w
     """`{contains: Paris}` → `{kind: contains, value: Paris}`, with the lines moved along."""
     if "kind" in check:
         return check
-    others = [key for key in check if key not in ("value", "schema", "schema_", *_CHECK_OPTIONS)]
+    contents = {target for target in _CHECK_TARGET.values() if target not in CHECK_KINDS}
+    others = [key for key in check if key not in ("schema_", *contents, *_CHECK_OPTIONS)]
     known = [key for key in others if key in CHECK_KINDS]
     if len(known) > 1:
         raise SuiteError(
@@ -314,8 +440,8 @@ def _expand_check(check: dict[Any, Any], path: _Path, lines: dict[_Path, int], w
     kind = known[0] if known else others[0] if len(others) == 1 else None
     if kind is None:
         return check
-    target = "schema" if kind == "json_schema" else "value"
-    if target in check:
+    target = _CHECK_TARGET.get(kind, "value")
+    if target != kind and target in check:
         raise SuiteError(
             f"{who} gives its check both '{kind}' and '{target}'; write either '{kind}: ...' or 'kind: {kind}' "
             f"with '{target}: ...'",
@@ -386,7 +512,8 @@ def _type_name(value: Any) -> str:
 
 _SUITE_KEYS = ("name", "description", "task", "quality_floor", "prompts")
 _PROMPT_KEYS = ("id", "prompt", "check", "max_tokens", "answer_prefix")
-_CHECK_KEYS = ("kind", "value", "schema", "case_sensitive", "description")
+_CHECK_KEYS = ("kind", "value", "schema", "references", "threshold", "fields", "call", "case_sensitive", "description")
+_CALL_KEYS = ("name", "arguments")
 _MISSING_HINTS: dict[_Path, str] = {
     ("name",): "the suite has no 'name'; add one, e.g. 'name: my-task'",
     ("task",): f"the suite has no 'task'; add one of {_TASKS_TEXT}",
@@ -417,6 +544,8 @@ def _validation_message(error: Any, who: str, rest: _Path) -> str:
             allowed: tuple[str, ...] = _SUITE_KEYS
         elif len(rest) == 2 and rest[0] == "check":
             allowed = _CHECK_KEYS
+        elif len(rest) == 3 and rest[:2] == ("check", "call"):
+            allowed = _CALL_KEYS
         else:
             allowed = _PROMPT_KEYS
         close = difflib.get_close_matches(str(rest[-1]), allowed, n=1, cutoff=0.6)
@@ -525,23 +654,81 @@ def builtin_suites() -> dict[str, Suite]:
     return dict(_builtin())
 
 
-def find_suite(name_or_path: str) -> Suite:
-    """A built-in suite by name, else the suite file at that path."""
+def find_suite(name_or_path: str, yours: Sequence[Suite] = ()) -> Suite:
+    """A built-in suite by name, else one of ``yours`` (the user's own suites) by name, else the
+    suite file at that path. Raises SuiteError when there is none."""
     suites = builtin_suites()
     wanted = name_or_path.strip()
-    for name, suite in suites.items():
-        if name.lower() == wanted.lower():
+    for suite in (*suites.values(), *yours):
+        if suite.name.lower() == wanted.lower():
             return suite
     path = Path(wanted).expanduser()
     if path.exists() or path.suffix.lower() in (".yaml", ".yml", ".json") or os.sep in wanted or "/" in wanted:
         return load_suite(path)
-    close = difflib.get_close_matches(wanted, list(suites), n=1, cutoff=0.6)
+    names = [*suites, *(s.name for s in yours)]
+    close = difflib.get_close_matches(wanted, names, n=1, cutoff=0.6)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
+    own = f"; yours are {', '.join(sorted(s.name for s in yours))}" if yours else ""
     raise SuiteError(
         f"there is no built-in suite or suite file '{name_or_path}'{hint}; the built-in suites are "
-        f"{', '.join(sorted(suites))}",
+        f"{', '.join(sorted(suites))}{own}",
         source="",
     )
+
+
+# -- the user's own examples ---------------------------------------------------------------------
+
+EXAMPLE_CHECKS = ("contains", "exact", "similar")
+_EXAMPLE_CHECK_WORDS = {
+    "contains": "the answer contains it",
+    "exact": "the answer is exactly it",
+    "similar": f"the answer says the same (content-word F1 ≥ {DEFAULT_SIMILARITY:.1f})",
+}
+
+
+def example_check_meaning(kind: str) -> str:
+    """What an example's check kind means, in words for a menu."""
+    return _EXAMPLE_CHECK_WORDS.get(kind, kind)
+
+
+def _slug(text: str, words: int = 5, limit: int = 40) -> str:
+    parts = re.findall(r"[a-z0-9]+", text.casefold())[:words]
+    return "-".join(parts)[:limit].strip("-") or "example"
+
+
+def example_prompt(prompt: str, expected: str, kind: str, taken: Sequence[str] = ()) -> SuitePrompt:
+    """A suite prompt made from a user's example: the prompt as the model gets it, the answer the
+    user expects, and how to compare them (one of EXAMPLE_CHECKS). The id comes from the prompt's
+    first words, made unique against ``taken``; max_tokens leaves room for about twice the
+    expected answer (at least 32, at most 512 tokens). Raises SuiteError for an empty prompt or
+    answer, an unknown kind, or a 'similar' answer without content words."""
+    prompt, expected = prompt.strip(), expected.strip()
+    if not prompt:
+        raise SuiteError("the example has no prompt; paste the text the model should answer", source="")
+    if not expected:
+        raise SuiteError("the example has no expected answer; write the answer you want", source="")
+    if kind not in EXAMPLE_CHECKS:
+        raise SuiteError(f"an example's check is one of {', '.join(EXAMPLE_CHECKS)}, not '{kind}'", source="")
+    base = _slug(prompt)
+    pid, n = base, 2
+    while pid in taken:
+        pid, n = f"{base}-{n}", n + 1
+    # About 3 characters per token in English; a verbose model may restate the answer once.
+    max_tokens = max(32, min(512, 2 * math.ceil(len(expected) / 3) + 16))
+    content: dict[str, Any] = {"references": (expected,)} if kind == "similar" else {"value": expected}
+    try:
+        check = Check.model_validate({"kind": kind, **content})
+    except ValidationError as exc:
+        problem = (exc.errors()[0].get("ctx") or {}).get("error") or exc.errors()[0]["msg"]
+        raise SuiteError(str(problem), source="") from None
+    return SuitePrompt(id=pid, prompt=prompt, check=check, max_tokens=max_tokens)
+
+
+def with_prompt(suite: Suite, prompt: SuitePrompt) -> Suite:
+    """``suite`` with ``prompt`` appended (validated: its id must be new)."""
+    data = suite.model_dump(by_alias=True)
+    data["prompts"] = [*data["prompts"], prompt.model_dump(by_alias=True)]
+    return Suite.model_validate(data)
 
 
 # -- writing -------------------------------------------------------------------------------------
@@ -581,7 +768,19 @@ _EditorDumper.add_representer(dict, _represent_dict)
 
 
 def _check_doc(check: Check) -> dict[str, Any]:
-    doc: dict[str, Any] = {check.kind: check.schema_ if check.kind == "json_schema" else check.value}
+    content: Any = check.value
+    if check.kind == "json_schema":
+        content = check.schema_
+    elif check.kind == "similar":
+        references = list(check.references or ())
+        content = references[0] if len(references) == 1 else references
+    elif check.kind == "fields":
+        content = check.fields
+    elif check.kind == "tool_call" and check.call is not None:
+        content = {"name": check.call.name, "arguments": check.call.arguments}
+    doc: dict[str, Any] = {check.kind: content}
+    if check.threshold is not None:
+        doc["threshold"] = check.threshold
     if check.case_sensitive:
         doc["case_sensitive"] = True
     if check.description:
@@ -795,8 +994,241 @@ def _check_json_schema(check: Check, answer: str) -> CheckResult:
     at = ".".join(str(p) for p in error.absolute_path)
     where = f" at '{at}'" if at else ""
     # The scan only goes past an unclosed bracket into it, so the value found lies inside that one.
-    cut_note = " (it sits inside a JSON object that is never closed: was the answer cut off?)" if scan.cut_off else ""
+    cut_note = _CUT_NOTE if scan.cut_off else ""
     return CheckResult(False, f"The JSON does not match the schema{where}: {_clip(error.message, 160)}{cut_note}.")
+
+
+# -- similarity to a reference answer --------------------------------------------------------------
+
+# Function words carry no content: "the library will close" and "a library is to close" say the same.
+# fmt: off
+_STOP_WORDS = frozenset(
+    {
+        "a", "about", "above", "after", "again", "against", "all", "also", "am", "an", "and", "any", "are", "as", "at",
+        "be", "because", "been", "before", "being", "below", "between", "both", "but", "by", "can", "could", "did",
+        "do", "does", "doing", "down", "during", "each", "few", "for", "from", "further", "had", "has", "have",
+        "having", "he", "her", "here", "hers", "herself", "him", "himself", "his", "how", "i", "if", "in", "into", "is",
+        "it", "its", "itself", "just", "me", "more", "most", "my", "myself", "no", "nor", "not", "now", "of", "off",
+        "on", "once", "only", "or", "other", "our", "ours", "ourselves", "out", "over", "own", "same", "she", "should",
+        "so", "some", "such", "than", "that", "the", "their", "theirs", "them", "themselves", "then", "there", "these",
+        "they", "this", "those", "through", "to", "too", "under", "until", "up", "very", "was", "we", "were", "what",
+        "when", "where", "which", "while", "who", "whom", "why", "will", "with", "would", "you", "your", "yours",
+        "yourself", "yourselves", "s", "t"
+    }
+)
+# fmt: on
+_KEEP_NEGATION = frozenset({"no", "not", "nor"})  # dropped above, but "not guilty" ≠ "guilty"
+_WORD = re.compile(r"\d+(?:[.,]\d+)*|[^\W\d_]+")
+
+
+def _stem(word: str) -> str:
+    """A crude suffix strip so that close/closes/closed/closing and library/libraries meet; a real
+    stemmer would be a dependency, and this one only has to make word forms of one text agree."""
+    if word[0].isdigit():
+        return word.replace(",", "")  # 20,000 and 20000
+    if len(word) > 4 and word.endswith("ies"):
+        word = word[:-3] + "y"
+    elif len(word) > 5 and word.endswith("ing"):
+        word = word[:-3]
+    elif len(word) > 4 and word.endswith("ed"):
+        word = word[:-2]
+    elif len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
+        word = word[:-1]
+    if len(word) > 3 and word.endswith("e"):
+        word = word[:-1]
+    return word
+
+
+def content_words(text: str) -> frozenset[str]:
+    """The set of stemmed content words of ``text``: casefolded, without function words, numbers
+    kept (20,000 as 20000), negations kept."""
+    words = (w for w in _WORD.findall(text.casefold()))
+    return frozenset(_stem(w) for w in words if w in _KEEP_NEGATION or w not in _STOP_WORDS)
+
+
+def similarity(answer: str, reference: str) -> float:
+    """Content-word F1 of ``answer`` against ``reference``, 0..1: with A and R the two texts'
+    content-word sets, precision |A∩R|/|A|, recall |A∩R|/|R|, and their harmonic mean.
+
+    Chosen over ROUGE-L (the longest common subsequence) because a paraphrase often reorders a
+    sentence ("the council will close the library" / "the library is to be closed by the
+    council") and an order-blind measure does not punish that; sets rather than counts, so a model
+    that repeats itself gains nothing. No synonyms: a summary must use the article's words, which
+    summaries mostly do. 0.0 when either text has no content words."""
+    a, r = content_words(answer), content_words(reference)
+    common = len(a & r)
+    if not common:
+        return 0.0
+    precision, recall = common / len(a), common / len(r)
+    return 2 * precision * recall / (precision + recall)
+
+
+_PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
+
+
+def _paragraphs(text: str) -> list[str]:
+    return [part.strip() for part in _PARAGRAPH_BREAK.split(text) if part.strip()]
+
+
+def _opening(answer: str, paragraphs: int) -> str:
+    """The answer's first ``paragraphs`` paragraphs, after a lead-in such as "Here is a summary:".
+    A base model writes its answer and then goes on with the next item ("\n\nArticle: ..."),
+    often restating the text it was given: only the opening is the answer."""
+    parts = _paragraphs(answer)
+    if len(parts) > 1 and parts[0].endswith(":"):
+        parts = parts[1:]
+    return "\n\n".join(parts[:paragraphs])
+
+
+def _check_similar(check: Check, answer: str) -> CheckResult:
+    references = check.references or ()
+    if not references:
+        return CheckResult(False, "The check has no reference answer.")
+    threshold = DEFAULT_SIMILARITY if check.threshold is None else check.threshold
+    if not answer.strip():
+        return CheckResult(False, "The answer is empty; expected one like the reference.")
+    scored = []
+    for reference in references:
+        passage = _opening(answer, max(1, len(_paragraphs(reference))))
+        scored.append((similarity(passage, reference), passage, reference))
+    score, passage, reference = max(scored, key=lambda t: t[0])
+    shared = sorted(content_words(passage) & content_words(reference))
+    words = f" (shared words: {', '.join(shared[:6])}{', …' if len(shared) > 6 else ''})" if shared else ""
+    if score >= threshold:
+        return CheckResult(True, f"Similarity {score:.2f} to the reference, at least {threshold:.2f}{words}.")
+    return CheckResult(
+        False, f"Similarity {score:.2f} to the reference {_quoted(reference, 50)}, below {threshold:.2f}{words}."
+    )
+
+
+# -- expected values in JSON -----------------------------------------------------------------------
+
+
+def _text_form(text: str, case_sensitive: bool) -> str:
+    flat = " ".join(text.split())
+    if flat.endswith(".") and not flat.endswith(".."):
+        flat = flat[:-1].rstrip()
+    return flat if case_sensitive else flat.casefold()
+
+
+def _shown(value: Any) -> str:
+    return _clip(json.dumps(value, ensure_ascii=False), 40)
+
+
+def _value_problem(expected: Any, got: Any, where: str, case_sensitive: bool) -> str | None:
+    """Why ``got`` is not the ``expected`` JSON value at the dotted path ``where`` (None when it is)."""
+    at = f"'{where}'"
+    if isinstance(expected, bool) or expected is None:
+        ok = got is expected
+    elif isinstance(expected, int | float):
+        ok = isinstance(got, int | float) and not isinstance(got, bool)
+        ok = ok and math.isclose(got, expected, rel_tol=1e-6, abs_tol=1e-9)
+    elif isinstance(expected, str):
+        # A number where text was expected ("invoice": 2231 for "2231") says the same thing.
+        text = got if isinstance(got, str) else json.dumps(got) if isinstance(got, int | float) else None
+        ok = text is not None and not isinstance(got, bool)
+        ok = ok and _text_form(str(text), case_sensitive) == _text_form(expected, case_sensitive)
+    elif isinstance(expected, list):
+        if not isinstance(got, list):
+            return f"{at} is {_shown(got)}, expected the list {_shown(expected)}"
+        if len(got) != len(expected):
+            return f"{at} has {len(got)} items, expected {len(expected)}: {_shown(expected)}"
+        unmatched = list(got)
+        for item in expected:  # in any order: "flour, sugar" lists the same things as "sugar, flour"
+            match = next((g for g in unmatched if _value_problem(item, g, "", case_sensitive) is None), _MISSING)
+            if match is _MISSING:
+                return f"{at} lacks {_shown(item)}: it is {_shown(got)}"
+            unmatched.remove(match)
+        return None
+    elif isinstance(expected, dict):
+        if not isinstance(got, dict):
+            return f"{at} is {_shown(got)}, expected an object"
+        return _fields_problem(expected, got, f"{where}.", case_sensitive)
+    else:
+        ok = got == expected
+    return None if ok else f"{at} is {_shown(got)}, expected {_shown(expected)}"
+
+
+_MISSING = object()
+
+
+def _fields_problem(expected: dict[str, Any], got: dict[str, Any], prefix: str, case_sensitive: bool) -> str | None:
+    for key, wanted in expected.items():
+        if key not in got:
+            return f"'{prefix}{key}' is missing"
+        problem = _value_problem(wanted, got[key], f"{prefix}{key}", case_sensitive)
+        if problem:
+            return problem
+    return None
+
+
+_CUT_NOTE = " (it sits inside a JSON object that is never closed: was the answer cut off?)"
+
+
+def _json_object(answer: str) -> tuple[Any, CheckResult | None, str]:
+    """The first JSON object in the answer, or a failed result saying why there is none; and a note
+    for a failure when the object found lies inside one that is never closed."""
+    scan = _extract_json(answer, "{")
+    if scan.found:
+        return scan.value, None, _CUT_NOTE if scan.cut_off else ""
+    if scan.problem:
+        return None, CheckResult(False, scan.problem), ""
+    if scan.cut_off:
+        return (
+            None,
+            CheckResult(False, "The JSON object is never closed; the answer may have been cut off by max_tokens."),
+            "",
+        )
+    return None, CheckResult(False, "No JSON object found in the answer."), ""
+
+
+def _check_fields(check: Check, answer: str) -> CheckResult:
+    expected = check.fields or {}
+    found, failed, cut_note = _json_object(answer)
+    if failed is not None:
+        return failed
+    problem = _fields_problem(expected, found, "", check.case_sensitive)
+    if problem:
+        return CheckResult(False, f"The JSON's {problem}{cut_note}.")
+    return CheckResult(True, f"The JSON has the {len(expected)} expected value{'s' if len(expected) != 1 else ''}.")
+
+
+def _call_parts(found: dict[str, Any]) -> tuple[Any, Any]:
+    """The function name and arguments of a call written as {"name", "arguments"} (or
+    "parameters"), or as an OpenAI tool call {"type": "function", "function": {...}}."""
+    inner = found.get("function")
+    if isinstance(inner, dict) and "name" in inner:
+        found = inner
+    arguments = found.get("arguments", found.get("parameters", _MISSING))
+    if isinstance(arguments, str):  # OpenAI's API carries the arguments as a JSON string
+        with contextlib.suppress(json.JSONDecodeError):
+            arguments = json.loads(arguments)
+    return found.get("name", _MISSING), arguments
+
+
+def _check_tool_call(check: Check, answer: str) -> CheckResult:
+    call = check.call
+    if call is None:
+        return CheckResult(False, "The check has no expected call.")
+    found, failed, cut_note = _json_object(answer)
+    if failed is not None:
+        return failed
+    name, arguments = _call_parts(found)
+    if name is _MISSING:
+        return CheckResult(False, f"The JSON names no function (no 'name'); expected a call of {call.name}{cut_note}.")
+    if not isinstance(name, str) or name.strip() != call.name:
+        return CheckResult(False, f"The call is of {_shown(name)}, expected {call.name}{cut_note}.")
+    if arguments is _MISSING:
+        arguments = {}
+    if not isinstance(arguments, dict):
+        return CheckResult(False, f"The arguments of {call.name} are {_shown(arguments)}, not an object{cut_note}.")
+    extra = [key for key in arguments if key not in call.arguments]
+    if extra:
+        return CheckResult(False, f"The call of {call.name} has an unexpected argument '{extra[0]}'{cut_note}.")
+    problem = _fields_problem(call.arguments, arguments, "", check.case_sensitive)
+    if problem:
+        return CheckResult(False, f"The call of {call.name}: argument {problem}{cut_note}.")
+    return CheckResult(True, f"The call is {call.name} with the {len(call.arguments)} expected arguments.")
 
 
 def check_answer(check: Check, answer: str) -> CheckResult:
@@ -807,6 +1239,12 @@ def check_answer(check: Check, answer: str) -> CheckResult:
         return _check_contains(check, answer)
     if check.kind == "regex":
         return _check_regex(check, answer)
+    if check.kind == "similar":
+        return _check_similar(check, answer)
+    if check.kind == "fields":
+        return _check_fields(check, answer)
+    if check.kind == "tool_call":
+        return _check_tool_call(check, answer)
     return _check_json_schema(check, answer)
 
 

@@ -1,6 +1,7 @@
 """The Quantization A/B tab: 2–4 variants of one model (files the user has, or made here from a
-higher-precision file), task suites with checks, and the answer — quality against speed and
-memory, and which variant to route each task to.
+higher-precision file), task suites with checks, each variant's KL divergence and perplexity
+against the reference on a text, and the answer — quality against speed and memory, and which
+variant to route each task to.
 
 Long jobs (making a variant, running the suites) run on the tab's ``JobRunner`` (``app.ui.jobs``),
 like the Run tab's: progress in 100 ms batches, and every failure as a message that leaves the tab
@@ -18,6 +19,7 @@ from typing import Any
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDialog,
     QDialogButtonBox,
@@ -31,18 +33,32 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
+    QSpinBox,
     QVBoxLayout,
     QWidget,
 )
 
 from app.adapters.ab_compare import MAX_VARIANTS, compare_variants
+from app.adapters.divergence_runner import DivergenceSettings, builtin_text, read_text
 from app.adapters.llamacpp_runner import LiveRun
 from app.adapters.quantizer import Quantization, default_variant_path, quantize
+from app.adapters.user_suites import UserSuite, add_example, load_user_suites, save_suite, user_suites_dir
+from app.core.divergence import DivergenceFigures, meaning
 from app.core.errors import FitScopeError
 from app.core.estimate import Target
 from app.core.quant import PRESETS
 from app.core.quant_compare import Comparison, routing_config, to_toml
-from app.core.suites import Suite, SuiteError, builtin_suites, load_suite, parse_suite, suite_to_yaml
+from app.core.suites import (
+    EXAMPLE_CHECKS,
+    Suite,
+    SuiteError,
+    builtin_suites,
+    example_check_meaning,
+    example_prompt,
+    load_suite,
+    parse_suite,
+    suite_to_yaml,
+)
 from app.core.units import GIB
 from app.ui.charts import COLORS, Chart
 from app.ui.jobs import JobRunner, Report
@@ -91,6 +107,54 @@ class SuiteEditor(QDialog):
             self.accept()
 
 
+class ExampleDialog(QDialog):
+    """Paste a prompt and the answer you expect; choose how the model's answer is compared with it."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Add an example to your suite")
+        self.resize(640, 520)
+        self.prompt = QPlainTextEdit()
+        self.prompt.setAccessibleName("Prompt")
+        self.prompt.setPlaceholderText("The prompt, as your application sends it to the model")
+        self.expected = QPlainTextEdit()
+        self.expected.setAccessibleName("Expected answer")
+        self.expected.setPlaceholderText("The answer you expect")
+        self.check = QComboBox()
+        self.check.setAccessibleName("How to compare the answer")
+        labels = {"contains": "contains", "exact": "exact", "similar": "similar to"}
+        for kind in EXAMPLE_CHECKS:
+            self.check.addItem(f"{labels[kind]}: {example_check_meaning(kind)}", kind)
+        self.message = QLabel("")
+        self.message.setWordWrap(True)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        buttons.accepted.connect(self._accept)
+        buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addWidget(QLabel("Prompt:"))
+        layout.addWidget(self.prompt, 3)
+        layout.addWidget(QLabel("Expected answer:"))
+        layout.addWidget(self.expected, 2)
+        row = QHBoxLayout()
+        row.addWidget(QLabel("Pass when"))
+        row.addWidget(self.check, 1)
+        layout.addLayout(row)
+        layout.addWidget(self.message)
+        layout.addWidget(buttons)
+
+    def example(self) -> tuple[str, str, str]:
+        """The prompt, the expected answer and the check kind."""
+        return self.prompt.toPlainText(), self.expected.toPlainText(), str(self.check.currentData())
+
+    def _accept(self) -> None:
+        try:
+            example_prompt(*self.example())
+        except SuiteError as exc:
+            self.message.setText(str(exc))
+            return
+        self.accept()
+
+
 class AbPanel(QWidget):
     comparison_finished = Signal(object)  # Comparison
     error_shown = Signal(str)
@@ -99,9 +163,13 @@ class AbPanel(QWidget):
         self,
         hardware: Callable[[], tuple[list[Target], str, str]],
         parent: QWidget | None = None,
+        suites_folder: Path | None = None,
     ) -> None:
-        """``hardware()`` gives the targets the advice must fit, their label and the CPU repack profile."""
+        """``hardware()`` gives the targets the advice must fit, their label and the CPU repack profile;
+        ``suites_folder`` holds the user's own suites (default: FitScope's data folder)."""
         super().__init__(parent)
+        self._suites_folder = user_suites_dir() if suites_folder is None else suites_folder
+        self.user_suites, suite_problems = load_user_suites(self._suites_folder)
         self._hardware = hardware
         self._job = JobRunner("ab", self)
         self._job.progressed.connect(self._on_progress)
@@ -113,7 +181,10 @@ class AbPanel(QWidget):
         self.comparison: Comparison | None = None
         self.custom_suites: list[Suite] = []
         self._source_path = ""
+        self._text, self._text_name = builtin_text()
         self._build()
+        if suite_problems:
+            self.status.setText("Some of your suites cannot be used: " + " ".join(suite_problems))
 
     # -- layout ---------------------------------------------------------------------------------
 
@@ -155,10 +226,44 @@ class AbPanel(QWidget):
         srow = QHBoxLayout()
         self.load_suite_button = QPushButton("&Load suite…")
         self.edit_suite_button = QPushButton("&Edit…")
+        self.add_example_button = QPushButton("Add e&xample…")
+        self.add_example_button.setToolTip(
+            f"Paste a prompt and the answer you expect; it is saved to your suite in {self._suites_folder}"
+        )
         srow.addWidget(self.load_suite_button)
         srow.addWidget(self.edit_suite_button)
+        srow.addWidget(self.add_example_button)
         sl.addLayout(srow)
         self._fill_suites()
+
+        text_box = QGroupBox("Distribution check: KL divergence and perplexity on a text")
+        tl = QVBoxLayout(text_box)
+        self.kl_check = QCheckBox("Measure every variant against the reference on a text")
+        self.kl_check.setChecked(True)
+        self.kl_check.setToolTip(
+            "As llama-perplexity --kl-divergence: one pass per file over the text, cached, so a rerun is instant"
+        )
+        tl.addWidget(self.kl_check)
+        trow = QHBoxLayout()
+        self.text_label = QLabel(self._text_name)
+        self.text_label.setWordWrap(True)
+        self.choose_text_button = QPushButton("C&hoose text…")
+        self.builtin_text_button = QPushButton("Built-in")
+        trow.addWidget(self.text_label, 1)
+        trow.addWidget(self.choose_text_button)
+        trow.addWidget(self.builtin_text_button)
+        tl.addLayout(trow)
+        nrow = QHBoxLayout()
+        nrow.addWidget(QLabel("Tokens of the text:"))
+        self.kl_tokens = QSpinBox()
+        self.kl_tokens.setRange(0, 1_000_000)
+        self.kl_tokens.setSingleStep(512)
+        self.kl_tokens.setValue(2048)
+        self.kl_tokens.setSpecialValueText("all")
+        self.kl_tokens.setAccessibleName("Tokens of the text to evaluate")
+        nrow.addWidget(self.kl_tokens)
+        nrow.addStretch(1)
+        tl.addLayout(nrow)
 
         run_row = QHBoxLayout()
         self.compare_button = QPushButton("&Compare")
@@ -194,6 +299,7 @@ class AbPanel(QWidget):
         left = QVBoxLayout()
         left.addWidget(variants_box)
         left.addWidget(suites_box)
+        left.addWidget(text_box)
         left.addLayout(run_row)
         left.addWidget(self.progress)
         left.addWidget(self.status)
@@ -211,27 +317,42 @@ class AbPanel(QWidget):
         self.add_button.clicked.connect(self._add_dialog)
         self.remove_button.clicked.connect(self._remove_selected)
         self.make_button.clicked.connect(lambda: self.make_variant(self.make_preset.currentData()))
+        self.choose_text_button.clicked.connect(self._choose_text_dialog)
+        self.builtin_text_button.clicked.connect(lambda: self.set_text(*builtin_text()))
         self.load_suite_button.clicked.connect(self._load_suite_dialog)
         self.edit_suite_button.clicked.connect(self._edit_suite)
+        self.add_example_button.clicked.connect(self._add_example_dialog)
         self.compare_button.clicked.connect(self.start)
         self.stop_button.clicked.connect(self.stop)
         self.export_json.clicked.connect(lambda: self._export_dialog("json"))
         self.export_toml.clicked.connect(lambda: self._export_dialog("toml"))
 
     def _fill_suites(self) -> None:
+        # A refill (a new example, an edited suite) keeps what the user ticked.
+        ticked = {
+            self.suite_list.item(i).data(Qt.ItemDataRole.UserRole).name: self.suite_list.item(i).checkState()
+            == Qt.CheckState.Checked
+            for i in range(self.suite_list.count())
+        }
         self.suite_list.clear()
+        edited = {s.name for s in self.custom_suites}
         for name, suite in builtin_suites().items():
-            self._add_suite_item(suite, checked=name in ("chat", "extraction"))
+            self._add_suite_item(suite, checked=ticked.get(name, name in ("chat", "extraction")))
+        for mine in self.user_suites:
+            if mine.suite.name not in edited:
+                self._add_suite_item(mine.suite, checked=ticked.get(mine.suite.name, True), path=mine.path)
         for suite in self.custom_suites:
-            self._add_suite_item(suite, checked=True)
+            self._add_suite_item(suite, checked=ticked.get(suite.name, True))
 
-    def _add_suite_item(self, suite: Suite, checked: bool) -> None:
+    def _add_suite_item(self, suite: Suite, checked: bool, path: Path | None = None) -> None:
         floor = f", floor {suite.quality_floor:.0%}" if suite.quality_floor is not None else ""
-        item = QListWidgetItem(f"{suite.name} ({len(suite.prompts)} prompts{floor})")
+        yours = ", yours" if path is not None else ""
+        item = QListWidgetItem(f"{suite.name} ({len(suite.prompts)} prompts{floor}{yours})")
         item.setData(Qt.ItemDataRole.UserRole, suite)
+        item.setData(Qt.ItemDataRole.UserRole + 1, str(path) if path is not None else None)
         item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
         item.setCheckState(Qt.CheckState.Checked if checked else Qt.CheckState.Unchecked)
-        item.setToolTip(suite.description)
+        item.setToolTip(suite.description + (f"\nSaved in {path}" if path is not None else ""))
         self.suite_list.addItem(item)
 
     # -- inputs ---------------------------------------------------------------------------------
@@ -257,6 +378,25 @@ class AbPanel(QWidget):
         item = QListWidgetItem(f"{Path(path).name} ({size:.2f} GiB)")
         item.setData(Qt.ItemDataRole.UserRole, path)
         self.variant_list.addItem(item)
+
+    def set_text(self, text: str, name: str) -> None:
+        """The text the variants' distributions are compared on."""
+        self._text, self._text_name = text, name
+        self.text_label.setText(name)
+
+    def divergence_settings(self) -> DivergenceSettings | None:
+        if not self.kl_check.isChecked():
+            return None
+        return DivergenceSettings(text=self._text, text_name=self._text_name, max_tokens=self.kl_tokens.value())
+
+    def _choose_text_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Text for KL divergence and perplexity", "", "Text (*.txt *.md)")
+        if not path:
+            return
+        try:
+            self.set_text(*read_text(path))
+        except FitScopeError as exc:
+            self.error_shown.emit(str(exc))
 
     def chosen_suites(self) -> list[Suite]:
         out = []
@@ -291,9 +431,58 @@ class AbPanel(QWidget):
     def _edit_suite(self) -> None:
         item = self.suite_list.currentItem()
         base = item.data(Qt.ItemDataRole.UserRole) if item is not None else next(iter(builtin_suites().values()))
+        saved_in = item.data(Qt.ItemDataRole.UserRole + 1) if item is not None else None
         dialog = SuiteEditor(suite_to_yaml(base), self)
-        if dialog.exec() and dialog.suite is not None:
-            self.add_suite(dialog.suite)
+        if not dialog.exec() or dialog.suite is None:
+            return
+        if saved_in and dialog.suite.name == base.name:
+            # One of the user's files: the edit is saved there, as an added example is.
+            try:
+                save_suite(dialog.suite, Path(saved_in))
+            except FitScopeError as exc:
+                self.error_shown.emit(str(exc))
+                return
+            self._reload_user_suites()
+            return
+        self.add_suite(dialog.suite)
+
+    def user_suite_names(self) -> list[str]:
+        return [u.suite.name for u in self.user_suites]
+
+    def _reload_user_suites(self) -> None:
+        self.user_suites, problems = load_user_suites(self._suites_folder)
+        self._fill_suites()
+        if problems:
+            self.status.setText("Some of your suites cannot be used: " + " ".join(problems))
+
+    def add_example(self, prompt: str, expected: str, check: str) -> UserSuite | None:
+        """Append an example to the user's examples suite, save it, and list it (ticked) at once.
+        A problem is shown, not raised; returns the saved suite, or None."""
+        try:
+            saved = add_example(prompt, expected, check, folder=self._suites_folder)
+        except FitScopeError as exc:
+            self.error_shown.emit(str(exc))
+            return None
+        self.custom_suites = [s for s in self.custom_suites if s.name != saved.suite.name]
+        self._reload_user_suites()
+        for i in range(self.suite_list.count()):
+            item = self.suite_list.item(i)
+            if item.data(Qt.ItemDataRole.UserRole).name == saved.suite.name:
+                item.setCheckState(Qt.CheckState.Checked)
+                self.suite_list.setCurrentItem(item)
+        added = saved.suite.prompts[-1]
+        self.status.setText(
+            f"Added '{added.id}' to {saved.suite.name} ({len(saved.suite.prompts)} prompts), saved in {saved.path}."
+        )
+        return saved
+
+    def _add_example_dialog(self) -> None:
+        dialog = ExampleDialog(self)
+        accepted = dialog.exec()
+        example = dialog.example()
+        dialog.deleteLater()
+        if accepted:
+            self.add_example(*example)
 
     # -- jobs -----------------------------------------------------------------------------------
 
@@ -352,6 +541,7 @@ class AbPanel(QWidget):
         targets, label, repack = self._hardware()
         self.progress.setValue(0)
         stop = threading.Event()
+        divergence = self.divergence_settings()
 
         def work(report: Report) -> tuple[str, Comparison]:
             result = compare_variants(
@@ -363,6 +553,7 @@ class AbPanel(QWidget):
                 on_progress=lambda f, m: report("progress", (f, m)),
                 stop=stop,
                 on_start=self._run_started,
+                divergence=divergence,
             )
             return "compared", result
 
@@ -423,6 +614,7 @@ class AbPanel(QWidget):
         suites = [s.name for s in comparison.suites]
         headers = ["Variant", "Quant", "Memory (est.)", "Peak RSS", "Decode tok/s", "Prefill tok/s", "TTFT", "Threads"]
         headers += ["Same tokens", "Top-1 agreement"] + [f"{n} pass" for n in suites]
+        headers += ["KL mean (95%)", "KL 99th pct", "Δ perplexity (95%)", "Same top token (95%)"]
         self.table.setColumnCount(len(headers))
         self.table.setHorizontalHeaderLabels(headers)
         rows = []
@@ -442,6 +634,7 @@ class AbPanel(QWidget):
                     "—" if v.top1_agreement is None else f"{v.top1_agreement:.0%}",
                 ]
                 + [f"{v.pass_rates.get(n, 0.0):.0%}" for n in suites]
+                + divergence_cells(v.divergence)
             )
             overall = sum(v.pass_rates.values()) / max(len(v.pass_rates), 1)
             size = 12 + 30 * v.estimated_total_bytes / max(x.estimated_total_bytes for x in comparison.variants)
@@ -467,6 +660,11 @@ class AbPanel(QWidget):
             if formats == {"raw"}
             else "Some variants have a chat template and some do not: their answers are not comparable."
         ]
+        measured = [v for v in comparison.variants if v.divergence is not None]
+        if measured:
+            lines.append("<b>Measured on this model</b> (next-token distributions against the reference):")
+            lines += [f"&nbsp;&nbsp;• {v.label}: {meaning(v.divergence)}" for v in measured if v.divergence]
+            lines += [f"&nbsp;&nbsp;• {n}" for n in comparison.notes[1:]]
         for a in comparison.advice:
             lines.append(f"<b>{a.profile}</b> (needs ≥ {a.floor:.0%}): <b>{a.chosen or 'none qualifies'}</b>")
             lines += [f"&nbsp;&nbsp;• {r}" for r in a.reasons]
@@ -495,3 +693,19 @@ class AbPanel(QWidget):
             self.error_shown.emit(str(exc))
             return
         self.status.setText(f"Wrote {name}.")
+
+
+def divergence_cells(d: DivergenceFigures | None) -> list[str]:
+    """The four distribution columns of one variant: KL mean, KL 99th percentile, Δ perplexity and
+    same top token, each with its 95% interval ("—" for the reference, "-" when not measured)."""
+    if d is None:
+        return ["-"] * 4
+    if d.is_reference or d.kl_mean is None or d.kl_p99 is None or d.delta_perplexity is None or d.same_top is None:
+        return ["—", "—", f"reference (ppl {d.perplexity.value:.2f})", "—"]
+    p99_high = "?" if d.kl_p99.high is None else f"{d.kl_p99.high:.2f}"
+    return [
+        f"{d.kl_mean.value:.4f} ({d.kl_mean.low:.4f}–{d.kl_mean.high or 0:.4f})",
+        f"{d.kl_p99.value:.3f} ({d.kl_p99.low:.2f}–{p99_high})",
+        f"{d.delta_perplexity.value:+.3f} ({d.delta_perplexity.low:+.2f} to {d.delta_perplexity.high or 0:+.2f})",
+        f"{d.same_top.value:.1%} ({d.same_top.low:.1%}–{d.same_top.high or 0:.1%})",
+    ]

@@ -397,6 +397,8 @@ class LadderChart(Chart):
         text = f"{_gib(r.budget_bytes):.1f} GiB · {speed.low:.0f}-{speed.high:.0f} tok/s"
         if r.ppl_increase is not None:
             text += f" · ppl {r.ppl_increase:+.2f} ({quality_words(r.ppl_increase).removesuffix(' quality')})"
+        if r.measured is not None:
+            text += f" · measured {r.measured.delta_perplexity:+.2f} vs {r.measured.reference_preset}"
         if r.placement != "gpu":
             text += f" · {r.placement_words}"
         return text + (" ◀" if r.current else "")
@@ -416,6 +418,12 @@ class LadderChart(Chart):
             if r.ppl_increase is not None
             else "no published perplexity figure"
         )
+        m = r.measured
+        if m is not None:
+            quality += (
+                f"\nMeasured on this model: perplexity {m.delta_perplexity:+.3f} (95% interval "
+                f"{m.low:+.3f} to {m.high:+.3f}) against {m.reference_preset}, {m.tokens:,} tokens of {m.text_name}"
+            )
         speed = r.decode_tokens_per_s
         return (
             f"{r.preset}: {r.description}\n"

@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
 
 from app.adapters.cpu_topology import llama_math_threads, logical_cpus
 from app.adapters.llamacpp_runner import LiveRun, run_live, sweep_threads
+from app.adapters.rpc_servers import RpcRunOutcome, rpc_backend_problem, run_across_rpc
 from app.core.errors import FitScopeError
 from app.core.llama_defaults import thread_sweep
 from app.core.measure import RunResult, RunSettings, Spread, SweepRow, summary, sweep_rows
@@ -186,6 +187,19 @@ class RunPanel(QWidget):
         self.gpu_note = QLabel("")
         self.gpu_note.setWordWrap(True)
         form.addRow("", self.gpu_note)
+        self.rpc_local = QSpinBox()
+        self.rpc_local.setRange(0, 8)
+        self.rpc_local.setSpecialValueText("off: this process only")
+        self.rpc_local.setSuffix(" local RPC servers")
+        self.rpc_local.setAccessibleName("Split across local RPC servers")
+        rpc_problem = rpc_backend_problem()
+        self.rpc_local.setEnabled(rpc_problem is None)
+        self.rpc_local.setToolTip(
+            rpc_problem
+            or "Split the model across N llama.cpp RPC servers started on this machine (as across machines "
+            "with --rpc), and compare each server's buffers with the RPC plan"
+        )
+        form.addRow("&Split across", self.rpc_local)
         # Wrapped and selectable, so the whole command can be read and copied.
         self.gpu_command = QLabel(CUDA_INSTALL_HINT)
         self.gpu_command.setWordWrap(True)
@@ -364,11 +378,17 @@ class RunPanel(QWidget):
         self._pieces = []
         collect = self._collect_settings()
         counts = self._sweep_counts if self.bench_mode and self.sweep.isChecked() else ()
+        rpc_servers = self.rpc_local.value() if self.rpc_local.isEnabled() else 0
         self.last_sweep = ()
 
         def work(report: Report) -> tuple[RunResult, dict[str, Any] | None]:
             settings = self.settings_for(context, collect)
             on_event = lambda e: report("event", e)  # noqa: E731
+            if rpc_servers:
+                outcome = run_across_rpc(
+                    settings, local_servers=rpc_servers, on_event=on_event, on_start=self._started_live
+                )
+                return outcome.result, rpc_report(outcome)
             if counts:
                 results = sweep_threads(settings, counts, on_event=on_event, on_start=self._started_live)
                 report("sweep", sweep_rows(results))
@@ -615,6 +635,23 @@ class RunPanel(QWidget):
             f"Done: {len(result.completed_runs)} of {result.settings.repeat} repetitions"
             + (f"; saved as run #{report['history_id']}" if report and "history_id" in report else "")
         )
+
+
+def rpc_report(outcome: RpcRunOutcome) -> dict[str, Any]:
+    """The buffer table and the verdict of a run across RPC servers, in the shape of a run report."""
+    return {
+        "comparison": [
+            {
+                "buffer": f"{c.device} {c.buffer}",
+                "measured_bytes": c.measured_bytes,
+                "estimated_bytes": c.planned_bytes,
+                "difference_bytes": c.difference_bytes,
+                "difference_percent": 100 * c.difference_bytes / c.planned_bytes if c.planned_bytes else None,
+            }
+            for c in outcome.checks
+        ],
+        "diagnosis": [outcome.verdict()],
+    }
 
 
 def demo_or_path(path: str | None, demo: Callable[[], Path]) -> Callable[[], str]:

@@ -55,6 +55,7 @@ from PySide6.QtWidgets import (
 
 from app.adapters.cpu_topology import llama_math_threads
 from app.adapters.demo_model import DEMO_LICENSE, DEMO_MODEL_NAME, demo_model_ready
+from app.adapters.divergence_runner import measured_quality
 from app.adapters.history import RunHistory, keep_unsaved
 from app.adapters.load_profile import cached_profile, measure_profile, memory_slots
 from app.adapters.logs import log_path
@@ -83,6 +84,7 @@ from app.core.scenario import (
 from app.core.tensors import CACHE_TYPES
 from app.core.units import GIB
 from app.ui.ab_panel import AbPanel
+from app.ui.advisor_panel import AdvisorPanel
 from app.ui.charts import ConcurrencyChart, ContextChart, DeviceBar, LadderChart, SplitChart, legend_html
 from app.ui.help import (
     HOW_IT_WORKS,
@@ -449,11 +451,15 @@ class MainWindow(QMainWindow):
         self.ab_panel = AbPanel(self._ab_hardware)
         self.tabs.addTab(_scrolled(self.ab_panel), "Quantization &A/B")
         self.ab_panel.error_shown.connect(self.show_error)
+        self.ab_panel.comparison_finished.connect(lambda _c: self.request_estimate())  # measured ladder quality
         self.load_panel = LoadPanel()
         self.tabs.addTab(_scrolled(self.load_panel), "&Load")
         self.load_panel.error_shown.connect(self.show_error)
         self.scale_panel = ScalePanel(self._scale_model)
         self.tabs.addTab(_scrolled(self.scale_panel), "Scale &out")
+        self.advisor_panel = AdvisorPanel(lambda: (self._prefs.model, self._prefs.controls), self.open_configuration)
+        self.tabs.addTab(_scrolled(self.advisor_panel), "Which &machine?")
+        self.advisor_panel.error_shown.connect(self.show_error)
         self.history_panel = HistoryPanel(self.history)
         self.tabs.addTab(_scrolled(self.history_panel), "H&istory")
         self.run_panel.run_finished.connect(self._on_run_finished)
@@ -774,6 +780,11 @@ class MainWindow(QMainWindow):
         self._apply_prefs_to_widgets()
         self._set_prefs()
 
+    def open_configuration(self, model: ModelChoice, hardware: HardwareChoice, controls: Controls) -> None:
+        """Show a configuration (the advisor's) in the main view: model and preset, hardware, settings."""
+        self.set_scenario(model=model, hardware=hardware, controls=controls)
+        self.tabs.setCurrentIndex(0)
+
     def choose_hardware(self, choice: HardwareChoice) -> None:
         self._prefs = self._prefs.model_copy(update={"hardware": choice})
         self._apply_prefs_to_widgets()
@@ -845,7 +856,8 @@ class MainWindow(QMainWindow):
     def _apply_look(self) -> None:
         scale = PRESENTATION_SCALE if self._prefs.presentation else 1.0
         palette = self.palette()
-        for chart in (*self.charts.values(), *self.run_panel.charts, *self.load_panel.charts, self.ab_panel.chart):
+        charts = (*self.charts.values(), *self.run_panel.charts, *self.load_panel.charts)
+        for chart in (*charts, self.ab_panel.chart, self.advisor_panel.chart):
             chart.apply_palette(palette, scale)
         self.banner.set_scale(scale)
 
@@ -912,6 +924,7 @@ class MainWindow(QMainWindow):
             machine=self.machine,
             compare=p.compare,
             measured_efficiency=self._efficiency,
+            measured_quality=measured_quality(),
         )
 
     def request_estimate(self) -> int:
@@ -1240,6 +1253,7 @@ class MainWindow(QMainWindow):
         self._poll.stop()
         self.run_panel.shutdown()
         self.ab_panel.shutdown()
+        self.advisor_panel.shutdown()
         for runner in (self._estimates, self._hardware, self._host_job):
             runner.close()
         if self.history is not None:
@@ -1381,7 +1395,9 @@ def gpu_offload_supported() -> bool:
         import llama_cpp
     except ImportError:
         return False
-    return bool(llama_cpp.llama_supports_gpu_offload())
+    from app.adapters.rpc_servers import offloads_to_local_gpu
+
+    return offloads_to_local_gpu(llama_cpp)
 
 
 def hardware_key(choice: HardwareChoice) -> str:

@@ -1,0 +1,251 @@
+"""llama.cpp's RPC backend: the plan for servers on this machine, the buffers llama.cpp prints for
+each server against it, local servers that start and stop cleanly, and a server that dies mid-run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+
+import psutil
+import pytest
+
+from app.adapters import rpc_servers
+from app.adapters.llamacpp_runner import RunError
+from app.adapters.rpc_servers import (
+    LocalRpcServers,
+    RpcError,
+    parse_endpoints,
+    rpc_backend_problem,
+    run_across_rpc,
+)
+from app.core import fit
+from app.core.estimate import Settings
+from app.core.measure import MeasuredBuffers, RunSettings
+from app.core.rpc import PRINT_PRECISION_BYTES, cpu_servers_plan, rpc_buffer_checks
+from app.core.units import GIB, MIB
+
+RPC_MISSING = rpc_backend_problem()
+needs_rpc = pytest.mark.skipif(RPC_MISSING is not None, reason=RPC_MISSING or "")
+
+
+def _cpu(capacity: int = 16 * GIB):
+    return fit.host_ram_target(capacity).model_copy(update={"efficiency_class": "cpu"})
+
+
+def test_endpoints_are_parsed_as_llama_cpp_takes_them():
+    assert parse_endpoints("127.0.0.1:50052, 10.0.0.3:50053") == ("127.0.0.1:50052", "10.0.0.3:50053")
+    for bad in ("", "127.0.0.1", "host:port", "a:1,a:1", "h:70000"):
+        with pytest.raises(RpcError):
+            parse_endpoints(bad)
+
+
+def test_a_missing_rpc_backend_says_how_to_rebuild(monkeypatch):
+    monkeypatch.setattr(rpc_servers, "rpc_library_path", lambda: None)
+    rpc_backend_problem.cache_clear()
+    try:
+        problem = rpc_backend_problem()
+        assert problem is not None and problem.startswith("this llama.cpp build has no RPC backend")
+        assert (
+            'CMAKE_ARGS="-DGGML_RPC=ON" pip install --force-reinstall --no-cache-dir llama-cpp-python==0.3.36'
+            in problem
+        )
+        with pytest.raises(RpcError, match="no RPC backend"):
+            LocalRpcServers(2).start()
+    finally:
+        rpc_backend_problem.cache_clear()
+
+
+def test_servers_sharing_one_machine_split_the_layers_evenly_with_the_memory(demo_gguf):
+    model = fit.model_from_gguf(demo_gguf)
+    endpoints = ("127.0.0.1:50052", "127.0.0.1:50053")
+    plan = cpu_servers_plan(
+        model.arch, model.tensors, Settings(context_tokens=2048), endpoints, _cpu(), 16 * GIB, shared_memory=True
+    )
+    assert plan.tensor_split == (1, 1)
+    # 18 layers and the output layer, as llama.cpp splits them: layer i to the first device whose
+    # cumulative share exceeds i/19, so layers 0-9 to the first, 10-17 and the output to the second.
+    assert [h.layers for h in plan.hosts] == [10, 8]
+    assert plan.hosts[-1].holds_output and plan.client.layers == 0
+    assert [h.capacity_bytes for h in plan.hosts] == [8 * GIB, 8 * GIB]
+    # Full-size caches (swa_full) of equal layers: the KV cache follows the layer count.
+    assert plan.hosts[0].kv_cache_bytes * 8 == plan.hosts[1].kv_cache_bytes * 10 > 0
+    assert "--rpc 127.0.0.1:50052,127.0.0.1:50053" in plan.command
+
+
+def test_buffer_checks_pair_each_server_by_its_endpoint_and_allow_print_rounding(demo_gguf):
+    model = fit.model_from_gguf(demo_gguf)
+    endpoints = ("127.0.0.1:1", "127.0.0.1:2")
+    plan = cpu_servers_plan(model.arch, model.tensors, Settings(), endpoints, _cpu(), 16 * GIB, shared_memory=True)
+    h0, h1 = plan.hosts
+    buffers = MeasuredBuffers(
+        model_buffers={"RPC0[127.0.0.1:1]": h0.weights_bytes + PRINT_PRECISION_BYTES, "RPC0[127.0.0.1:2]": 0},
+        kv_buffers={"RPC0[127.0.0.1:1]": h0.kv_cache_bytes, "RPC0[127.0.0.1:2]": h1.kv_cache_bytes},
+    )
+    checks = {(c.device, c.buffer): c for c in rpc_buffer_checks(plan, buffers)}
+    assert checks[("RPC0[127.0.0.1:1]", "weights")].agrees
+    assert checks[("RPC0[127.0.0.1:1]", "kv_cache")].difference_bytes == 0
+    assert not checks[("RPC0[127.0.0.1:2]", "weights")].agrees
+    assert checks[("RPC0[127.0.0.1:2]", "weights")].difference_bytes == -h1.weights_bytes
+
+
+def _children() -> list[psutil.Process]:
+    """This process's live children that belong to an RPC run (servers or the llama.cpp runner):
+    helpers other tests leave running (the window's estimate worker) do not count."""
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE and any(
+                m in " ".join(p.cmdline()) for m in ("app.adapters.rpc_servers", "app.adapters.llamacpp_runner")
+            ):
+                out.append(p)
+        except psutil.NoSuchProcess:
+            continue
+    return out
+
+
+@pytest.mark.llamacpp
+@needs_rpc
+def test_local_servers_accept_connections_and_leave_nothing_behind():
+    with LocalRpcServers(2) as servers:
+        assert len(servers.endpoints) == 2 and len(set(servers.endpoints)) == 2
+        assert rpc_servers.unreachable(servers.endpoints) == []
+        pids = servers.pids
+    assert rpc_servers.unreachable(servers.endpoints) == list(servers.endpoints)
+    assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids)
+
+
+@pytest.mark.llamacpp
+@needs_rpc
+def test_run_rpc_local_2_splits_the_demo_model_and_every_buffer_equals_the_plan(demo_gguf, capsys):
+    from app.cli import main
+
+    code = main(
+        ["run", "--gguf", str(demo_gguf), "--rpc-local", "2", "-p", "The capital of France is", "-n", "16"]
+        + ["--repeat", "1", "-c", "2048", "--json"]
+    )
+    assert code == 0
+    report = json.loads(capsys.readouterr().out)
+    rpc = report["rpc"]
+    servers = rpc["servers"]
+    assert len(servers) == 2
+    checks = {(c["device"], c["buffer"]): c for c in rpc["buffers"]}
+    for endpoint in servers:
+        device = f"RPC0[{endpoint}]"  # each server's first (only) device, as llama.cpp prints it
+        assert report["measured_buffers"]["model_buffers"][device] > 0
+        for buffer in ("weights", "kv_cache"):
+            c = checks[(device, buffer)]
+            assert abs(c["difference_bytes"]) <= PRINT_PRECISION_BYTES, c
+        assert checks[(device, "compute")]["measured_bytes"] > 0
+    assert all(abs(checks[("client", b)]["difference_bytes"]) <= PRINT_PRECISION_BYTES for b in ("weights", "kv_cache"))
+    assert rpc["weights_and_kv_agree"]
+    assert report["runs"][0]["generated_tokens"] > 0 and report["decode_tokens_per_s"] > 0
+    assert report["measured_buffers"]["layers_offloaded"] == 19
+    assert _children() == []
+
+
+@pytest.mark.llamacpp
+@needs_rpc
+def test_a_server_killed_mid_run_is_named_and_nothing_is_left_running(demo_gguf):
+    settings = RunSettings(
+        gguf_path=str(demo_gguf), prompt="Once upon a time", max_tokens=1500, ignore_eos=True, n_ctx=2048, repeat=1
+    )
+    names: list[str] = []
+    killed: list[int] = []
+    lock = threading.Lock()
+
+    def kill_second_server(event: dict) -> None:
+        with lock:
+            if event.get("event") != "token" or killed:
+                return
+            port = names[1].rsplit(":", 1)[1]
+            for p in psutil.Process().children(recursive=True):
+                if "--serve" in p.cmdline() and p.cmdline()[-1].endswith(f":{port}"):
+                    os.kill(p.pid, signal.SIGKILL)
+                    killed.append(p.pid)
+
+    with pytest.raises(RunError) as caught:
+        run_across_rpc(settings, local_servers=2, on_event=kill_second_server, on_servers=names.extend)
+    assert killed
+    assert f"the RPC server at {names[1]} stopped during the run" in str(caught.value)
+    assert _children() == []
+
+
+def test_the_plan_rounds_like_llama_cpp_prints():
+    assert round(0.005 * MIB) == PRINT_PRECISION_BYTES
+
+
+# -- the Run tab ----------------------------------------------------------------------------------
+
+
+def test_the_run_tab_offers_local_rpc_servers_only_when_the_build_has_them(qtbot, tmp_path, monkeypatch):
+    from test_window import make_services, open_window
+
+    from app.ui import run_panel
+
+    monkeypatch.setattr(run_panel, "rpc_backend_problem", lambda: "this llama.cpp build has no RPC backend; rebuild")
+    window = open_window(qtbot, make_services(tmp_path))
+    assert not window.run_panel.rpc_local.isEnabled()
+    assert window.run_panel.rpc_local.toolTip().startswith("this llama.cpp build has no RPC backend")
+
+
+@pytest.mark.llamacpp
+@needs_rpc
+def test_the_run_tab_splits_across_two_local_servers_and_compares_each_buffer(qtbot, tmp_path):
+    from test_window import make_services, open_window, settle
+
+    from tests.support.tiny_gguf import write_tiny_llama
+
+    tiny = write_tiny_llama(tmp_path / "tiny.gguf", n_layer=4, n_embd=128, n_ff=256)
+    window = open_window(qtbot, make_services(tmp_path))
+    window.open_gguf(str(tiny))
+    settle(qtbot, window, lambda v: v.request.model.kind == "gguf")
+    panel = window.run_panel
+    assert panel.rpc_local.isEnabled()
+    panel.rpc_local.setValue(2)
+    panel.preset_combo.setCurrentText("Chat")
+    panel.max_tokens.setValue(8)
+    panel.repeat.setValue(1)
+    with qtbot.waitSignal(panel.run_finished, timeout=120000) as blocker:
+        panel.run_button.click()
+    result, _report = blocker.args
+    assert len(result.settings.rpc_servers) == 2 and result.runs[0].generated_tokens > 0
+    rows = {panel.buffers.item(r, 0).text(): panel.buffers.item(r, 3).text() for r in range(panel.buffers.rowCount())}
+    for endpoint in result.settings.rpc_servers:
+        assert rows[f"RPC0[{endpoint}] weights"] in ("+0.00 MiB", "-0.00 MiB")
+        assert rows[f"RPC0[{endpoint}] kv_cache"] in ("+0.00 MiB", "-0.00 MiB")
+    assert "equals the plan" in panel.diagnosis.text()
+    # The window keeps its own helpers; no RPC server or llama.cpp run is left.
+    qtbot.waitUntil(lambda: not any("app.adapters.rpc_servers" in p.cmdline() for p in _children()), timeout=5000)
+    assert not any("app.adapters.llamacpp_runner" in p.cmdline() for p in _children())
+
+
+@pytest.mark.llamacpp
+@needs_rpc
+def test_the_dry_run_proof_splits_over_rpc_devices_and_a_real_load_equals_the_plan(demo_gguf):
+    from app.adapters.llamacpp_probe import dry_run
+    from app.core.run_vs_estimate import estimate_settings
+
+    with LocalRpcServers(2) as servers:
+        endpoints = servers.endpoints
+        probe = dry_run(
+            demo_gguf,
+            n_ctx=2048,
+            flash_attn=True,
+            n_gpu_layers=999,
+            rpc_servers=endpoints,
+            tensor_split=(1, 1),
+            real_load=True,
+        )
+    model = fit.model_from_gguf(demo_gguf)
+    settings = estimate_settings(RunSettings(gguf_path=str(demo_gguf), n_ctx=2048, n_gpu_layers=-1), "x86-avx2")
+    plan = cpu_servers_plan(model.arch, model.tensors, settings, endpoints, _cpu(), 16 * GIB, shared_memory=True)
+    assert probe.layers_offloaded == 19
+    for h in plan.hosts:
+        device = f"RPC0[{h.endpoint}]"
+        assert abs(probe.model_buffers_by_device[device] - h.weights_bytes) <= PRINT_PRECISION_BYTES
+        assert abs(probe.kv_buffers_by_device[device] - h.kv_cache_bytes) <= PRINT_PRECISION_BYTES
+        # Compute: the plan counts the pipelined split's four input copies; measured up to 1% above it.
+        assert 0 <= probe.compute_bytes_by_device[device] - h.compute_bytes <= 0.01 * h.compute_bytes + MIB
+    assert abs(probe.model_buffers_by_device["CPU_Mapped"] - plan.client.weights_bytes) <= PRINT_PRECISION_BYTES
