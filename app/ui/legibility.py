@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pyqtgraph as pg
+from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import (
     QAbstractButton,
@@ -18,6 +19,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QPushButton,
+    QScrollArea,
     QTabBar,
     QWidget,
 )
@@ -47,11 +49,34 @@ def _visible(w: QWidget) -> bool:
     return w.isVisible() and w.width() > 0 and w.height() > 0
 
 
+def _cut_by_scroll_area(w: QWidget) -> int:
+    """Pixels of ``w`` beyond the right edge of the scroll area holding it, when that area has no
+    horizontal scroll bar (so the user can never see them)."""
+    parent = w.parentWidget()
+    while parent is not None and not isinstance(parent, QScrollArea):
+        parent = parent.parentWidget()
+    if parent is None or parent.horizontalScrollBarPolicy() != Qt.ScrollBarPolicy.ScrollBarAlwaysOff:
+        return 0
+    viewport = parent.viewport()
+    if not viewport.isAncestorOf(w):
+        return 0  # the area's own scroll bars and corner
+    right = w.mapTo(viewport, QPoint(w.width(), 0)).x()
+    return max(0, right - viewport.width())
+
+
 def clipped_texts(root: QWidget) -> list[Clipped]:
-    """Widget text under ``root`` that does not fit the width it is given."""
+    """Widget text under ``root`` that does not fit the width it is given, or that a scroll area
+    without a horizontal scroll bar cuts off."""
     out: list[Clipped] = []
     for w in root.findChildren(QWidget):
         if not _visible(w):
+            continue
+        cut = _cut_by_scroll_area(w)
+        text = w.text() if isinstance(w, (QLabel, QAbstractButton, QLineEdit)) else ""
+        if isinstance(w, QComboBox):
+            text = w.currentText()
+        if cut > 1 and text:
+            out.append(Clipped(_name(w), text, w.width(), w.width() - cut))
             continue
         fm = QFontMetrics(w.font())
         if isinstance(w, QLabel):

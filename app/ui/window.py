@@ -846,7 +846,12 @@ class MainWindow(QMainWindow):
         metrics = QFontMetrics(font)
         widest = max(metrics.horizontalAdvance(self.target_combo.itemText(i)) for i in range(self.target_combo.count()))
         # combo chrome, the compare row's count box, group and scroll margins
-        self.left_scroll.setMinimumWidth(max(360, widest + metrics.horizontalAdvance("x" * 10) + 90))
+        scroll = self.left_scroll
+        content = scroll.widget()
+        content.adjustSize()
+        chrome = scroll.verticalScrollBar().sizeHint().width() + 2 * scroll.frameWidth()
+        need = max(content.minimumSizeHint().width(), widest + metrics.horizontalAdvance("x" * 10) + 60)
+        scroll.setMinimumWidth(max(360, need + chrome))
         self._apply_look()
 
     @property
