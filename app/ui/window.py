@@ -848,6 +848,7 @@ class MainWindow(QMainWindow):
         # combo chrome, the compare row's count box, group and scroll margins
         scroll = self.left_scroll
         content = scroll.widget()
+        assert content is not None
         content.adjustSize()
         chrome = scroll.verticalScrollBar().sizeHint().width() + 2 * scroll.frameWidth()
         need = max(content.minimumSizeHint().width(), widest + metrics.horizontalAdvance("x" * 10) + 60)
