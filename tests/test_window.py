@@ -229,7 +229,7 @@ def test_a_model_that_does_not_fit_is_red_and_the_ladder_greys_what_does_not_fit
     assert any(r.fits for r in rows) and any(not r.fits for r in rows)
     brushes = window.ladder_chart.bars.opts["brushes"]
     for r, brush in zip(rows, brushes, strict=True):
-        expected = "#f28e2b" if r.current else ("#4e79a7" if r.fits else "#b8b8b8")
+        expected = "#d6336c" if r.current else ("#4e79a7" if r.fits else "#b8b8b8")
         assert brush == expected
     # The verdict names a preset that fits, and that preset's bar is under the capacity line.
     suggested = next(r for r in rows if r.preset in window.banner.details.text() and r.fits)

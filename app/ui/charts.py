@@ -26,7 +26,7 @@ COLORS = {
     "projector": "#b07aa1",
     "capacity": "#d23c3c",
     "fits": "#2e9d4a",
-    "current": "#f28e2b",
+    "current": "#d6336c",  # your choice: its own colour, apart from the KV cache's orange
     "muted": "#b8b8b8",
 }
 PARTS = (

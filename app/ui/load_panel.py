@@ -122,10 +122,19 @@ class LoadPanel(QWidget):
         self.chart.addLegend(offset=(10, 10))
         self.throughput = {}
         self.curves = {}
-        for batching, style in ((True, Qt.PenStyle.SolidLine), (False, Qt.PenStyle.DashLine)):
+        # Batched and one-by-one differ in line style and marker (filled circles, hollow squares), so
+        # their legend entries can be told apart; the colour says which waiting time it is.
+        for batching, style, symbol in ((True, Qt.PenStyle.SolidLine, "o"), (False, Qt.PenStyle.DashLine, "s")):
             policy = "batched" if batching else "one by one"
+            fill = None if batching else pg.mkBrush(None)
             self.throughput[batching] = self.throughput_chart.plot(
-                [], [], pen=pg.mkPen(COLORS["weights"], width=2, style=style), symbol="o", symbolSize=6, name=policy
+                [],
+                [],
+                pen=pg.mkPen(COLORS["weights"], width=2, style=style),
+                symbol=symbol,
+                symbolSize=7,
+                symbolBrush=fill if fill is not None else COLORS["weights"],
+                name=policy,
             )
             for key, color, what in (
                 ("ttft_p95_s", COLORS["compute"], "1st token p95"),
@@ -136,8 +145,10 @@ class LoadPanel(QWidget):
                     [],
                     [],
                     pen=pg.mkPen(color, width=2, style=style),
-                    symbol="o",
-                    symbolSize=6,
+                    symbol=symbol,
+                    symbolSize=7,
+                    symbolPen=pg.mkPen(color, width=1.5),
+                    symbolBrush=fill if fill is not None else color,
                     name=f"{policy}, {what}",
                 )
         self.table = readonly_table(
