@@ -462,7 +462,7 @@ def make_verdict(
     to spare, or only partly on the GPU, or under 25% to spare on an architecture whose rules are
     approximate), red (does not fit). An approximate estimate says so first."""
     verdict = _verdict(est, speed, controls, max_context, smaller_quant, n_ctx_train, gpus_hidden)
-    if est.repack_bytes > 0:
+    if est.repack_bytes >= 0.1 * GIB:
         verdict = Verdict(
             verdict.level,
             verdict.headline,

@@ -160,6 +160,7 @@ class Chart(pg.PlotWidget):
             legend.setBrush(pg.mkBrush(backdrop))
             legend.setLabelTextColor(fg)
             legend.setLabelTextSize(f"{font.pointSizeF():.0f}pt")
+            _rerender_legend(legend)
         self._fg = fg
         self._scale = scale
         self._font = font
@@ -173,10 +174,18 @@ class Chart(pg.PlotWidget):
     def addLegend(self, *args, **kwargs):  # noqa: N802 - pyqtgraph's name
         legend = self.plotItem.addLegend(*args, **kwargs)
         legend.setLabelTextSize(f"{self._font.pointSizeF():.0f}pt")
+        legend.setLabelTextColor(getattr(self, "_fg", QColor("#000000")))
         return legend
 
     def _restyle(self) -> None:
         """Re-apply text colours and fonts to items the subclass owns."""
+
+
+def _rerender_legend(legend: pg.LegendItem) -> None:
+    """pyqtgraph stores a legend's new colour and size but draws existing entries with the old ones
+    until their text is set again."""
+    for _, label in legend.items:
+        label.setText(label.text, color=legend.opts["labelTextColor"], size=legend.opts["labelTextSize"])
 
 
 def _text(color: QColor | str = "#000000", anchor: tuple[float, float] = (0.5, 1.0)) -> pg.TextItem:
