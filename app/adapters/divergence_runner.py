@@ -49,7 +49,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from app.adapters.llamacpp_runner import LiveRun, RunError, _Child, open_model
+from app.adapters.llamacpp_runner import LiveRun, RunError, _Child, open_model, serve_child
 from app.adapters.paths import data_dir
 from app.core.catalog import RESOURCES_DIR
 from app.core.divergence import (
@@ -411,17 +411,7 @@ def _write_npz(path: str, **arrays: Any) -> None:
 
 
 def _child() -> int:
-    events_fd = os.dup(1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    child = _Child(os.fdopen(events_fd, "w", encoding="utf-8", buffering=1))
-    job = PassJob.model_validate_json(sys.stdin.readline())
-    threading.Thread(target=child.watch_stdin, daemon=True).start()
-    try:
-        return _child_pass(child, job)
-    except Exception as exc:  # reported, not raised: the parent shows it
-        child.emit({"event": "error", "message": f"{type(exc).__name__}: {exc}"})
-        return 1
+    return serve_child(PassJob, _child_pass)
 
 
 def _child_pass(child: _Child, job: PassJob) -> int:

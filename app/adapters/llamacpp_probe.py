@@ -61,7 +61,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from app.adapters.child import module_command
+from app.adapters.child import child_env, module_command
 from app.adapters.cpu_topology import llama_math_threads
 from app.core.errors import FitScopeError
 from app.core.tensors import CACHE_TYPES
@@ -77,7 +77,6 @@ GGML_TYPE_IDS: dict[str, int] = {name: int(t) for name, t in CACHE_TYPES.items()
 _LOG_LEVEL_ERROR = 4
 _LOG_LEVEL_CONT = 5
 
-_REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 class ProbeError(FitScopeError):
@@ -488,6 +487,44 @@ def _tail(text: str, n: int = 8) -> str:
     return "\n".join(lines[-n:])
 
 
+def run_json_child(
+    cmd: list[str], timeout_s: float, timeout_message: str, what: str, context: str, path: str | os.PathLike[str]
+) -> dict[str, Any]:
+    """Run a probe child and return the JSON object on the last ``{`` line of its output. Raises
+    ProbeError with ``timeout_message`` on a timeout, and "``what`` was killed by …``context``." (with
+    the end of its stderr) when it died without a result."""
+    try:
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout_s, env=child_env(), stdin=subprocess.DEVNULL
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise ProbeError(timeout_message, path=str(path), reason="timeout") from exc
+    payload: dict[str, Any] | None = None
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("{"):
+            try:
+                payload = json.loads(line)
+            except json.JSONDecodeError:
+                payload = None
+            break
+    if payload is None:
+        if proc.returncode < 0:
+            try:
+                how = f"was killed by {signal.Signals(-proc.returncode).name}"
+            except ValueError:
+                how = f"was killed by signal {-proc.returncode}"
+        else:
+            how = f"exited with status {proc.returncode} without a result"
+        detail = _tail(proc.stderr)
+        raise ProbeError(
+            f"{what} {how}{context}." + (f" Last output:\n{detail}" if detail else ""),
+            path=str(path),
+            reason=detail,
+            log=proc.stderr,
+        )
+    return payload
+
+
 def dry_run(
     gguf_path: str | os.PathLike[str],
     *,
@@ -543,44 +580,15 @@ def dry_run(
     if not path.is_file():
         raise ProbeError(f"{path} is not a file, so llama.cpp cannot load it.", path=str(path))
 
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO_ROOT), env.get("PYTHONPATH", "")) if p)
-    cmd = _build_command(str(path), settings)
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired as exc:
-        raise ProbeError(
-            f"llama.cpp took longer than {timeout_s:g} s to probe {path} ({_describe_settings(settings)}); "
-            "the probe was stopped.",
-            path=str(path),
-            reason="timeout",
-        ) from exc
-
-    payload: dict[str, Any] | None = None
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith("{"):
-            try:
-                payload = json.loads(line)
-            except json.JSONDecodeError:
-                payload = None
-            break
-
-    if payload is None:
-        if proc.returncode < 0:
-            try:
-                how = f"was killed by {signal.Signals(-proc.returncode).name}"
-            except ValueError:
-                how = f"was killed by signal {-proc.returncode}"
-        else:
-            how = f"exited with status {proc.returncode} without a result"
-        detail = _tail(proc.stderr)
-        raise ProbeError(
-            f"The llama.cpp probe of {path} {how} ({_describe_settings(settings)})."
-            + (f" Last output:\n{detail}" if detail else ""),
-            path=str(path),
-            reason=detail,
-            log=proc.stderr,
-        )
+    payload = run_json_child(
+        _build_command(str(path), settings),
+        timeout_s,
+        f"llama.cpp took longer than {timeout_s:g} s to probe {path} ({_describe_settings(settings)}); "
+        "the probe was stopped.",
+        f"The llama.cpp probe of {path}",
+        f" ({_describe_settings(settings)})",
+        path,
+    )
 
     log = payload.get("log", "")
     if payload.get("error"):

@@ -31,7 +31,9 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
+
+from pydantic import BaseModel
 
 from app.adapters.child import start_child
 from app.adapters.cpu_topology import llama_math_threads, with_llama_threads
@@ -453,23 +455,32 @@ def open_model(llama_cpp: Any, settings: Any) -> Any:
     )
 
 
-def _child_main() -> int:
-    # Keep stdout for events: anything llama.cpp (or Python) prints goes to stderr.
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def serve_child(settings_type: type[_M], run: Callable[[_Child, _M], int]) -> int:
+    """The body of every llama.cpp child: events on the original stdout (anything llama.cpp or
+    Python prints goes to stderr), its settings from the first line of stdin, "stop" watched on
+    stdin, and any failure reported as an error event rather than raised."""
     events_fd = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     child = _Child(os.fdopen(events_fd, "w", encoding="utf-8", buffering=1))
     try:
-        settings = RunSettings.model_validate_json(sys.stdin.readline())
+        settings = settings_type.model_validate_json(sys.stdin.readline())
     except Exception as exc:  # the parent sent nothing usable
         child.emit({"event": "error", "message": f"bad settings: {exc}"})
         return 2
     threading.Thread(target=child.watch_stdin, daemon=True).start()
     try:
-        return _child_run(child, settings)
+        return run(child, settings)
     except Exception as exc:  # reported, not raised: the parent shows it
         child.emit({"event": "error", "message": f"{type(exc).__name__}: {exc}"})
         return 1
+
+
+def _child_main() -> int:
+    return serve_child(RunSettings, _child_run)
 
 
 def _child_run(child: _Child, settings: RunSettings) -> int:

@@ -25,18 +25,15 @@ import ctypes
 import json
 import os
 import re
-import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 from app.adapters.child import module_command
 from app.adapters.cpu_topology import llama_math_threads
-from app.adapters.llamacpp_probe import ProbeError, mib_to_bytes
+from app.adapters.llamacpp_probe import ProbeError, mib_to_bytes, run_json_child
 from app.core.units import Frozen
 
-_REPO_ROOT = Path(__file__).resolve().parents[2]
 _LOG_LEVEL_ERROR = 4
 _LOG_LEVEL_CONT = 5
 
@@ -134,39 +131,14 @@ def measure_projector(
         fa,
         "--use-gpu" if use_gpu else "--no-use-gpu",
     ]
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO_ROOT), env.get("PYTHONPATH", "")) if p)
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired as exc:
-        raise ProbeError(
-            f"mtmd took longer than {timeout_s:g} s to load {mmproj}; the probe was stopped.",
-            path=str(mmproj),
-            reason="timeout",
-        ) from exc
-    payload: dict[str, Any] | None = None
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith("{"):
-            try:
-                payload = json.loads(line)
-            except json.JSONDecodeError:
-                payload = None
-            break
-    if payload is None:
-        if proc.returncode < 0:
-            try:
-                how = f"was killed by {signal.Signals(-proc.returncode).name}"
-            except ValueError:
-                how = f"was killed by signal {-proc.returncode}"
-        else:
-            how = f"exited with status {proc.returncode} without a result"
-        tail = "\n".join(proc.stderr.strip().splitlines()[-8:])
-        raise ProbeError(
-            f"The mtmd probe of {mmproj} {how}." + (f" Last output:\n{tail}" if tail else ""),
-            path=str(mmproj),
-            reason=tail,
-            log=proc.stderr,
-        )
+    payload = run_json_child(
+        cmd,
+        timeout_s,
+        f"mtmd took longer than {timeout_s:g} s to load {mmproj}; the probe was stopped.",
+        f"The mtmd probe of {mmproj}",
+        "",
+        mmproj,
+    )
     log = payload.get("log", "")
     if payload.get("error"):
         raise ProbeError(
