@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
-import logging
 import math
-import multiprocessing
 import re
 import signal
 import sys
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from app.core.errors import FitScopeError
-from app.core.hardware import HOST_MEMORY
+from app.core.host_memory import HOST_MEMORY
 from app.core.tensors import CACHE_TYPES
 from app.core.units import GIB, MIB
 
@@ -160,6 +159,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-n", "--n-predict", type=int, default=128, help="tokens to generate (default 128)")
     run.add_argument("--temp", type=float, default=0.0, help="temperature (default 0: greedy)")
     run.add_argument("--repeat", type=int, default=3, help="repetitions; medians are reported (default 3)")
+    run.add_argument(
+        "--chat",
+        action="store_true",
+        help="send the prompt as one user turn through the model's own chat template (as llama-server --jinja)",
+    )
+    run.add_argument("--system", metavar="TEXT", help="with --chat: a system prompt before the user turn")
     rpc = run.add_mutually_exclusive_group()
     rpc.add_argument(
         "--rpc",
@@ -404,7 +409,6 @@ def _model(args: argparse.Namespace):
 
 def _targets(args: argparse.Namespace):
     from app.adapters.host import detect_host, measure_read_bandwidth_gb_s
-    from app.adapters.nvml import NvmlMonitor
     from app.core import fit
     from app.core.catalog import find_device
 
@@ -415,6 +419,8 @@ def _targets(args: argparse.Namespace):
     targets = []
     local_requested = "local" in gpu_args or (not gpu_args and not args.cpu)
     if local_requested:
+        from app.adapters.nvml import NvmlMonitor  # pynvml only for this machine's own GPUs
+
         status = NvmlMonitor().status()
         if status.available:
             targets += [fit.target_from_gpu(g) for g in status.gpus]
@@ -442,9 +448,32 @@ def _targets(args: argparse.Namespace):
     return targets, host
 
 
+@contextlib.contextmanager
+def _long_lived_imports() -> Iterator[None]:
+    """Runs the block's imports with the cyclic garbage collector paused and, when they imported
+    anything new, freezes what is alive (gc.freeze).
+
+    A command that estimates once imports far more than it computes: tens of thousands of modules,
+    classes and validators that live as long as the process. Unfrozen, the collector walks them again
+    and again while they are made and once more at exit: about a tenth of a cold ``fitscope estimate``.
+    """
+    imported = len(sys.modules)
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if len(sys.modules) > imported:
+            gc.freeze()
+        if was_enabled:
+            gc.enable()
+
+
 def cmd_estimate(args: argparse.Namespace) -> int:
-    from app.core import fit
-    from app.core.commands import server_command
+    with _long_lived_imports():
+        import app.adapters.host  # noqa: F401 - host detection runs on every estimate (in _targets)
+        from app.core import fit
+        from app.core.commands import server_command
 
     model = _model(args)
     targets, host = _targets(args)
@@ -527,7 +556,7 @@ def format_result(result) -> str:
         )
     s = result.speed
     from app.core.coverage import APPROXIMATE_NOTE
-    from app.core.scenario import placement_of
+    from app.core.fit import placement_of
 
     placement = {
         "gpu": "fits on the GPU",
@@ -700,7 +729,11 @@ def _run_settings(args: argparse.Namespace, mode: str):
             "prompt_tokens": args.prompt_tokens,
             "max_tokens": args.n_predict,
             "temperature": args.temp,
+            "chat": args.chat,
+            "system_prompt": args.system,
         }
+        if args.system and not args.chat:
+            raise FitScopeError("--system goes with --chat (a system prompt is part of a chat).")
     try:
         return RunSettings(**fields)
     except ValidationError as exc:
@@ -709,8 +742,9 @@ def _run_settings(args: argparse.Namespace, mode: str):
 
 
 def _measure_and_report(args: argparse.Namespace, mode: str) -> int:
+    from app.adapters.child_protocol import ChildEvent
     from app.adapters.host import detect_host
-    from app.adapters.llamacpp_runner import run_live
+    from app.adapters.llamacpp_runner import LiveLoaded, RunDone, run_live
     from app.adapters.nvml import NvmlMonitor
     from app.core import fit
 
@@ -723,17 +757,20 @@ def _measure_and_report(args: argparse.Namespace, mode: str) -> int:
         hardware["gpus"] = ", ".join(g.name for g in status.gpus)
         hardware["label"] = hardware["gpus"]
 
-    def progress(event: dict) -> None:
+    def progress(event: ChildEvent) -> None:
         if args.json:
             return
-        kind = event.get("event")
-        if kind == "loaded":
-            print(f"loaded {model.label} in {event['load_s']:.2f} s", file=sys.stderr)
-        elif kind == "run_done":
-            f = event["figures"]
+        if isinstance(event, LiveLoaded):
+            print(f"loaded {model.label} in {event.load_s:.2f} s", file=sys.stderr)
+        elif isinstance(event, RunDone):
+            f = event.figures
+
+            def rate(value: float | None) -> str:
+                return "-" if value is None else f"{value:.1f} tok/s"
+
             print(
-                f"  run {event['run'] + 1}: TTFT {f['ttft_s'] * 1000:.0f} ms, prefill "
-                f"{f['prefill_tokens_per_s_wall']:.1f} tok/s, decode {f['decode_tokens_per_s_wall']:.1f} tok/s",
+                f"  run {event.run + 1}: TTFT {f.ttft_s * 1000:.0f} ms, prefill {rate(f.prefill_tokens_per_s_wall)}, "
+                f"decode {rate(f.decode_tokens_per_s_wall)}",
                 file=sys.stderr,
             )
 
@@ -759,34 +796,23 @@ def _measure_and_report(args: argparse.Namespace, mode: str) -> int:
 
 
 def _report_run(args, result, model, host, status, sweep) -> int:
-    from app.adapters.history import record_run
     from app.adapters.host import measure_read_bandwidth_gb_s
-    from app.core import fit
-    from app.core.hardware import machine_key
-    from app.core.run_vs_estimate import estimate_for_run, run_report
+    from app.core.scenario import Machine
+    from app.services.runs import finish_run, ran_on_gpu, save_run
 
-    settings = result.settings
-    on_gpu = settings.n_gpu_layers != 0 and result.gpu_offload_supported and status.available
-    if on_gpu:
-        targets = [fit.target_from_gpu(g) for g in status.gpus] + [
-            fit.host_ram_target(host.ram_total_bytes, host.measured_read_bandwidth_gb_s)
-        ]
-    else:
+    machine = Machine(gpus=status.gpus if status.available else (), host=host, gpu_message=status.message)
+    if not ran_on_gpu(result, machine):
         bw = measure_read_bandwidth_gb_s(budget_s=0.3)
-        targets = [fit.cpu_target(host.model_copy(update={"measured_read_bandwidth_gb_s": bw}))]
-    run_est = estimate_for_run(result, model.arch, model.tensors, targets, fit.repack_profile(host))
-    report = run_report(result, model.label, run_est)
-    if sweep is not None:
-        report["thread_sweep"] = [row.model_dump() for row in sweep]
+        machine = Machine(host=host.model_copy(update={"measured_read_bandwidth_gb_s": bw}))
+    report = finish_run(result, machine, sweep or ())
     if not args.no_save:
-        saved = record_run(result, report, machine_key(host, status.gpus if status.available else ()))
-        report |= saved
-        if "message" in saved:
-            print(f"fitscope: {saved['message']}", file=sys.stderr)
+        report = save_run(report, machine)
+        if report.save_message:
+            print(f"fitscope: {report.save_message}", file=sys.stderr)
     if args.json:
-        print(json.dumps(report, indent=2))
+        print(json.dumps(report.to_json(), indent=2))
     else:
-        print(format_run_report(report))
+        print(format_run_report(report.to_json()))
     return 0
 
 
@@ -803,6 +829,8 @@ def format_run_report(r: dict) -> str:
     ]
     if r.get("threads"):
         lines.append(f"threads: {r['threads']['text']}")
+    if r.get("prompt_format") == "chat template":
+        lines.append("prompt: one user turn through the model's chat template")
     for row in r.get("thread_sweep") or []:
         pp, tg = row["prefill_tokens_per_s"], row["decode_tokens_per_s"]
         lines.append(
@@ -816,12 +844,15 @@ def format_run_report(r: dict) -> str:
     if est:
         d = est["decode_tokens_per_s"]
         lines.append(f"estimated decode {d['low']:.0f}-{d['high']:.0f} tok/s")
+    if r.get("comparison"):
+        # A run across RPC servers is held against the RPC plan, device by device.
+        width, against = (36, "plan") if "rpc" in r else (16, "estimate")
         lines.append("")
-        lines.append(f"{'buffer':16s} {'llama.cpp':>12s} {'estimate':>12s} {'difference':>12s}")
-        for c in r.get("comparison", []):
+        lines.append(f"{'buffer':{width}s} {'llama.cpp':>12s} {against:>12s} {'difference':>12s}")
+        for c in r["comparison"]:
             pct = "" if c["difference_percent"] is None else f" ({c['difference_percent']:+.1f}%)"
             lines.append(
-                f"{c['buffer']:16s} {c['measured_bytes'] / MIB:9.2f} MiB {c['estimated_bytes'] / MIB:9.2f} MiB "
+                f"{c['buffer']:{width}s} {c['measured_bytes'] / MIB:9.2f} MiB {c['estimated_bytes'] / MIB:9.2f} MiB "
                 f"{c['difference_bytes'] / MIB:+9.2f} MiB{pct}"
             )
     for sentence in r.get("diagnosis", []):
@@ -842,7 +873,7 @@ def _run_rpc(args: argparse.Namespace) -> int:
     buffer llama.cpp printed beside the RPC plan's. Not saved in the history (its speed includes
     the network and must not calibrate this machine)."""
     from app.adapters.rpc_servers import parse_endpoints, run_across_rpc
-    from app.core.run_vs_estimate import run_report
+    from app.services.runs import rpc_run_report
 
     settings = _run_settings(args, "generate")
 
@@ -850,9 +881,11 @@ def _run_rpc(args: argparse.Namespace) -> int:
         if not args.json and args.rpc_local:
             print(f"started {len(endpoints)} RPC servers: {', '.join(endpoints)}", file=sys.stderr)
 
-    def progress(event: dict) -> None:
-        if not args.json and event.get("event") == "loaded":
-            print(f"loaded in {event['load_s']:.2f} s", file=sys.stderr)
+    def progress(event: object) -> None:
+        from app.adapters.llamacpp_runner import LiveLoaded
+
+        if not args.json and isinstance(event, LiveLoaded):
+            print(f"loaded in {event.load_s:.2f} s", file=sys.stderr)
 
     outcome = run_across_rpc(
         settings,
@@ -861,24 +894,11 @@ def _run_rpc(args: argparse.Namespace) -> int:
         on_event=progress,
         on_servers=servers,
     )
-    report = run_report(outcome.result, Path(settings.gguf_path).name, None)
-    report["rpc"] = {
-        "servers": list(outcome.endpoints),
-        "plan": outcome.plan.to_json(),
-        "buffers": [c.to_json() for c in outcome.checks],
-        "weights_and_kv_agree": outcome.weights_and_kv_agree,
-    }
+    report = rpc_run_report(outcome).to_json()
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
     print(format_run_report(report))
-    print(f"\n{'device':28s} {'buffer':9s} {'llama.cpp':>12s} {'plan':>12s} {'difference':>12s}")
-    for c in outcome.checks:
-        print(
-            f"{c.device:28s} {c.buffer:9s} {c.measured_bytes / MIB:8.2f} MiB {c.planned_bytes / MIB:8.2f} MiB "
-            f"{c.difference_bytes / MIB:+8.2f} MiB"
-        )
-    print(outcome.verdict())
     return 0
 
 
@@ -1058,7 +1078,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from app.core import fit
     from app.core.catalog import find_device
     from app.core.estimate import Settings
-    from app.core.multigpu import llama_split_plan, vllm_plan
+    from app.services.plans import scale_out
 
     if not 1 <= args.count <= 16:
         raise FitScopeError("--count must be 1 to 16 GPUs.")
@@ -1073,28 +1093,32 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if not args.gpu:
         raise FitScopeError("Name the GPU (--gpu CATALOG_ID), or the machines of an RPC split (--rpc-host).")
     gpu = find_device(args.gpu)
-    split = llama_split_plan(model.arch, model.tensors, settings, gpu, args.count, ram)
-    vllm = vllm_plan(
-        model.arch,
+    plans = scale_out(
+        model,
+        settings,
         gpu,
         args.count,
+        ram,
         dtype=args.dtype,
-        max_model_len=args.ctx_size,
+        context_per_sequence=args.ctx_size,
         max_num_seqs=args.max_num_seqs,
         gpu_memory_utilization=args.gpu_memory_utilization,
         kv_cache_dtype=args.kv_cache_dtype,
     )
     if args.json:
-        print(json.dumps({"llama_cpp": split.to_json(), "vllm": vllm.to_json()}, indent=2))
+        print(json.dumps(plans.to_json(), indent=2))
         return 0
     print(f"llama.cpp, layer split ({model.quant}):")
-    for line in split.summary_lines():
+    for line in plans.split.summary_lines():
         print(f"  {line}")
-    print(f"  {split.command}\n")
+    print(f"  {plans.split.command}\n")
     print(f"vLLM, tensor parallel ({args.dtype}):")
-    for line in vllm.summary_lines():
+    if plans.vllm is None:
+        print(f"  vLLM cannot serve it this way: {plans.vllm_problem}")
+        return 0
+    for line in plans.vllm.summary_lines():
         print(f"  {line}")
-    print(f"  {vllm.command}")
+    print(f"  {plans.vllm.command}")
     return 0
 
 
@@ -1172,7 +1196,7 @@ def cmd_load(args: argparse.Namespace) -> int:
     from app.adapters.load_profile import cached_profile, measure_profile, memory_slots, profile_json
     from app.core import fit
     from app.core.hardware import machine_key
-    from app.core.loadsim import ServiceModel, sweep, sweep_rates
+    from app.services.load import simulate_load
 
     try:
         users = [int(u) for u in args.users.split(",") if u.strip()]
@@ -1197,15 +1221,7 @@ def cmd_load(args: argparse.Namespace) -> int:
         if not args.json:
             print("measuring batched decoding on this machine (1, 2 and 4 sequences)...", file=sys.stderr)
         profile = measure_profile(path, key)
-    service = ServiceModel.from_timings(profile)
-    max_slots = memory_slots(path, args.prompt + args.output, [fit.cpu_target(host)], fit.repack_profile(host))
-    common = {
-        "prompt": args.prompt,
-        "output": args.output,
-        "slots": args.slots,
-        "max_slots": max(max_slots, 1),
-        "n_requests": args.requests,
-    }
+    rates: list[float] = []
     if args.rates:
         try:
             rates = [float(r) for r in args.rates.split(",") if r.strip()]
@@ -1213,9 +1229,20 @@ def cmd_load(args: argparse.Namespace) -> int:
             raise FitScopeError(f"--rates takes numbers separated by commas, not {args.rates!r}.") from None
         if not rates or min(rates) <= 0:
             raise FitScopeError("--rates needs positive numbers of requests per second.")
-        points = sweep_rates(service, rates, **common)
-    else:
-        points = sweep(service, users, think_time_s=args.think, **common)
+    targets, repack = [fit.cpu_target(host)], fit.repack_profile(host)
+    simulation = simulate_load(
+        profile,
+        lambda tokens: memory_slots(path, tokens, targets, repack),
+        prompt=args.prompt,
+        output=args.output,
+        longest_tokens=args.prompt + args.output,
+        slots=args.slots,
+        n_requests=args.requests,
+        users=users,
+        rates=rates,
+        think_time_s=args.think,
+    )
+    max_slots, points = simulation.max_slots, simulation.points
     if args.json:
         report = {
             "gguf_path": path,
@@ -1348,7 +1375,11 @@ def clean_message(text: str, limit: int = 500) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     # The window's estimate worker is a spawned process; in a frozen build it re-enters here.
-    multiprocessing.freeze_support()
+    # Elsewhere freeze_support does nothing, and importing multiprocessing would only slow the start.
+    if getattr(sys, "frozen", False):
+        import multiprocessing
+
+        multiprocessing.freeze_support()
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--run-module"] and len(argv) >= 2:
         return _run_module(argv[1], argv[2:])
@@ -1373,6 +1404,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.close()
         return 0
     except Exception as exc:  # a defect: one line for the user, the traceback in the log
+        import logging
+
         from app.adapters.logs import log_path, setup_logging
 
         setup_logging()

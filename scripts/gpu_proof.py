@@ -96,7 +96,7 @@ def main() -> int:
     rate = result.runs[0].decode_tokens_per_s_llama
     print(f"Live run of the demo model, every layer on the GPU: decode {rate} tok/s")
     for c in compare_buffers(result, run_est.estimate):
-        print(_row(c.kind, c.measured_bytes, c.estimated_bytes))
+        print(_row(c.buffer, c.measured_bytes, c.estimated_bytes))
     return 0
 
 

@@ -71,3 +71,58 @@ def test_suites_run_through_the_models_template_and_base_models_raw(tmp_path, de
     # The demo model is a base model (no template in its file): raw completion, said so.
     demo = run_suite(SuiteRunSettings(gguf_path=str(demo_gguf), prompts=jobs, n_ctx=512))
     assert demo.prompt_format == "raw"
+
+
+@pytest.mark.llamacpp
+def test_a_live_run_can_prompt_through_the_models_template_as_deployed(tmp_path, demo_gguf, capsys):
+    import json
+
+    from app.cli import main
+    from tests.support.tiny_gguf import TINY_PROMPT, write_tiny_llama
+
+    chat_model = write_tiny_llama(tmp_path / "chat.gguf", chat_template=CHATML)
+
+    def run(model, *extra: str) -> dict:
+        args = ["run", "--gguf", str(model), "-p", TINY_PROMPT, "-n", "4", "--repeat", "1", "-c", "512"]
+        assert main([*args, "--json", "--no-save", *extra]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    raw, chat = run(chat_model), run(chat_model, "--chat")
+    system = run(chat_model, "--chat", "--system", "Answer in one word.")
+    assert raw["prompt_format"] == "raw" and chat["prompt_format"] == "chat template"
+    # The template's turn markers wrap the question: more prompt tokens; a system turn adds more again.
+    raw_tokens, chat_tokens = raw["runs"][0]["prompt_tokens"], chat["runs"][0]["prompt_tokens"]
+    assert chat_tokens > raw_tokens
+    assert system["runs"][0]["prompt_tokens"] > chat_tokens
+    # The demo model is a base model (no template in its file): sent as typed, and said so.
+    assert run(demo_gguf, "--chat")["prompt_format"] == "raw"
+    assert main(["run", "--gguf", str(demo_gguf), "--system", "Be brief.", "--no-save"]) == 2
+    assert "--system goes with --chat" in capsys.readouterr().err
+
+
+@pytest.mark.llamacpp
+def test_the_run_tab_sends_presets_through_the_template_and_follows_the_switch(qtbot, tmp_path):
+    from test_window import make_services, open_window, settle
+
+    from tests.support.tiny_gguf import write_tiny_llama
+
+    chat_model = write_tiny_llama(tmp_path / "chat.gguf", chat_template=CHATML)
+    window = open_window(qtbot, make_services(tmp_path))
+    window.open_gguf(str(chat_model))
+    settle(qtbot, window, lambda v: v.request.model.kind == "gguf")
+    panel = window.run_panel
+    panel.preset_combo.setCurrentText("Chat")
+    assert panel.chat_check.isChecked() and not panel.prompt_edit.toPlainText().startswith("User:")
+    panel.chat_check.setChecked(False)
+    assert panel.prompt_edit.toPlainText().startswith("User:") and not panel.system_edit.isEnabled()
+    panel.chat_check.setChecked(True)
+    panel.system_edit.setText("Answer briefly.")
+    panel.max_tokens.setValue(4)
+    panel.repeat.setValue(1)
+    with qtbot.waitSignal(panel.run_finished, timeout=120000) as blocker:
+        panel.run_button.click()
+    result = blocker.args[0]
+    assert result.prompt_format == "chat template" and result.settings.system_prompt == "Answer briefly."
+    cells = {panel.figures.item(r, 0).text(): panel.figures.item(r, 1).text() for r in range(panel.figures.rowCount())}
+    assert cells["Prompt"] == "one user turn through the model's chat template"
+    window.close()

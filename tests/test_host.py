@@ -54,13 +54,13 @@ def test_bandwidth_measurement_is_positive_and_stays_within_its_budget():
     # Any machine that runs a model reads RAM faster than 0.5 GB/s and slower than 10 TB/s;
     # outside that the measurement timed something else.
     assert 0.5 < gb_s < 10_000
-    assert elapsed < 2.0
+    assert elapsed < 3.0  # a budget of about one second; generous for a machine that is busy
 
 
 def test_detect_host_includes_the_measurement():
     start = time.perf_counter()
     snap = detect_host()
-    assert time.perf_counter() - start < 2.5
+    assert time.perf_counter() - start < 3.5
     assert snap.measured_read_bandwidth_gb_s is not None and snap.measured_read_bandwidth_gb_s > 0
 
 

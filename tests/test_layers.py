@@ -136,10 +136,10 @@ _DYNAMIC = textwrap.dedent(
 
     sys.meta_path.insert(0, NoQt())
 
-    import app.adapters, app.core
+    import app.adapters, app.core, app.services
 
     imported = []
-    for pkg in (app.core, app.adapters):
+    for pkg in (app.core, app.adapters, app.services):
         def onerror(name):
             raise
         for info in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + ".", onerror=onerror):
@@ -167,6 +167,7 @@ def test_core_adapters_and_cli_run_without_qt():
     assert report["leaked"] == []
     assert "app.core.estimate" in report["imported"]
     assert "app.adapters.host" in report["imported"]
+    assert "app.services.runs" in report["imported"]
     assert report["result"]["weights_bytes"] > 0
 
 
@@ -185,3 +186,72 @@ def test_the_blocker_really_blocks_qt():
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("blocked:")
+
+
+# -- the layer order: core < adapters < services < ui and cli ------------------------------------
+
+LAYER_ORDER = {"core": 0, "adapters": 1, "services": 2, "ui": 3, "cli": 3}
+
+
+def _layer_of(module: str) -> str | None:
+    parts = module.split(".")
+    if len(parts) < 2 or parts[0] != "app":
+        return None
+    return parts[1] if parts[1] in LAYER_ORDER else None
+
+
+def upward_imports(source: str, filename: str, package: str) -> list[str]:
+    """Every import in ``source`` (a file of layer ``package``) of a layer above its own, anywhere
+    in the file (function bodies too), as 'file:line: imports X'."""
+    own = _layer_of(package)
+    if own is None:
+        return []
+    found = []
+    for node in ast.walk(ast.parse(source, filename=filename)):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            module = _resolve_relative(node, package)
+            names = [f"app.{a.name}" for a in node.names] if module == "app" else [module]
+        else:
+            continue
+        for name in names:
+            layer = _layer_of(name)
+            if layer is not None and LAYER_ORDER[layer] > LAYER_ORDER[own]:
+                found.append(f"{filename}:{node.lineno}: imports {name}")
+    return found
+
+
+def test_no_layer_imports_a_layer_above_it():
+    problems = []
+    for layer in ("core", "adapters", "services"):
+        for path in sorted((APP / layer).rglob("*.py")):
+            rel = path.relative_to(REPO).as_posix()
+            problems += upward_imports(path.read_text(encoding="utf-8"), rel, _package_of(path))
+    assert not problems, "an import against the layer order (core < adapters < services < ui/cli):\n" + "\n".join(
+        problems
+    )
+
+
+def test_services_source_never_imports_qt():
+    problems = []
+    for path in sorted((APP / "services").rglob("*.py")):
+        rel = path.relative_to(REPO).as_posix()
+        problems += forbidden_imports(path.read_text(encoding="utf-8"), rel, _package_of(path))
+    assert not problems, "Qt imported in the services layer:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize(
+    ("source", "package", "bad"),
+    [
+        ("from app.adapters.host import detect_host", "app.core", True),
+        ("def f():\n    from app.services.runs import finish_run\n", "app.adapters", True),
+        ("from app import cli", "app.services", True),
+        ("from ..ui import window", "app.services", True),
+        ("from app.core.estimate import estimate", "app.services", False),
+        ("from app.adapters.history import record_run", "app.services", False),
+        ("from .runs import finish_run", "app.services", False),
+    ],
+)
+def test_the_layer_checker(source, package, bad):
+    assert bool(upward_imports(source, "x.py", package)) is bad

@@ -9,7 +9,7 @@ from PySide6.QtWidgets import QTabWidget
 from test_window import make_services, open_window, settle
 
 from app.core.catalog import load_devices
-from app.ui.legibility import chart_text_sizes, clipped_texts
+from app.ui.legibility import chart_text_problems, chart_text_sizes, clipped_texts
 from app.ui.panels import device_label
 
 PRESENTATION_MIN_PT = 14.0
@@ -32,7 +32,7 @@ def _longest_device_id() -> str:
     return f"catalog:{device.id}"
 
 
-@pytest.mark.parametrize("size", [(1280, 720), (1920, 1080)], ids=["720p", "1080p"])
+@pytest.mark.parametrize("size", [(1280, 720), (1500, 940), (1920, 1080)], ids=["720p", "1500", "1080p"])
 @pytest.mark.parametrize("presentation", [False, True], ids=["normal", "presentation"])
 def test_nothing_is_clipped_and_chart_text_is_large_enough(qtbot, tmp_path, size, presentation):
     window = open_window(qtbot, make_services(tmp_path))
@@ -53,5 +53,6 @@ def test_nothing_is_clipped_and_chart_text_is_large_enough(qtbot, tmp_path, size
         where = tabs.tabText(i).replace("&", "")
         problems += [f"{where}: {c}" for c in clipped_texts(window)]
         problems += [f"{where}: {what} at {pt:.1f} pt" for what, pt in chart_text_sizes(window) if pt < floor]
+        problems += [f"{where}: {p}" for p in chart_text_problems(window)]
     assert not problems, "\n".join(problems)
     window.close()

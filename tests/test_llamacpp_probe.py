@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from app.adapters import llamacpp_probe
+from app.adapters import child
 from app.adapters.llamacpp_probe import (
     MIB,
     MIB_PRECISION_BYTES,
@@ -565,7 +565,7 @@ def test_crash_of_the_child_is_a_probe_error(tmp_path, monkeypatch):
     path = tmp_path / "model.gguf"
     path.write_bytes(b"GGUF")
     abort = "import os, signal, sys; sys.stderr.write('GGML_ASSERT(x) failed\\n'); os.kill(os.getpid(), signal.SIGABRT)"
-    monkeypatch.setattr(llamacpp_probe, "_build_command", lambda *_: [sys.executable, "-c", abort])
+    monkeypatch.setattr(child, "module_command", lambda _module: [sys.executable, "-c", abort])
     with pytest.raises(ProbeError, match="SIGABRT") as info:
         dry_run(path, n_ctx=4096, flash_attn=True)
     assert "GGML_ASSERT(x) failed" in str(info.value)

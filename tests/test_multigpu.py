@@ -10,7 +10,11 @@ from app.core.catalog import find_device, find_model
 from app.core.errors import EstimateError
 from app.core.estimate import Settings
 from app.core.fit import model_from_catalog
-from app.core.multigpu import (
+from app.core.layer_split import llama_split_plan
+from app.core.quant import find_serving_format, serving_weights_bytes
+from app.core.units import GIB
+from app.core.vllm import hf_model_id, vllm_plan
+from app.core.vllm_memory import (
     VLLM_CUDA_CONTEXT_BYTES,
     VLLM_CUDA_GRAPH_BYTES,
     VLLM_CUDA_VISIBLE_FRACTION,
@@ -18,12 +22,7 @@ from app.core.multigpu import (
     VLLM_NON_TORCH_BYTES,
     VLLM_NON_TORCH_BYTES_TP,
     VLLM_SAMPLER_BYTES_PER_LOGIT,
-    hf_model_id,
-    llama_split_plan,
-    vllm_plan,
 )
-from app.core.quant import find_serving_format, serving_weights_bytes
-from app.core.units import GIB
 
 # -- llama.cpp ------------------------------------------------------------------------------------
 

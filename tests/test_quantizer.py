@@ -57,7 +57,8 @@ def test_bad_input_is_refused_clearly(tmp_path, source):
         quantize(source, source, "Q8_0")
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"not a model")
-    with pytest.raises(QuantizeError, match="could not quantize junk.gguf"):
+    # A file llama.cpp cannot load reads as it does in the Run tab.
+    with pytest.raises(QuantizeError, match="junk.gguf: llama.cpp could not load it: invalid magic characters"):
         quantize(junk, tmp_path / "junk-Q8_0.gguf", "Q8_0")
     assert not (tmp_path / "junk-Q8_0.gguf").exists()
 

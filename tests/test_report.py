@@ -361,3 +361,27 @@ def test_commands_refuse_impossible_settings(impossible_view: View) -> None:
     for make in (llama_server_command, llama_cpp_python_snippet, copy_command_text):
         with pytest.raises(EstimateError, match="flash attention"):
             make(impossible_view)
+
+
+def test_html_comparison_is_the_windows_table_current_hardware_first_no_speed_where_it_cannot_run(
+    evaluator: Evaluator,
+) -> None:
+    from app.core.report import compare_cells, comparison_rows
+
+    compare = (
+        HardwareChoice(kind="catalog", device_id="rtx-3060-12gb"),
+        HardwareChoice(kind="catalog", device_id="h100-sxm"),
+    )
+    # Every layer on the GPU (-ngl 81): a 12 GB card cannot hold a 70B model that way.
+    view = _view(evaluator, ref="llama-3.1-70b", controls=Controls(gpu_layers=81), compare=compare)
+    rows = comparison_rows(view)
+    assert rows[0].label.endswith("(current)") and rows[0].price_usd == 1599
+    cells = {r.label: compare_cells(r) for r in rows}
+    small = next(c for label, c in cells.items() if "3060" in label)
+    assert small[3] == "no" and small[4] == "-"  # cannot hold it: no speed to promise
+    big = next(c for label, c in cells.items() if "H100" in label)
+    assert big[3] == "yes" and big[4] != "-"
+    page = report_html(view, {})
+    table = page[page.index("Comparison") :].split("</table>")[0]
+    assert "(current)" in table and "$1,599" in table
+    assert small[0] in table

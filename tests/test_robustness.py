@@ -71,10 +71,10 @@ def test_a_huge_block_count_is_refused_before_any_list_is_built(tmp_path):
     ]
     path = tmp_path / "layers.gguf"
     path.write_bytes(raw_gguf(kvs))
-    started = time.perf_counter()
+    started = time.process_time()  # CPU time: the reader's cost, whatever else the machine runs
     with pytest.raises(ModelFileError, match="block_count' is 67,108,864"):
         read_gguf(path)
-    assert time.perf_counter() - started < 1.0
+    assert time.process_time() - started < 1.0
 
 
 def test_a_fifo_named_as_a_model_config_or_suite_is_refused_at_once(tmp_path):
@@ -141,9 +141,9 @@ def test_a_5000_digit_integer_and_a_long_layer_types_list(tmp_path):
         "layer_types": ["sliding_attention"] * 100_000,
     }
     path.write_text(json.dumps(gemma))
-    started = time.perf_counter()
-    read_hf_config(path)  # used to take over 30 s (a quadratic search)
-    assert time.perf_counter() - started < 2.0
+    started = time.process_time()
+    read_hf_config(path)  # used to take over 30 s of CPU (a quadratic search)
+    assert time.process_time() - started < 2.0
 
 
 # -- suites ---------------------------------------------------------------------------------------
@@ -208,9 +208,9 @@ def test_a_run_the_history_cannot_take_is_kept_and_imported_later(tmp_path, monk
     monkeypatch.setenv("FITSCOPE_DATA_DIR", str(tmp_path))
     folder_path = tmp_path / "runs.sqlite3"
     folder_path.mkdir()
-    saved = record_run(_result(), {"estimate": {"total_bytes": 1}}, "host", path=folder_path)
-    assert "history_id" not in saved and Path(saved["unsaved_path"]).is_file()
-    assert "kept in" in saved["message"]
+    saved = record_run(_result(), {"total_bytes": 1}, None, "host", path=folder_path)
+    assert saved.history_id is None and saved.unsaved_path and Path(saved.unsaved_path).is_file()
+    assert saved.message and "kept in" in saved.message
     folder_path.rmdir()
     with RunHistory() as history:  # the default history imports what was kept aside
         assert len(history.rows()) == 1
@@ -273,6 +273,7 @@ def test_a_prompt_longer_than_the_context_fails_alone_and_the_suite_goes_on(tmp_
 @pytest.mark.llamacpp
 def test_a_run_whose_model_file_is_deleted_meanwhile_still_reports(tmp_path):
     # (4) The child hashed the file after the run: a deleted file threw the finished run away.
+    from app.adapters.child_protocol import Loaded
     from app.adapters.llamacpp_runner import run_live
     from app.core.measure import RunSettings
     from tests.support.tiny_gguf import TINY_PROMPT, write_tiny_llama
@@ -281,7 +282,7 @@ def test_a_run_whose_model_file_is_deleted_meanwhile_still_reports(tmp_path):
 
     def delete_once_loaded(event):
         # The child has the model in memory; 900 tokens leave ample time before it hashes the file.
-        if event.get("event") == "loaded" and tiny.exists():
+        if isinstance(event, Loaded) and tiny.exists():
             tiny.unlink()
 
     settings = RunSettings(gguf_path=str(tiny), prompt=TINY_PROMPT, max_tokens=900, ignore_eos=True, n_ctx=1024)

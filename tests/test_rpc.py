@@ -12,6 +12,7 @@ import psutil
 import pytest
 
 from app.adapters import rpc_servers
+from app.adapters.child_protocol import ChildEvent, Token
 from app.adapters.llamacpp_runner import RunError
 from app.adapters.rpc_servers import (
     LocalRpcServers,
@@ -155,9 +156,9 @@ def test_a_server_killed_mid_run_is_named_and_nothing_is_left_running(demo_gguf)
     killed: list[int] = []
     lock = threading.Lock()
 
-    def kill_second_server(event: dict) -> None:
+    def kill_second_server(event: ChildEvent) -> None:
         with lock:
-            if event.get("event") != "token" or killed:
+            if not isinstance(event, Token) or killed:
                 return
             port = names[1].rsplit(":", 1)[1]
             for p in psutil.Process().children(recursive=True):

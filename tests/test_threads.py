@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from app.adapters.cpu_topology import linux_math_threads, llama_math_threads, with_llama_threads
-from app.adapters.llamacpp_runner import run_live, sweep_threads
+from app.adapters.llamacpp_runner import LiveLoaded, run_live, sweep_threads
 from app.core import fit
 from app.core.llama_defaults import choose_threads, thread_sweep
 from app.core.measure import RunSettings, sweep_rows
-from app.core.run_vs_estimate import run_report
+from app.core.run_vs_estimate import make_run_report
 from tests.support.tiny_gguf import TINY_PROMPT, write_tiny_llama
 from tests.test_runner import cpu_run_estimate
 
@@ -73,7 +73,7 @@ def tiny(tmp_path_factory):
 
 def _report(result, path):
     model = fit.model_from_gguf(path)
-    return run_report(result, model.label, cpu_run_estimate(result, path))
+    return make_run_report(result, model.label, cpu_run_estimate(result, path)).to_json()
 
 
 @pytest.mark.llamacpp
@@ -110,7 +110,7 @@ def test_a_bench_sweep_runs_once_per_count_and_marks_the_peaks(tiny):
     settings = RunSettings(gguf_path=str(tiny), mode="bench", prompt_tokens=64, max_tokens=16, ignore_eos=True)
     counts = thread_sweep(llama_math_threads(), 1)
     seen: list[int] = []
-    results = sweep_threads(settings, counts, on_event=lambda e: e["event"] == "loaded" and seen.append(e["threads"]))
+    results = sweep_threads(settings, counts, on_event=lambda e: isinstance(e, LiveLoaded) and seen.append(e.threads))
     assert seen == list(counts)
     rows = sweep_rows(results)
     assert [r.n_threads for r in rows] == list(counts)

@@ -8,9 +8,12 @@ NVIDIA GPUs cannot exist on this machine, so GPU tests feed the real NvmlMonitor
 
 from __future__ import annotations
 
+import atexit
 import csv
 import io
 import json
+from concurrent.futures import Executor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import pytest
@@ -29,14 +32,44 @@ from app.core.quant import find_preset, quantize_layout
 from app.core.scenario import Controls, HardwareChoice, ModelChoice
 from app.core.units import GIB
 from app.ui.app import create_window
+from app.ui.jobs import process_pool
 from app.ui.window import MainWindow, Services
 
 pytestmark = pytest.mark.usefixtures("demo_gguf")
 
 
+class SharedEstimatePool(Executor):
+    """One estimator process for every window the tests open (a process start costs a second or
+    two on a small machine): a window's close leaves it running; a killed one is replaced."""
+
+    def __init__(self) -> None:
+        self._pool: Executor | None = None
+
+    def submit(self, fn, /, *args, **kwargs):
+        if self._pool is None:
+            self._pool = process_pool()
+        try:
+            return self._pool.submit(fn, *args, **kwargs)
+        except BrokenProcessPool:
+            self._pool = process_pool()
+            return self._pool.submit(fn, *args, **kwargs)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        pass  # shared: closed when the test session ends
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+SHARED_ESTIMATE_POOL = SharedEstimatePool()
+atexit.register(SHARED_ESTIMATE_POOL.close)
+
+
 def make_services(tmp_path: Path, nvml=None) -> Services:
     monitor = NvmlMonitor(api=nvml if nvml is not None else FakeNvml([], init_error=_no_driver()))
     return Services(
+        make_estimate_pool=lambda: SHARED_ESTIMATE_POOL,
         nvml_status=monitor.status,
         detect_host=lambda measure: detect_host(measure_bandwidth=False),
         demo_path=demo_model_path,

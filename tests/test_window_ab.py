@@ -60,10 +60,25 @@ def test_scale_out_plans_both_ways(qtbot, tmp_path):
     settle(qtbot, window, lambda v: v.request.model.ref == "llama-3.1-70b")
     panel = window.scale_panel
     panel.count.setValue(4)
-    panel.plan()
+    with qtbot.waitSignal(panel._job.finished, timeout=20000):
+        assert panel.plan()
+    assert panel.plan_button.isEnabled()
     assert "-ngl 81 --split-mode layer --tensor-split 1,1,1,1" in panel.llama_text.toPlainText()
     assert "vllm serve meta-llama/Llama-3.1-70B --tensor-parallel-size 4" in panel.vllm_text.toPlainText()
     assert panel.split is not None and sum(g.layers for g in panel.split.gpus) == 80
+
+
+def test_a_plan_for_a_model_file_removed_meanwhile_says_so_and_the_tab_stays_usable(qtbot, tmp_path):
+    gone = write_tiny_llama(tmp_path / "gone.gguf", n_layer=2, n_embd=128, n_ff=256)
+    window = open_window(qtbot, make_services(tmp_path))
+    window.open_gguf(str(gone))
+    settle(qtbot, window, lambda v: v.request.model.kind == "gguf")
+    gone.unlink()
+    panel = window.scale_panel
+    with qtbot.waitSignal(panel._job.failed, timeout=20000):
+        assert panel.plan()
+    assert "gone.gguf" in panel.message.text()
+    assert panel.plan_button.isEnabled() and panel.split is None
 
 
 def test_a_vanished_variant_or_an_unwritable_folder_leaves_the_tab_usable(qtbot, tmp_path):

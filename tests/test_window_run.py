@@ -48,7 +48,7 @@ def test_a_run_streams_text_shows_figures_against_the_estimate_and_is_saved(qtbo
     }
     assert buffers["kv_cache"] == "+0.00 MiB"
     # Saved at once, listed in the History tab, and its efficiency now feeds the estimate.
-    assert report["history_id"] == window.history.rows()[0].run_id
+    assert report.history_id == window.history.rows()[0].run_id
     assert window.history_panel.table.rowCount() == 1
     assert window.history_panel.table.item(0, 10).text() == f"{window.history.rows()[0].decode_tokens_per_s:,.1f}"
     view = settle(qtbot, window, lambda v: v.request.measured_efficiency)
@@ -132,7 +132,7 @@ def test_benchmark_mode_reports_pp_and_tg(qtbot, tmp_path, tiny):
     assert result.settings.mode == "bench" and result.settings.depth_tokens == 64
     run = result.runs[0]
     assert run.prompt_tokens == 256 and run.generated_tokens == 32
-    assert report["prefill_tokens_per_s"] == pytest.approx(run.prefill_tokens_per_s_llama, rel=1e-3)
+    assert report.to_json()["prefill_tokens_per_s"] == pytest.approx(run.prefill_tokens_per_s_llama, rel=1e-3)
     assert window.history.rows()[0].mode == "bench"
 
 
@@ -158,3 +158,35 @@ def test_gpu_memory_of_the_run_is_charted_from_nvml(qtbot, tmp_path):
     assert panel.gpu_curve.getData()[1][-1] == pytest.approx(nvml.gpus[0].used_bytes / 1024**2)
     with qtbot.waitSignal(panel.run_finished, timeout=5000):
         panel.stop_button.click()
+
+
+def test_the_window_and_fitscope_run_report_the_same_figures_for_the_same_run(qtbot, tmp_path, tiny, monkeypatch):
+    import json
+
+    from app import cli
+    from app.core.hardware import NvmlStatus
+
+    window = open_window(qtbot, make_services(tmp_path))
+    window.open_gguf(str(tiny))
+    settle(qtbot, window, lambda v: v.request.model.kind == "gguf")
+    window.run_panel.max_tokens.setValue(16)
+    window.run_panel.repeat.setValue(1)
+    result, shown = wait_run(qtbot, window)
+    assert shown.estimate is not None and shown.comparison  # held against an estimate, buffer by buffer
+
+    # The same run reported by `fitscope run` on the same machine (the CLI measures the memory
+    # bandwidth again; here it reads the figure the window started with).
+    machine = window.machine
+    bandwidth = machine.host.measured_read_bandwidth_gb_s
+    monkeypatch.setattr("app.adapters.host.measure_read_bandwidth_gb_s", lambda budget_s=0.3: bandwidth)
+    args = cli.build_parser().parse_args(["run", "--gguf", str(tiny), "--json", "--no-save"])
+    status = NvmlStatus(available=False, message=machine.gpu_message)
+    printed = []
+    monkeypatch.setattr("builtins.print", lambda *a, **k: printed.append(a[0]) if not k.get("file") else None)
+    assert cli._report_run(args, result, None, machine.host, status, None) == 0
+    monkeypatch.undo()
+    from_cli = json.loads(printed[-1])
+    from_window = json.loads(json.dumps(shown.to_json()))
+    assert from_window.pop("history_id") == window.history.rows()[0].run_id
+    assert from_cli == from_window
+    assert from_cli["estimate"]["total_bytes"] > 0 and from_cli["comparison"]

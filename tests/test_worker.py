@@ -9,7 +9,7 @@ import threading
 import time
 
 from app.core.errors import ModelFileError
-from app.ui.worker import TaskRunner, process_pool
+from app.ui.jobs import JobRunner, process_pool
 
 
 def slow_square(x: int, delay_s: float = 0.0) -> int:
@@ -26,7 +26,7 @@ def die() -> None:
 
 
 def test_results_arrive_on_the_gui_thread_and_waiting_jobs_coalesce(qtbot):
-    runner = TaskRunner("test")
+    runner = JobRunner("test")
     results, threads = [], []
     runner.finished.connect(lambda job, value: (results.append((job, value)), threads.append(threading.get_ident())))
     first = runner.submit(lambda: slow_square(2, 0.2))
@@ -40,7 +40,7 @@ def test_results_arrive_on_the_gui_thread_and_waiting_jobs_coalesce(qtbot):
 
 
 def test_errors_arrive_as_messages(qtbot):
-    runner = TaskRunner("test")
+    runner = JobRunner("test")
 
     def broken_file():
         raise ModelFileError("model.gguf is truncated: 12 bytes, a GGUF header needs at least 24.")
@@ -58,7 +58,7 @@ def test_errors_arrive_as_messages(qtbot):
 
 
 def test_a_killed_worker_process_is_replaced(qtbot):
-    runner = TaskRunner("test", make_pool=process_pool)
+    runner = JobRunner("test", make_pool=process_pool)
     with qtbot.waitSignal(runner.finished, timeout=20000) as blocker:
         runner.submit(pid_of_worker)
     first_pid = blocker.args[1]

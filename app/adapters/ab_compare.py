@@ -11,14 +11,14 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from app.adapters.child_protocol import ChildEvent, WorkerProcess
 from app.adapters.divergence_runner import (
     DivergenceResult,
     DivergenceSettings,
     measure_divergence,
     record_measured_quality,
 )
-from app.adapters.llamacpp_runner import LiveRun
-from app.adapters.suite_runner import PromptJob, SuiteRun, SuiteRunSettings, run_suite
+from app.adapters.suite_runner import Agreement, PromptDone, PromptJob, SuiteRun, SuiteRunSettings, run_suite
 from app.core import fit
 from app.core.divergence import MeasuredQuality, quality_key
 from app.core.errors import FitScopeError
@@ -47,7 +47,7 @@ def compare_variants(
     n_gpu_layers: int = 0,
     on_progress: Progress | None = None,
     stop: threading.Event | None = None,
-    on_start: Callable[[LiveRun], None] | None = None,
+    on_start: Callable[[WorkerProcess], None] | None = None,
     divergence: DivergenceSettings | None = None,
 ) -> Comparison:
     """Answer every suite on every variant and compare. ``targets`` is the hardware the advice must
@@ -93,13 +93,13 @@ def compare_variants(
         name = Path(paths[i]).name
         progress(f"Loading {name}…")
 
-        def on_event(event: dict, name: str = name) -> None:
+        def on_event(event: ChildEvent, name: str = name) -> None:
             nonlocal done_steps
-            if event.get("event") in ("prompt_done", "agreement"):
+            if isinstance(event, PromptDone | Agreement):
                 done_steps += 1
-                progress(f"{name}: {event['id']}")
+                progress(f"{name}: {event.outcome.id if isinstance(event, PromptDone) else event.id}")
 
-        def started(live: LiveRun) -> None:
+        def started(live: WorkerProcess) -> None:
             if on_start is not None:
                 on_start(live)
             if stop is not None and stop.is_set():

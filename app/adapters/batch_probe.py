@@ -1,10 +1,12 @@
 """What batching does on this machine: llama.cpp's decode step time for P sequences at once, the
 prompt rate, and end-to-end batched runs, measured in a child process with llama.cpp's low-level API.
 
-The parent (:func:`measure_batching`) starts ``python -m app.adapters.batch_probe``, sends the
-:class:`BatchSettings` as one JSON line on stdin and reads one JSON event per line from the child's
-stdout: ``loaded``, ``progress``, ``done`` (the whole :class:`BatchProfile`) or ``error``. An abort
-inside llama.cpp therefore ends the child only; the caller gets a :class:`BatchProbeError`.
+The parent (:func:`measure_batching`) starts ``python -m app.adapters.batch_probe`` through
+:class:`~app.adapters.child_protocol.WorkerProcess`, sends the :class:`BatchSettings` and reads
+its events: :class:`BatchLoaded`, :class:`~app.adapters.child_protocol.Progress` (measurements
+finished of all), :class:`BatchDone` (the whole :class:`BatchProfile`) or
+:class:`~app.adapters.child_protocol.Failed`. An abort inside llama.cpp therefore ends the child
+only; the caller gets a :class:`BatchProbeError`.
 
 One context serves every measurement: ``n_seq_max`` = the largest P, one KV buffer shared by all
 sequences (``kv_unified``, as llama-server sets up its slots when ``-np`` is left at auto),
@@ -26,38 +28,38 @@ tokens per second.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import json
 import os
 import random
 import statistics
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from pydantic import Field, model_validator
 
-from app.adapters.child import start_child
+from app.adapters.child_protocol import (
+    ChildChannel,
+    ChildEvent,
+    Done,
+    Loaded,
+    Progress,
+    WorkerProcess,
+    install_llama_log,
+    llama_failed,
+    require_file,
+    serve_child,
+)
 from app.adapters.cpu_topology import llama_math_threads
 from app.core import llama_defaults
 from app.core.errors import FitScopeError
 from app.core.units import Frozen
 
-_LOG_LEVEL_ERROR = 4
-_LOG_LEVEL_CONT = 5
 MAX_STEP_SAMPLES = 16  # decode steps timed per P and repetition: enough for a stable median, cheap
-
-Event = dict[str, Any]
 
 
 class BatchProbeError(FitScopeError):
     """The batching measurement could not run; the message says why."""
-
-
 
 
 class BatchSettings(Frozen):
@@ -171,6 +173,24 @@ class BatchProfile(Frozen):
         return runs[len(runs) // 2]
 
 
+class BatchLoaded(Loaded):
+    """The model and its context are ready."""
+
+    load_s: float
+    n_threads: int
+    n_ctx: int
+    llama_cpp_version: str
+
+
+class BatchDone(Done):
+    """Every measurement is finished."""
+
+    profile: BatchProfile
+
+
+BATCH_EVENTS = (BatchLoaded, Progress, BatchDone)
+
+
 # -- parent side ---------------------------------------------------------------------------------
 
 
@@ -186,19 +206,18 @@ def measure_batching(
     n_batch: int = llama_defaults.N_BATCH,
     seed: int = 0,
     timeout_s: float = 600.0,
-    on_event: Callable[[Event], None] | None = None,
+    on_event: Callable[[ChildEvent], None] | None = None,
 ) -> BatchProfile:
     """Measure prefill, batched decode steps and batched end-to-end runs of ``gguf_path`` in a
     llama.cpp child process (CPU or whatever backend llama-cpp-python was built with).
 
     ``n_threads`` defaults to llama-server's count (``cpu_topology.llama_math_threads``).
-    ``on_event`` receives the child's
-    progress events on the calling thread. Raises :class:`BatchProbeError` for impossible settings,
-    a model llama.cpp refuses, a child that dies, or one that runs past ``timeout_s``.
+    ``on_event`` receives the child's events (:class:`BatchLoaded`,
+    :class:`~app.adapters.child_protocol.Progress`, ...) on the calling thread. Raises
+    :class:`BatchProbeError` for impossible settings, a model llama.cpp refuses, a child that
+    dies, or one that runs past ``timeout_s``.
     """
-    path = Path(gguf_path)
-    if not path.is_file():
-        raise BatchProbeError(f"{path} does not exist or is not a file.")
+    path = require_file(gguf_path, BatchProbeError)
     try:
         settings = BatchSettings(
             gguf_path=str(path),
@@ -219,68 +238,12 @@ def measure_batching(
             f"{settings.needed_ctx} tokens, more than the {n_ctx} set; raise n_ctx or use fewer or shorter sequences."
         )
 
-    proc = start_child("app.adapters.batch_probe")
-    stderr: list[str] = []
-
-    def drain() -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            stderr.append(line)
-            del stderr[:-50]
-
-    drainer = threading.Thread(target=drain, daemon=True)
-    drainer.start()
-    timed_out = threading.Event()
-
-    def kill_on_timeout() -> None:
-        timed_out.set()
-        proc.kill()
-
-    timer = threading.Timer(timeout_s, kill_on_timeout)
-    timer.daemon = True
-    timer.start()
-    done: Event | None = None
-    error: Event | None = None
-    try:
-        assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write(settings.model_dump_json() + "\n")
-        proc.stdin.flush()
-        for line in proc.stdout:
-            line = line.strip()
-            if not line.startswith("{"):
-                continue
-            try:
-                event = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if event.get("event") == "done":
-                done = event
-            elif event.get("event") == "error":
-                error = event
-            if on_event is not None:
-                on_event(event)
-    except BaseException:
-        proc.kill()  # interrupted: nobody reads the child's pipe any more
-        raise
-    finally:
-        timer.cancel()
-        # Closing stdin tells a child still running that its parent is gone (see _watch_parent).
-        if proc.stdin is not None:
-            with contextlib.suppress(OSError):
-                proc.stdin.close()
-        code = proc.wait()
-        drainer.join(timeout=1)
-    name = path.name
-    if error is not None:
-        raise BatchProbeError(f"{name}: {error['message']}")
-    if timed_out.is_set():
-        raise BatchProbeError(f"The batching measurement of {name} took longer than {timeout_s:.0f} s and was stopped.")
-    if done is None:
-        tail = "".join(stderr[-8:]).strip()
-        raise BatchProbeError(
-            f"llama.cpp stopped while measuring batching on {name} (exit code {code})" + (f": {tail}" if tail else ".")
-        )
-    return BatchProfile.model_validate(done["profile"])
+    worker = WorkerProcess("app.adapters.batch_probe", settings, BATCH_EVENTS, name=path.name, timeout_s=timeout_s)
+    worker.follow(on_event)
+    message = worker.failure(f"while measuring batching on {path.name}")
+    if message is not None or not isinstance(worker.done, BatchDone):
+        raise BatchProbeError(message or f"{path.name}: the batching measurement sent no result.")
+    return worker.done.profile
 
 
 # -- child side ----------------------------------------------------------------------------------
@@ -353,30 +316,14 @@ class _Engine:
         return [self.argmax(i) for i in range(len(tokens))], took
 
 
-def _emit(out: TextIO, event: Event) -> None:
-    out.write(json.dumps(event) + "\n")
-    out.flush()
-
-
-def _measure(out: TextIO, settings: BatchSettings) -> int:
+def _measure(child: ChildChannel, settings: BatchSettings) -> int:
     import llama_cpp as lib
 
-    error_lines: list[str] = []
-    last_level = [0]
-
-    def on_log(level: int, text: bytes | None, _user: ctypes.c_void_p) -> None:
-        effective = last_level[0] if level == _LOG_LEVEL_CONT else level
-        if effective == _LOG_LEVEL_ERROR:
-            error_lines.append((text or b"").decode("utf-8", "replace"))
-        last_level[0] = effective
-
-    callback = lib.llama_log_callback(on_log)  # referenced for as long as llama.cpp may log
-    lib.llama_log_set(callback, ctypes.c_void_p(0))
+    log = install_llama_log(lib)
     lib.llama_backend_init()
 
-    def failure(what: str) -> int:
-        reason = next((ln.strip() for ln in error_lines if ln.strip()), "no reason given in the log")
-        _emit(out, {"event": "error", "message": f"llama.cpp could not {what}: {reason}"})
+    def failure(action: str) -> int:
+        child.emit(llama_failed(action, log))
         return 1
 
     n_threads = settings.n_threads or llama_math_threads()
@@ -384,7 +331,7 @@ def _measure(out: TextIO, settings: BatchSettings) -> int:
     mparams = lib.llama_model_default_params()
     model = lib.llama_model_load_from_file(settings.gguf_path.encode(), mparams)
     if not model:
-        return failure("load the model")
+        return failure("load it")
     cparams = lib.llama_context_default_params()
     cparams.n_ctx = settings.n_ctx
     cparams.n_batch = settings.n_batch
@@ -399,31 +346,22 @@ def _measure(out: TextIO, settings: BatchSettings) -> int:
         return failure("create a context")
     load_s = time.perf_counter() - t0
     if lib.llama_n_ctx(ctx) < settings.needed_ctx:
-        _emit(
-            out,
-            {
-                "event": "error",
-                "message": f"llama.cpp made a context of {lib.llama_n_ctx(ctx)} tokens, fewer than the "
-                f"{settings.needed_ctx} the sequences need (the model's training context may cap it)",
-            },
+        message = (
+            f"llama.cpp made a context of {lib.llama_n_ctx(ctx)} tokens, fewer than the "
+            f"{settings.needed_ctx} the sequences need (the model's training context may cap it)"
         )
         lib.llama_free(ctx)
         lib.llama_model_free(model)
-        return 1
+        return child.fail(message)
     n_vocab = int(lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(model)))
     engine = _Engine(lib, ctx, n_vocab, settings.n_batch)
-    _emit(
-        out,
-        {
-            "event": "loaded",
-            "load_s": load_s,
-            "n_threads": n_threads,
-            "n_ctx": int(lib.llama_n_ctx(ctx)),
-            "llama_cpp_version": lib.__version__,
-        },
+    child.emit(
+        BatchLoaded(
+            load_s=load_s, n_threads=n_threads, n_ctx=int(lib.llama_n_ctx(ctx)), llama_cpp_version=lib.__version__
+        )
     )
     try:
-        profile = _run_measurements(out, engine, settings, n_vocab)
+        profile = _run_measurements(child, engine, settings, n_vocab)
     finally:
         engine.close()
         lib.llama_free(ctx)
@@ -439,11 +377,11 @@ def _measure(out: TextIO, settings: BatchSettings) -> int:
         repeat=settings.repeat,
         load_s=load_s,
     )
-    _emit(out, {"event": "done", "profile": BatchProfile.model_validate(profile).model_dump(mode="json")})
+    child.emit(BatchDone(profile=BatchProfile.model_validate(profile)))
     return 0
 
 
-def _run_measurements(out: TextIO, engine: _Engine, settings: BatchSettings, n_vocab: int) -> dict[str, Any]:
+def _run_measurements(child: ChildChannel, engine: _Engine, settings: BatchSettings, n_vocab: int) -> dict[str, Any]:
     rng = random.Random(settings.seed)
     n_prompt, n_gen = settings.prompt_tokens, settings.gen_tokens
 
@@ -460,9 +398,10 @@ def _run_measurements(out: TextIO, engine: _Engine, settings: BatchSettings, n_v
     steps: dict[int, list[float]] = {p: [] for p in settings.parallel}
     runs: list[dict[str, Any]] = []
     n_steps = min(max(n_gen - 1, 1), MAX_STEP_SAMPLES)
+    total = settings.repeat * len(settings.parallel)
     for rep in range(settings.repeat):
-        for p in settings.parallel:
-            _emit(out, {"event": "progress", "repeat": rep, "parallel": p})
+        for i, p in enumerate(settings.parallel):
+            child.emit(Progress(done=rep * len(settings.parallel) + i, total=total))
             # A lone prefill next to every P's runs rather than all in one block: whatever else the
             # machine is doing then weighs on both sides of the comparison alike.
             engine.clear()
@@ -495,31 +434,5 @@ def _run_measurements(out: TextIO, engine: _Engine, settings: BatchSettings, n_v
     return {"prefill_samples_s": prefill, "decode_step_samples_s": steps, "runs": runs}
 
 
-def _watch_parent() -> None:
-    """Leave when stdin closes: the parent has finished with us, or died."""
-    for _ in sys.stdin:
-        pass
-    os._exit(3)
-
-
-def _child_main() -> int:
-    # Keep stdout for events: anything llama.cpp (or Python) prints goes to stderr.
-    events_fd = os.dup(1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    out = os.fdopen(events_fd, "w", encoding="utf-8", buffering=1)
-    try:
-        settings = BatchSettings.model_validate_json(sys.stdin.readline())
-    except Exception as exc:  # the parent sent nothing usable
-        _emit(out, {"event": "error", "message": f"bad settings: {exc}"})
-        return 2
-    threading.Thread(target=_watch_parent, daemon=True).start()
-    try:
-        return _measure(out, settings)
-    except Exception as exc:  # reported, not raised: the parent shows it
-        _emit(out, {"event": "error", "message": f"{type(exc).__name__}: {exc}"})
-        return 1
-
-
 if __name__ == "__main__":
-    sys.exit(_child_main())
+    sys.exit(serve_child(BatchSettings, _measure))

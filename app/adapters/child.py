@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 RUN_MODULE_FLAG = "--run-module"
@@ -27,12 +28,13 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def start_child(module: str) -> subprocess.Popen[str]:
-    """Start ``module`` in a new process with pipes for stdin, stdout and stderr (text, line
-    buffered): the shape every llama.cpp worker of FitScope uses."""
+def start_child(module: str, args: Sequence[str] = ()) -> subprocess.Popen[str]:
+    """Start ``module`` (with command-line ``args``) in a new process with pipes for stdin, stdout
+    and stderr (text, line buffered): the shape every llama.cpp worker of FitScope uses
+    (:class:`app.adapters.child_protocol.WorkerProcess` drives it)."""
     env = child_env()
     return subprocess.Popen(
-        module_command(module),
+        [*module_command(module), *args],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

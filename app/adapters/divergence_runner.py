@@ -27,14 +27,14 @@ SHA-256, the settings and the llama.cpp version; each variant pass writes ``var-
 per-position KL, log-likelihood and same-top flag), keyed by its file and the reference's key. A
 rerun with nothing changed starts no model at all.
 
-Protocol: the one of ``app.adapters.llamacpp_runner`` (settings as one JSON line on stdin, one JSON
-event per line on stdout, ``stop`` on stdin ends it between batches).
+Protocol: :mod:`app.adapters.child_protocol` (settings as one JSON line on stdin; events
+:class:`PassLoaded`, one :class:`~app.adapters.child_protocol.Progress` per chunk, then
+:class:`~app.adapters.child_protocol.Done`; ``stop`` on stdin ends it between batches).
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import hashlib
 import json
 import os
@@ -49,7 +49,20 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from app.adapters.llamacpp_runner import LiveRun, RunError, _Child, open_model, serve_child
+from app.adapters.child_protocol import (
+    ChildChannel,
+    ChildEvent,
+    Done,
+    Loaded,
+    Progress,
+    WorkerProcess,
+    install_llama_log,
+    llama_failed,
+    require_file,
+    serve_child,
+)
+from app.adapters.cpu_topology import with_llama_threads
+from app.adapters.llamacpp_runner import RunError, open_model
 from app.adapters.paths import data_dir
 from app.core.catalog import RESOURCES_DIR
 from app.core.divergence import (
@@ -67,8 +80,7 @@ BUILTIN_TEXT = RESOURCES_DIR / "texts" / "pride-and-prejudice-1-3.txt"
 BUILTIN_TEXT_NAME = "Pride and Prejudice, chapters 1-3 (Jane Austen, 1813)"
 CACHE_LIMIT_BYTES = 512 * 1024**2
 
-Event = dict[str, Any]
-Progress = Callable[[float, str], None]
+OnProgress = Callable[[float, str], None]
 
 
 class DivergenceSettings(Frozen):
@@ -107,6 +119,16 @@ class PassJob(DivergenceSettings):
     @property
     def n_ubatch(self) -> int:
         return min(512, self.chunk_tokens)
+
+
+class PassLoaded(Loaded):
+    """The model is loaded and the text tokenized: ``chunks`` chunks, ``positions`` scored tokens."""
+
+    chunks: int
+    positions: int
+
+
+PASS_EVENTS = (PassLoaded, Progress, Done)
 
 
 @dataclass(frozen=True)
@@ -269,33 +291,20 @@ def _load_reference_nll(ref_file: Path) -> tuple[tuple[float, ...], int]:
         return tuple(float(x) for x in data["nll"]), int(data["chunks"])
 
 
-def _run_pass(job: PassJob, on_event: Callable[[Event], None], on_start: Callable[[LiveRun], None] | None) -> None:
-    live = LiveRun(job, job.gguf_path, module="app.adapters.divergence_runner")
+def _run_pass(
+    job: PassJob, on_event: Callable[[ChildEvent], None], on_start: Callable[[WorkerProcess], None] | None
+) -> None:
+    require_file(job.gguf_path, RunError)
+    name = Path(job.gguf_path).name
+    live = WorkerProcess("app.adapters.divergence_runner", with_llama_threads(job), PASS_EVENTS, name=name)
     if on_start is not None:
         on_start(live)
-    done: Event | None = None
-    error: Event | None = None
-    try:
-        for event in live.events():
-            kind = event.get("event")
-            if kind == "done":
-                done = event
-            elif kind == "error":
-                error = event
-            on_event(event)
-    except BaseException:
-        live.kill()
-        raise
-    finally:
-        code = live.wait()
-    name = Path(job.gguf_path).name
-    if error is not None:
-        raise RunError(f"{name}: {error['message']}")
-    if live.stop_requested:
+    live.follow(on_event)
+    if live.failed is None and live.stop_requested:
         raise FitScopeError("The measurement was stopped.")
-    if done is None:
-        tail = live.stderr_tail()
-        raise RunError(f"llama.cpp stopped while measuring {name} (exit code {code})" + (f": {tail}" if tail else "."))
+    message = live.failure(f"while measuring {name}")
+    if message is not None:
+        raise RunError(message)
 
 
 def measure_divergence(
@@ -303,14 +312,16 @@ def measure_divergence(
     variants: Sequence[str],
     settings: DivergenceSettings,
     labels: dict[str, str] | None = None,
-    on_progress: Progress | None = None,
+    on_progress: OnProgress | None = None,
     stop: threading.Event | None = None,
-    on_start: Callable[[LiveRun], None] | None = None,
+    on_start: Callable[[WorkerProcess], None] | None = None,
 ) -> DivergenceResult:
     """Measure each of ``variants`` against ``reference`` on ``settings.text``: one pass of
     llama.cpp per file not already in the cache (the reference first). ``labels`` names files in
-    sentences. Raises FitScopeError (RunError) when a file cannot be loaded, the text is too short,
-    the files are not variants of one model, or the measurement is stopped."""
+    sentences. Raises FitScopeError (RunError) when a file is missing or cannot be loaded, the text
+    is too short, the files are not variants of one model, or the measurement is stopped."""
+    for path in (reference, *variants):
+        require_file(path, RunError)
     started = time.perf_counter()
     folder = cache_dir()
     folder.mkdir(parents=True, exist_ok=True)
@@ -330,19 +341,19 @@ def measure_divergence(
         if stop is not None and stop.is_set():
             raise FitScopeError("The measurement was stopped.")
 
-        def on_event(event: Event, i: int = i, path: str = path) -> None:
+        def on_event(event: ChildEvent, i: int = i, path: str = path) -> None:
             if on_progress is None:
                 return
-            if event.get("event") == "chunk_done":
-                share = event["chunk"] / max(event["chunks"], 1)
+            if isinstance(event, Progress):
+                share = event.done / max(event.total, 1)
                 on_progress(
                     (i + share) / len(passes),
-                    f"{label(path)}: KL and perplexity, chunk {event['chunk']} of {event['chunks']}",
+                    f"{label(path)}: KL and perplexity, chunk {event.done} of {event.total}",
                 )
-            elif event.get("event") == "loaded":
-                on_progress(i / len(passes), f"{label(path)}: scoring {event['positions']:,} tokens of the text…")
+            elif isinstance(event, PassLoaded):
+                on_progress(i / len(passes), f"{label(path)}: scoring {event.positions:,} tokens of the text…")
 
-        def started_pass(live: LiveRun) -> None:
+        def started_pass(live: WorkerProcess) -> None:
             if on_start is not None:
                 on_start(live)
             if stop is not None and stop.is_set():
@@ -410,26 +421,15 @@ def _write_npz(path: str, **arrays: Any) -> None:
     os.replace(tmp, path)
 
 
-def _child() -> int:
-    return serve_child(PassJob, _child_pass)
-
-
-def _child_pass(child: _Child, job: PassJob) -> int:
+def _child_pass(child: ChildChannel, job: PassJob) -> int:
     import llama_cpp
     import numpy as np
 
-    errors: list[str] = []
-
-    def on_log(level: int, text: bytes | None, _user: ctypes.c_void_p) -> None:
-        if level == 4:
-            errors.append((text or b"").decode("utf-8", "replace").strip())
-
-    callback = llama_cpp.llama_log_callback(on_log)  # referenced while llama.cpp may log
-    llama_cpp.llama_log_set(callback, ctypes.c_void_p(0))
+    log = install_llama_log(llama_cpp)
     try:
         llm = open_model(llama_cpp, job)
     except (ValueError, RuntimeError) as exc:
-        child.emit({"event": "error", "message": f"llama.cpp could not load it: {errors[-1] if errors else exc}"})
+        child.emit(llama_failed("load it", log, str(exc)))
         return 1
     ctx = llm._ctx.ctx
     vocab = llama_cpp.llama_model_get_vocab(llm.model)
@@ -439,14 +439,10 @@ def _child_pass(child: _Child, job: PassJob) -> int:
         with np.load(job.reference_file) as data:
             reference = {k: data[k] for k in data.files}
         if int(reference["n_vocab"]) != n_vocab:
-            child.emit(
-                {
-                    "event": "error",
-                    "message": f"its vocabulary ({n_vocab:,} tokens) differs from the reference's "
-                    f"({int(reference['n_vocab']):,}): not a variant of the same model",
-                }
+            return child.fail(
+                f"its vocabulary ({n_vocab:,} tokens) differs from the reference's "
+                f"({int(reference['n_vocab']):,}): not a variant of the same model"
             )
-            return 1
         tokens = [int(t) for t in reference["tokens"]]
     else:
         tokens = llm.tokenize(job.text.encode("utf-8"), add_bos=True)
@@ -455,16 +451,10 @@ def _child_pass(child: _Child, job: PassJob) -> int:
     chunk = job.chunk_tokens
     n_chunks = len(tokens) // chunk
     if n_chunks == 0:
-        child.emit(
-            {
-                "event": "error",
-                "message": f"the text has {len(tokens):,} tokens; at least {chunk:,} (one chunk) are needed",
-            }
-        )
-        return 1
+        return child.fail(f"the text has {len(tokens):,} tokens; at least {chunk:,} (one chunk) are needed")
     first = chunk // 2
     scored = chunk - 1 - first
-    child.emit({"event": "loaded", "chunks": n_chunks, "positions": n_chunks * scored})
+    child.emit(PassLoaded(chunks=n_chunks, positions=n_chunks * scored))
     bos = int(llama_cpp.llama_vocab_bos(vocab))
     add_bos = bool(llama_cpp.llama_vocab_get_add_bos(vocab))
     batch = llama_cpp.llama_batch_init(chunk, 0, 1)
@@ -483,8 +473,7 @@ def _child_pass(child: _Child, job: PassJob) -> int:
             _decode(llama_cpp, ctx, batch, piece[:first], 0, False)
             # Logits at positions first .. chunk-2 predict the tokens at first+1 .. chunk-1.
             for start in range(first, chunk - 1, SCORE_BATCH):
-                if child.stop.is_set():
-                    child.emit({"event": "stopped"})
+                if child.stop_requested:
                     return 0
                 end = min(start + SCORE_BATCH, chunk - 1)
                 _decode(llama_cpp, ctx, batch, piece[start:end], start, True)
@@ -519,7 +508,7 @@ def _child_pass(child: _Child, job: PassJob) -> int:
                     tail = np.where(rest_p > 1e-12, rest_p * np.log(np.maximum(rest_p, 1e-12) / rest_q), 0.0)
                     kls.append(np.maximum((p * (log_p - log_q)).sum(axis=1) + tail, 0.0))
                     same.append(logits.argmax(axis=1) == ref_ids[:, 0])
-            child.emit({"event": "chunk_done", "chunk": c + 1, "chunks": n_chunks})
+            child.emit(Progress(done=c + 1, total=n_chunks))
     finally:
         llama_cpp.llama_batch_free(batch)
     if job.role == "reference":
@@ -541,9 +530,9 @@ def _child_pass(child: _Child, job: PassJob) -> int:
             same_top=np.concatenate(same),
             chunks=np.int64(n_chunks),
         )
-    child.emit({"event": "done"})
+    child.emit(Done())
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(_child())
+    sys.exit(serve_child(PassJob, _child_pass))

@@ -515,31 +515,51 @@ def _compare_values(result: RunResult) -> dict[str, float | None]:
     return values
 
 
-def record_run(result: RunResult, report: dict | None, machine_key: str, path: Path | None = None) -> dict[str, Any]:
-    """Saves a finished run and, when the report carries one, its measured efficiency: the one way
-    the CLI and the window record runs. Never raises for a history that cannot be written: the run
-    then goes to a file of its own (imported on the next start) and the answer says where.
+@dataclass(frozen=True)
+class SaveOutcome:
+    """Where a finished run went: the history (``history_id``) or, when the history could not take
+    it, a file of its own (``unsaved_path``, None if even that failed) with a message saying so."""
 
-    Returns {"history_id": N} or {"unsaved_path": PATH, "message": TEXT}.
-    """
-    estimate = (report or {}).get("estimate")
+    history_id: int | None = None
+    unsaved_path: str | None = None
+    message: str | None = None
+
+
+def record_run(
+    result: RunResult,
+    estimate: dict[str, Any] | None,
+    efficiency: tuple[str, float, int | None] | None,
+    machine_key: str,
+    *,
+    history: RunHistory | None = None,
+    path: Path | None = None,
+) -> SaveOutcome:
+    """Saves a finished run with the estimate it was held against and, when given, the decode
+    efficiency it measured (target, share of the roofline, threads) for this machine's calibration.
+    Uses ``history`` when the caller holds one open, else opens the one at ``path`` (default: the
+    user's). Never raises for a history that cannot be written: the run then goes to a file of its
+    own (imported on the next start) and the outcome says where."""
+
+    def save(into: RunHistory) -> int:
+        run_id = into.add(result, estimate)
+        if efficiency is not None:
+            target, value, n_threads = efficiency
+            into.set_efficiency(machine_key, target, value, run_id, n_threads)
+        return run_id
+
     try:
-        with RunHistory(path) as history:
-            run_id = history.add(result, estimate)
-            measured = (report or {}).get("measured_efficiency")
-            if measured:
-                history.set_efficiency(
-                    machine_key, measured["target"], measured["value"], run_id, measured["n_threads"]
-                )
-            return {"history_id": run_id}
+        if history is not None:
+            return SaveOutcome(history_id=save(history))
+        with RunHistory(path) as opened:
+            return SaveOutcome(history_id=save(opened))
     except (FitScopeError, OSError, sqlite3.Error) as exc:
         reason = str(exc)
     try:
         kept = keep_unsaved(result, estimate, reason)
     except OSError as exc:
-        return {"unsaved_path": None, "message": f"The run could not be saved ({reason}); nor kept aside: {exc}."}
-    return {
-        "unsaved_path": str(kept),
-        "message": f"The run history could not take this run ({reason}); it was kept in {kept} and will be "
+        return SaveOutcome(message=f"The run could not be saved ({reason}); nor kept aside: {exc}.")
+    return SaveOutcome(
+        unsaved_path=str(kept),
+        message=f"The run history could not take this run ({reason}); it was kept in {kept} and will be "
         "added to the history the next time FitScope opens it.",
-    }
+    )

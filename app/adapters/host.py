@@ -8,23 +8,29 @@ hence the measurement.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import platform
-import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
 import psutil
 
 from app.core.hardware import HostSnapshot
 
+if TYPE_CHECKING:
+    import logging
+
 __all__ = ["detect_host", "measure_read_bandwidth_gb_s", "parse_cpuinfo"]
 
-_log = logging.getLogger(__name__)
+
+def _log() -> logging.Logger:
+    # logging is imported on the first message only: detection is on every estimate's start-up path.
+    import logging
+
+    return logging.getLogger(__name__)
+
 
 UNKNOWN_CPU = "unknown CPU"
 
@@ -113,6 +119,8 @@ def parse_cpuinfo(text: str) -> tuple[str | None, tuple[str, ...]]:
 
 
 def _sysctl(name: str) -> str | None:
+    import subprocess
+
     try:
         result = subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, timeout=2, check=False)
     except (OSError, subprocess.SubprocessError):
@@ -168,7 +176,7 @@ def _cpu_model_and_flags() -> tuple[str, tuple[str, ...]]:
         elif sys.platform == "win32":
             model, flags = _windows_cpu()
     except Exception:  # noqa: BLE001 - detection must degrade to "unknown", never fail the app
-        _log.exception("CPU detection failed")
+        _log().exception("CPU detection failed")
     if not model:
         with contextlib.suppress(Exception):
             model = platform.processor().strip() or None
@@ -198,6 +206,11 @@ def measure_read_bandwidth_gb_s(budget_s: float = 1.0) -> float:
     """
     if not budget_s > 0:
         raise ValueError(f"budget_s must be positive, got {budget_s!r}")
+    # numpy takes longer to import than a catalog estimate takes to compute: imported only to measure.
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+
     start = time.perf_counter()
     deadline = start + budget_s
 
@@ -256,7 +269,7 @@ def detect_host(measure_bandwidth: bool = True) -> HostSnapshot:
         try:
             bandwidth = measure_read_bandwidth_gb_s()
         except (MemoryError, ValueError, RuntimeError) as error:
-            _log.warning("Memory bandwidth measurement failed: %r", error)
+            _log().warning("Memory bandwidth measurement failed: %r", error)
         if bandwidth is not None and not bandwidth > 0:
             bandwidth = None
 

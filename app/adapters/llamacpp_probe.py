@@ -55,13 +55,18 @@ import ctypes
 import json
 import os
 import re
-import signal
-import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from app.adapters.child import child_env, module_command
+from app.adapters.child_protocol import (
+    STDERR_TAIL_LINES,
+    WorkerProcess,
+    failure_message,
+    install_llama_log,
+    reserve_stdout,
+)
 from app.adapters.cpu_topology import llama_math_threads
 from app.core.errors import FitScopeError
 from app.core.tensors import CACHE_TYPES
@@ -72,10 +77,6 @@ MIB_PRECISION_BYTES = round(0.005 * MIB)
 
 GGML_TYPE_IDS: dict[str, int] = {name: int(t) for name, t in CACHE_TYPES.items()}
 """KV cache types llama.cpp accepts (ggml_type ids)."""
-
-# ggml_log_level in this llama.cpp (ggml.h): NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5.
-_LOG_LEVEL_ERROR = 4
-_LOG_LEVEL_CONT = 5
 
 
 
@@ -436,13 +437,13 @@ def _ggml_type(name: str, which: str) -> str:
     return key
 
 
-def _build_command(gguf_path: str, s: DryRunSettings) -> list[str]:
+def _probe_args(gguf_path: str, s: DryRunSettings) -> list[str]:
+    """The probe child's command line (the child starts in FitScope's folder: the path is made absolute)."""
     fa = {None: "auto", True: "on", False: "off"}[s.flash_attn]
     cmd = [
-        *module_command("app.adapters.llamacpp_probe"),
         "--json",
         "--model",
-        gguf_path,
+        os.path.abspath(gguf_path),
         "--n-ctx",
         str(s.n_ctx),
         "--n-batch",
@@ -482,47 +483,26 @@ def _describe_settings(s: DryRunSettings) -> str:
     )
 
 
-def _tail(text: str, n: int = 8) -> str:
-    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
-    return "\n".join(lines[-n:])
-
-
 def run_json_child(
-    cmd: list[str], timeout_s: float, timeout_message: str, what: str, context: str, path: str | os.PathLike[str]
+    module: str, args: Sequence[str], timeout_s: float, activity: str, path: str | os.PathLike[str]
 ) -> dict[str, Any]:
-    """Run a probe child and return the JSON object on the last ``{`` line of its output. Raises
-    ProbeError with ``timeout_message`` on a timeout, and "``what`` was killed by …``context``." (with
-    the end of its stderr) when it died without a result."""
-    try:
-        proc = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=timeout_s, env=child_env(), stdin=subprocess.DEVNULL
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise ProbeError(timeout_message, path=str(path), reason="timeout") from exc
-    payload: dict[str, Any] | None = None
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith("{"):
-            try:
-                payload = json.loads(line)
-            except json.JSONDecodeError:
-                payload = None
-            break
-    if payload is None:
-        if proc.returncode < 0:
-            try:
-                how = f"was killed by {signal.Signals(-proc.returncode).name}"
-            except ValueError:
-                how = f"was killed by signal {-proc.returncode}"
-        else:
-            how = f"exited with status {proc.returncode} without a result"
-        detail = _tail(proc.stderr)
-        raise ProbeError(
-            f"{what} {how}{context}." + (f" Last output:\n{detail}" if detail else ""),
-            path=str(path),
-            reason=detail,
-            log=proc.stderr,
-        )
-    return payload
+    """Run a probe child (``module`` with command-line ``args``) and return the JSON object it
+    answers with on its last ``{`` line. Raises ProbeError in
+    :meth:`~app.adapters.child_protocol.WorkerProcess.failure`'s words: "llama.cpp took longer
+    than T s ``activity`` and was stopped." past ``timeout_s``, "llama.cpp stopped ``activity``
+    (killed by SIGABRT): <the end of its stderr>" when it died without an answer."""
+    worker = WorkerProcess(module, None, name=str(path), timeout_s=timeout_s, args=args)
+    payload = worker.json_answer()
+    if payload is not None and not worker.timed_out:
+        return payload
+    tail = worker.stderr_tail()
+    message = worker.failure(activity) or failure_message(activity, worker.wait(), tail)
+    raise ProbeError(
+        message,
+        path=str(path),
+        reason="timeout" if worker.timed_out else tail,
+        log=worker.stderr_tail(STDERR_TAIL_LINES),
+    )
 
 
 def dry_run(
@@ -581,12 +561,10 @@ def dry_run(
         raise ProbeError(f"{path} is not a file, so llama.cpp cannot load it.", path=str(path))
 
     payload = run_json_child(
-        _build_command(str(path), settings),
+        "app.adapters.llamacpp_probe",
+        _probe_args(str(path), settings),
         timeout_s,
-        f"llama.cpp took longer than {timeout_s:g} s to probe {path} ({_describe_settings(settings)}); "
-        "the probe was stopped.",
-        f"The llama.cpp probe of {path}",
-        f" ({_describe_settings(settings)})",
+        f"while probing {path} with {_describe_settings(settings)}",
         path,
     )
 
@@ -638,35 +616,11 @@ def dry_run(
 # --------------------------------------------------------------------------------------------
 
 
-def _reason(error_lines: list[str], log: str) -> str:
-    """llama.cpp's first error line without its ``function: `` prefix."""
-    lines = [ln.strip() for ln in error_lines if ln.strip()]
-    if not lines:
-        return _tail(log, 3) or "no reason given in the log"
-    first = lines[0]
-    if m := re.match(r"^\w+: (.*)$", first):
-        first = m[1]
-    return first.rstrip(".")
-
-
 def _measure(args: argparse.Namespace) -> dict[str, Any]:
     """Run llama.cpp in this process. Only ever called in the child."""
     import llama_cpp as L  # noqa: N812 - the binding's own style
 
-    chunks: list[str] = []
-    error_lines: list[str] = []
-    last_level = [0]
-
-    def on_log(level: int, text: bytes | None, _user_data: ctypes.c_void_p) -> None:
-        s = (text or b"").decode("utf-8", "replace")
-        chunks.append(s)
-        effective = last_level[0] if level == _LOG_LEVEL_CONT else level
-        if effective == _LOG_LEVEL_ERROR:
-            error_lines.append(s)
-        last_level[0] = effective
-
-    callback = L.llama_log_callback(on_log)  # keep a reference for as long as llama.cpp may log
-    L.llama_log_set(callback, ctypes.c_void_p(0))
+    log = install_llama_log(L)
     L.llama_backend_init()
     if args.rpc:
         from app.adapters.rpc_servers import RpcError, register_rpc_servers
@@ -674,10 +628,7 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
         try:
             rpc_devices = register_rpc_servers(tuple(e for e in args.rpc.split(",") if e))
         except RpcError as exc:
-            return {"error": str(exc), "stage": "rpc", "log": "".join(chunks)}
-
-    def log_text() -> str:
-        return "".join(chunks)
+            return {"error": str(exc), "stage": "rpc", "log": log.text()}
 
     mparams = L.llama_model_default_params()
     if args.real_load:
@@ -697,7 +648,7 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
 
     model = L.llama_model_load_from_file(args.model.encode(), mparams)
     if not model:
-        return {"error": _reason(error_lines, log_text()), "stage": "load_model", "log": log_text()}
+        return {"error": log.reason(), "stage": "load_model", "log": log.text()}
     try:
         result: dict[str, Any] = {
             "model_size_bytes": int(L.llama_model_size(model)),
@@ -722,17 +673,17 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
         cparams.swa_full = args.swa_full
         cparams.n_outputs_max = args.n_outputs_max
 
-        error_lines.clear()
+        log.forget_errors()
         ctx = L.llama_init_from_model(model, cparams)
         if not ctx:
-            return {"error": _reason(error_lines, log_text()), "stage": "create_context", "log": log_text()}
+            return {"error": log.reason(), "stage": "create_context", "log": log.text()}
         result["n_ctx"] = int(L.llama_n_ctx(ctx))
         L.llama_free(ctx)  # a really allocated context prints its compute check here
     finally:
         L.llama_model_free(model)
     L.llama_backend_free()
 
-    text = log_text()
+    text = log.text()
     result["buffers"] = parse_llama_log(text).model_dump(mode="json")
     result["log"] = text
     return result
@@ -765,15 +716,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
-    # Keep stdout for the one JSON line: anything llama.cpp (or Python) writes to fd 1 goes to stderr.
-    result_fd = os.dup(1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
+    out = reserve_stdout()  # for the one JSON line: anything llama.cpp (or Python) prints goes to stderr
     try:
         result = _measure(args)
     except Exception as exc:  # reported to the parent as a result
         result = {"error": f"{type(exc).__name__}: {exc}", "stage": "probe", "log": ""}
-    with os.fdopen(result_fd, "w", encoding="utf-8") as out:
+    with out:
         if args.json:
             out.write(json.dumps(result) + "\n")
         else:

@@ -1,15 +1,16 @@
 """Live generation with the real llama.cpp (llama-cpp-python), in a child process.
 
-The parent (:func:`run_live`) starts ``python -m app.adapters.llamacpp_runner``, sends it the
-:class:`~app.core.measure.RunSettings` as one JSON line on stdin and reads one JSON event per line
-from its stdout: ``loaded`` (load time, llama.cpp's buffer report), ``token`` (text, time since the
-prompt was sent), ``run_done`` (one repetition's figures), ``done`` (the file's hash, peak memory)
-or ``error``. An abort inside llama.cpp therefore ends the child only; the caller gets a
-:class:`RunError` with llama.cpp's own reason.
+The parent (:func:`run_live`) starts ``python -m app.adapters.llamacpp_runner`` through
+:class:`~app.adapters.child_protocol.WorkerProcess`, sends it the
+:class:`~app.core.measure.RunSettings` and reads its events: :class:`LiveLoaded` (load time,
+llama.cpp's buffer report), :class:`~app.adapters.child_protocol.Token` (text, time since the
+prompt was sent), :class:`RunDone` (one repetition's figures), :class:`LiveDone` (the file's hash,
+peak memory) or :class:`~app.adapters.child_protocol.Failed`. An abort inside llama.cpp therefore
+ends the child only; the caller gets a :class:`RunError` with llama.cpp's own reason.
 
 Stopping: the parent writes ``stop`` on the child's stdin; the child checks between tokens and
 finishes the repetition as stopped. If it has not exited a second later (a long prefill, a stuck
-backend), it is killed. If the parent dies, the child sees its stdin close and exits.
+backend), it is ended. If the parent dies, the child sees its stdin close and exits.
 
 Timing in the child follows llama.cpp's ``llama_perf_context`` and llama-bench: ``generate``
 mode streams a prompt's completion token by token; ``bench`` mode processes ``prompt_tokens``
@@ -20,133 +21,94 @@ random tokens as one batch (pp) and then generates ``max_tokens`` one at a time 
 from __future__ import annotations
 
 import codecs
-import contextlib
-import ctypes
 import hashlib
-import json
-import os
-import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
+from typing import Any, Literal
 
-from pydantic import BaseModel
-
-from app.adapters.child import start_child
+from app.adapters.child_protocol import (
+    ChildChannel,
+    ChildEvent,
+    Done,
+    Loaded,
+    Token,
+    WorkerProcess,
+    install_llama_log,
+    llama_failed,
+    peak_rss_bytes,
+    require_file,
+    serve_child,
+)
 from app.adapters.cpu_topology import llama_math_threads, with_llama_threads
-from app.adapters.llamacpp_probe import GGML_TYPE_IDS, _reason, parse_llama_log
+from app.adapters.llamacpp_probe import GGML_TYPE_IDS, parse_llama_log
 from app.adapters.rpc_servers import offloads_to_local_gpu
 from app.core import llama_defaults
+from app.core.chat import ChatTemplateError, messages_for, render_chat
 from app.core.errors import FitScopeError
 from app.core.measure import MeasuredBuffers, RunFigures, RunResult, RunSettings, figures_from_times
 
-STOP_GRACE_S = 1.0
+HashKind = Literal["sha256", "sha256-head-tail", "unavailable"]
 FULL_HASH_LIMIT_BYTES = 2 * 1024**3
 HASH_SLICE_BYTES = 64 * 1024**2
-_LOG_LEVEL_INFO = 2
-_LOG_LEVEL_ERROR = 4
-_LOG_LEVEL_CONT = 5
 FILLER_TEXT = (
     "The history of measurement is a history of agreement: a length, a weight or a second means "
     "something only because many people decided to count it the same way, and the tools that "
     "count it were checked against each other again and again. "
 )
 
-Event = dict[str, Any]
+LiveRun = WorkerProcess
+"""The handle :func:`run_live` (and every other worker) gives ``on_start``: ``stop()`` from any thread."""
 
 
 class RunError(FitScopeError):
     """The model could not be loaded or run; the message says why in llama.cpp's words."""
 
 
+class LiveLoaded(Loaded):
+    """The model is loaded: what llama.cpp reported. ``threads`` is set by :func:`sweep_threads`
+    (this sweep step's thread count), None otherwise."""
+
+    started_at: float
+    load_s: float
+    llama_cpp_version: str
+    gpu_offload_supported: bool
+    model_size_bytes: int
+    n_layer: int
+    prompt_tokens: int
+    n_threads: int
+    buffers: MeasuredBuffers
+    log_tail: str = ""
+    threads: int | None = None
+    prompt_format: Literal["chat template", "raw"] = "raw"
+
+
+class RunDone(ChildEvent):
+    """Repetition ``run`` is finished (or stopped): its figures."""
+
+    event: Literal["run_done"] = "run_done"
+    run: int
+    figures: RunFigures
+
+
+class LiveDone(Done):
+    """Every repetition is finished: the file's hash (empty after a stop) and the peak memory."""
+
+    sha256: str = ""
+    hash_kind: HashKind = "sha256"
+    peak_rss_bytes: int | None = None
+
+
+LIVE_EVENTS = (LiveLoaded, Token, RunDone, LiveDone)
+
+
 # -- parent side ---------------------------------------------------------------------------------
-
-
-class LiveRun:
-    """One llama.cpp child process (this module's, or another ``module`` speaking the same
-    protocol) given ``settings`` as its first stdin line. Use :func:`run_live` unless you need to
-    stop it from another thread (``stop()`` is thread-safe)."""
-
-    def __init__(
-        self, settings: Any, gguf_path: str | None = None, module: str = "app.adapters.llamacpp_runner"
-    ) -> None:
-        path = gguf_path or settings.gguf_path
-        if not Path(path).is_file():
-            raise RunError(f"{path} does not exist or is not a file.")
-        self.settings = with_llama_threads(settings)
-        self._proc = start_child(module)
-        self._stderr: list[str] = []
-        self._stderr_thread = threading.Thread(target=self._drain_stderr, daemon=True)
-        self._stderr_thread.start()
-        self._stop_requested = threading.Event()
-        self._lock = threading.Lock()
-        assert self._proc.stdin is not None
-        self._proc.stdin.write(self.settings.model_dump_json() + "\n")
-        self._proc.stdin.flush()
-
-    @property
-    def pid(self) -> int:
-        return self._proc.pid
-
-    def _drain_stderr(self) -> None:
-        assert self._proc.stderr is not None
-        for line in self._proc.stderr:
-            self._stderr.append(line)
-            del self._stderr[:-200]
-
-    def events(self) -> Any:
-        """Yield the child's events until it exits."""
-        assert self._proc.stdout is not None
-        for line in self._proc.stdout:
-            line = line.strip()
-            if not line.startswith("{"):
-                continue
-            try:
-                yield json.loads(line)
-            except json.JSONDecodeError:
-                continue
-
-    def stop(self) -> None:
-        """Ask the child to stop; kill it if it has not exited within a second."""
-        if self._stop_requested.is_set():
-            return
-        self._stop_requested.set()
-        with self._lock, contextlib.suppress(OSError, ValueError):
-            assert self._proc.stdin is not None
-            self._proc.stdin.write("stop\n")
-            self._proc.stdin.flush()
-        threading.Thread(target=self._kill_after_grace, daemon=True).start()
-
-    @property
-    def stop_requested(self) -> bool:
-        return self._stop_requested.is_set()
-
-    def _kill_after_grace(self) -> None:
-        try:
-            self._proc.wait(timeout=STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-
-    def kill(self) -> None:
-        with contextlib.suppress(OSError):
-            self._proc.kill()
-        self.wait()
-
-    def wait(self) -> int:
-        code = self._proc.wait()
-        self._stderr_thread.join(timeout=1)
-        return code
-
-    def stderr_tail(self, n: int = 8) -> str:
-        return "".join(self._stderr[-n:]).strip()
 
 
 def run_live(
     settings: RunSettings,
-    on_event: Callable[[Event], None] | None = None,
+    on_event: Callable[[ChildEvent], None] | None = None,
     on_start: Callable[[LiveRun], None] | None = None,
     hardware: dict[str, str] | None = None,
 ) -> RunResult:
@@ -157,80 +119,62 @@ def run_live(
     stopped run returns the repetitions finished so far (the current one marked ``stopped``).
     Raises :class:`RunError` when the model cannot be loaded or the child dies.
     """
-    live = LiveRun(settings)
+    require_file(settings.gguf_path, RunError)
+    run_settings = with_llama_threads(settings)
+    live = WorkerProcess("app.adapters.llamacpp_runner", run_settings, LIVE_EVENTS, name=Path(settings.gguf_path).name)
     if on_start is not None:
         on_start(live)
-    loaded: Event | None = None
+    loaded: LiveLoaded | None = None
     runs: list[RunFigures] = []
     tokens: list[float] = []
     text_parts: list[str] = []
-    done: Event | None = None
-    error: Event | None = None
-    try:
-        for event in live.events():
-            kind = event.get("event")
-            if kind == "loaded":
-                loaded = event
-            elif kind == "token":
-                if event.get("run", 0) != len(runs):
-                    continue
-                tokens.append(float(event["t"]))
-                text_parts.append(event.get("text", ""))
-            elif kind == "run_done":
-                runs.append(RunFigures.model_validate(event["figures"]))
-                tokens = []
-                if len(runs) < settings.repeat:
-                    text_parts = []
-            elif kind == "done":
-                done = event
-            elif kind == "error":
-                error = event
-            if on_event is not None:
-                on_event(event)
-    except BaseException:
-        # Interrupted (Ctrl+C, an error in a callback): nobody reads the child's pipe any more, so
-        # end it now rather than wait for a child blocked on a full pipe.
-        live.kill()
-        raise
-    finally:
-        code = live.wait()
-    if error is not None:
-        raise RunError(f"{Path(settings.gguf_path).name}: {error['message']}")
-    if loaded is None and live.stop_requested:
-        raise RunError(f"Stopped before {Path(settings.gguf_path).name} had loaded; nothing was measured.")
-    if loaded is None:
-        tail = live.stderr_tail()
+
+    def handle(event: ChildEvent) -> None:
+        nonlocal loaded, tokens, text_parts
+        if isinstance(event, LiveLoaded):
+            loaded = event
+        elif isinstance(event, Token):
+            if event.run != len(runs):
+                return
+            tokens.append(event.t_s)
+            text_parts.append(event.text)
+        elif isinstance(event, RunDone):
+            runs.append(event.figures)
+            tokens = []
+            if len(runs) < settings.repeat:
+                text_parts = []
+        if on_event is not None:
+            on_event(event)
+
+    code = live.follow(handle)
+    if live.failed is None and live.done is None and not live.stop_requested:
         _raise_if_rpc_server_stopped(settings, code)
-        raise RunError(
-            f"llama.cpp stopped while loading {Path(settings.gguf_path).name} (exit code {code})"
-            + (f": {tail}" if tail else ".")
-        )
+    message = live.failure("during the run")
+    if message is not None or loaded is None:
+        raise RunError(message or f"{live.name} sent no load report.")
+    done = live.done if isinstance(live.done, LiveDone) else None
     if done is None and tokens and live.stop_requested:
-        # Killed mid-repetition after a stop: keep what was streamed.
-        prompt_tokens = int(loaded.get("prompt_tokens", 0))
-        runs.append(figures_from_times(prompt_tokens, tokens[0], tokens, stopped=True))
-    if done is None and not live.stop_requested:
-        tail = live.stderr_tail()
-        _raise_if_rpc_server_stopped(settings, code)
-        raise RunError(f"llama.cpp stopped during the run (exit code {code})" + (f": {tail}" if tail else "."))
-    final = done or {}
+        # Ended mid-repetition after a stop: keep what was streamed.
+        runs.append(figures_from_times(loaded.prompt_tokens, tokens[0], tokens, stopped=True))
+    final = done or LiveDone()
     return RunResult(
-        settings=live.settings,
-        started_at=float(loaded["started_at"]),
-        llama_cpp_version=str(loaded["llama_cpp_version"]),
-        gpu_offload_supported=bool(loaded["gpu_offload_supported"]),
-        model_size_bytes=int(loaded["model_size_bytes"]),
-        model_sha256=str(final.get("sha256", "")),
-        model_hash_kind=final.get("hash_kind", "sha256"),
-        n_layer=int(loaded["n_layer"]),
-        load_s=float(loaded["load_s"]),
+        settings=run_settings,
+        started_at=loaded.started_at,
+        llama_cpp_version=loaded.llama_cpp_version,
+        gpu_offload_supported=loaded.gpu_offload_supported,
+        model_size_bytes=loaded.model_size_bytes,
+        model_sha256=final.sha256,
+        model_hash_kind=final.hash_kind,
+        n_layer=loaded.n_layer,
+        load_s=loaded.load_s,
         runs=tuple(runs),
-        buffers=MeasuredBuffers.model_validate(loaded["buffers"]),
-        peak_rss_bytes=final.get("peak_rss_bytes"),
+        buffers=loaded.buffers,
+        peak_rss_bytes=final.peak_rss_bytes,
         output_text="".join(text_parts),
         hardware=hardware or {},
-        log_tail=str(loaded.get("log_tail", "")),
-        n_threads_used=loaded.get("n_threads"),
+        log_tail=loaded.log_tail,
+        prompt_format=loaded.prompt_format,
+        n_threads_used=loaded.n_threads,
         llama_server_threads=llama_math_threads(),
     )
 
@@ -250,12 +194,13 @@ def _raise_if_rpc_server_stopped(settings: RunSettings, code: int) -> None:
 def sweep_threads(
     settings: RunSettings,
     counts: tuple[int, ...],
-    on_event: Callable[[Event], None] | None = None,
+    on_event: Callable[[ChildEvent], None] | None = None,
     on_start: Callable[[LiveRun], None] | None = None,
 ) -> list[RunResult]:
     """Runs ``settings`` once per thread count in ``counts`` (one child each, in order) and returns
-    the results; a stop ends the sweep after the run it interrupted. Events carry ``threads``.
-    Raises :class:`RunError` as :func:`run_live` does."""
+    the results; a stop ends the sweep after the run it interrupted. Each run's
+    :class:`LiveLoaded` event carries its count in ``threads``. Raises :class:`RunError` as
+    :func:`run_live` does."""
     results: list[RunResult] = []
     lives: list[LiveRun] = []
 
@@ -266,9 +211,10 @@ def sweep_threads(
 
     for n in counts:
 
-        def tagged(event: Event, n: int = n) -> None:
-            if on_event is not None:
-                on_event(event | {"threads": n})
+        def tagged(event: ChildEvent, n: int = n) -> None:
+            if on_event is None:
+                return
+            on_event(event.model_copy(update={"threads": n}) if isinstance(event, LiveLoaded) else event)
 
         results.append(run_live(settings.model_copy(update={"n_threads": n}), on_event=tagged, on_start=started))
         if lives and lives[-1].stop_requested:
@@ -279,28 +225,7 @@ def sweep_threads(
 # -- child side ----------------------------------------------------------------------------------
 
 
-class _Child:
-    def __init__(self, out: TextIO) -> None:
-        self.out = out
-        self.stop = threading.Event()
-        self.log_chunks: list[str] = []
-        self.info_chunks: list[str] = []  # INFO and above: what llama.cpp prints without --verbose
-        self.error_lines: list[str] = []
-
-    def emit(self, event: Event) -> None:
-        self.out.write(json.dumps(event) + "\n")
-        self.out.flush()
-
-    def watch_stdin(self) -> None:
-        for line in sys.stdin:
-            if line.strip() == "stop":
-                self.stop.set()
-        # The parent is gone: stop now, and leave if the current step does not return soon.
-        self.stop.set()
-        threading.Timer(3.0, lambda: os._exit(3)).start()
-
-
-def _file_hash(path: Path) -> tuple[str, str]:
+def _file_hash(path: Path) -> tuple[str, HashKind]:
     size = path.stat().st_size
     digest = hashlib.sha256()
     with open(path, "rb") as f:
@@ -335,26 +260,42 @@ def _relevant_log(log: str, limit: int = 120) -> str:
     return "\n".join(lines[-limit:])
 
 
-def _peak_rss_bytes() -> int | None:
-    try:
-        import resource
-    except ImportError:  # Windows
-        import psutil
+class PromptRenderer:
+    """Turns a prompt into the tokens the model is given: through the model's own chat template (as
+    llama-server does with ``--jinja``) when asked and the GGUF has one, else as typed. The Run tab,
+    ``fitscope run --chat`` and the task suites all prompt through this."""
 
-        info = psutil.Process().memory_info()
-        return int(getattr(info, "peak_wset", info.rss))
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(peak if sys.platform == "darwin" else peak * 1024)
+    def __init__(self, llama_cpp: Any, llm: Any, chat: bool, system_prompt: str | None = None) -> None:
+        self._llm = llm
+        self._system = system_prompt
+        self.template: str | None = llm.metadata.get("tokenizer.chat_template") if chat else None
+        vocab = llama_cpp.llama_model_get_vocab(llm.model)
+        self._bos = self._token_text(llama_cpp.llama_vocab_bos(vocab))
+        self._eos = self._token_text(llama_cpp.llama_vocab_eos(vocab))
+
+    @property
+    def prompt_format(self) -> Literal["chat template", "raw"]:
+        return "chat template" if self.template else "raw"
+
+    def _token_text(self, token: int) -> str:
+        return self._llm.detokenize([token], special=True).decode("utf-8", "replace") if token >= 0 else ""
+
+    def tokens(self, text: str) -> list[int]:
+        """Raises ChatTemplateError when the template refuses the messages."""
+        if not self.template:
+            return self._llm.tokenize(text.encode("utf-8"), add_bos=True)
+        rendered = render_chat(self.template, messages_for(text, self._system), self._bos, self._eos)
+        return self._llm.tokenize(rendered.encode("utf-8"), add_bos=True, special=True)
 
 
-def _prompt_tokens(llm: Any, settings: RunSettings) -> list[int]:
+def _prompt_tokens(llm: Any, settings: RunSettings, renderer: PromptRenderer) -> list[int]:
     if settings.prompt_tokens:
         filler = llm.tokenize(FILLER_TEXT.encode(), add_bos=False)
         tokens = llm.tokenize(b"", add_bos=True)
         while len(tokens) < settings.prompt_tokens:
             tokens += filler
         return tokens[: settings.prompt_tokens]
-    return llm.tokenize((settings.prompt or "Hello").encode("utf-8"), add_bos=True)
+    return renderer.tokens(settings.prompt or "Hello")
 
 
 def _perf(llama_cpp: Any, llm: Any) -> tuple[float | None, float | None, int, int]:
@@ -366,7 +307,9 @@ def _perf(llama_cpp: Any, llm: Any) -> tuple[float | None, float | None, int, in
     return prefill, decode, n_p, n_e
 
 
-def _generate(child: _Child, llama_cpp: Any, llm: Any, settings: RunSettings, prompt: list[int], run: int) -> None:
+def _generate(
+    child: ChildChannel, llama_cpp: Any, llm: Any, settings: RunSettings, prompt: list[int], run: int
+) -> None:
     llm.reset()  # no prompt-cache reuse: every repetition pays the full prefill
     llama_cpp.llama_perf_context_reset(llm._ctx.ctx)
     vocab = llama_cpp.llama_model_get_vocab(llm.model)
@@ -380,19 +323,19 @@ def _generate(child: _Child, llama_cpp: Any, llm: Any, settings: RunSettings, pr
             break
         times.append(now)
         piece = llm.detokenize([token])
-        child.emit({"event": "token", "run": run, "text": decoder.decode(piece), "t": now})
+        child.emit(Token(run=run, text=decoder.decode(piece), t_s=now))
         if len(times) >= settings.max_tokens:
             break
-        if child.stop.is_set():
+        if child.stop_requested:
             stopped = True
             break
     prefill_rate, decode_rate, _, _ = _perf(llama_cpp, llm)
     prefill_s = times[0] if times else time.perf_counter() - sent
     figures = figures_from_times(len(prompt), prefill_s, times, prefill_rate, decode_rate, stopped)
-    child.emit({"event": "run_done", "run": run, "figures": figures.model_dump(mode="json")})
+    child.emit(RunDone(run=run, figures=figures))
 
 
-def _bench(child: _Child, llama_cpp: Any, llm: Any, settings: RunSettings, run: int) -> None:
+def _bench(child: ChildChannel, llama_cpp: Any, llm: Any, settings: RunSettings, run: int) -> None:
     import random
 
     rng = random.Random(settings.seed + run)
@@ -418,8 +361,8 @@ def _bench(child: _Child, llama_cpp: Any, llm: Any, settings: RunSettings, run: 
         llama_cpp.llama_synchronize(ctx)
         now = time.perf_counter() - sent
         times.append(now)
-        child.emit({"event": "token", "run": run, "text": "", "t": now})
-        if child.stop.is_set():
+        child.emit(Token(run=run, t_s=now))
+        if child.stop_requested:
             stopped = True
             break
     prefill_rate, decode_rate, _, _ = _perf(llama_cpp, llm)
@@ -427,7 +370,7 @@ def _bench(child: _Child, llama_cpp: Any, llm: Any, settings: RunSettings, run: 
     marks = [prefill_s, *times] if times else []
     figures = figures_from_times(pp, prefill_s, marks, prefill_rate, decode_rate, stopped)
     figures = figures.model_copy(update={"generated_tokens": len(times), "token_times_s": tuple(times)})
-    child.emit({"event": "run_done", "run": run, "figures": figures.model_dump(mode="json")})
+    child.emit(RunDone(run=run, figures=figures))
 
 
 def open_model(llama_cpp: Any, settings: Any) -> Any:
@@ -455,52 +398,11 @@ def open_model(llama_cpp: Any, settings: Any) -> Any:
     )
 
 
-_M = TypeVar("_M", bound=BaseModel)
-
-
-def serve_child(settings_type: type[_M], run: Callable[[_Child, _M], int]) -> int:
-    """The body of every llama.cpp child: events on the original stdout (anything llama.cpp or
-    Python prints goes to stderr), its settings from the first line of stdin, "stop" watched on
-    stdin, and any failure reported as an error event rather than raised."""
-    events_fd = os.dup(1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    child = _Child(os.fdopen(events_fd, "w", encoding="utf-8", buffering=1))
-    try:
-        settings = settings_type.model_validate_json(sys.stdin.readline())
-    except Exception as exc:  # the parent sent nothing usable
-        child.emit({"event": "error", "message": f"bad settings: {exc}"})
-        return 2
-    threading.Thread(target=child.watch_stdin, daemon=True).start()
-    try:
-        return run(child, settings)
-    except Exception as exc:  # reported, not raised: the parent shows it
-        child.emit({"event": "error", "message": f"{type(exc).__name__}: {exc}"})
-        return 1
-
-
-def _child_main() -> int:
-    return serve_child(RunSettings, _child_run)
-
-
-def _child_run(child: _Child, settings: RunSettings) -> int:
+def _child_run(child: ChildChannel, settings: RunSettings) -> int:
     started_at = time.time()
     import llama_cpp
 
-    last_level = [0]
-
-    def on_log(level: int, text: bytes | None, _user: ctypes.c_void_p) -> None:
-        s = (text or b"").decode("utf-8", "replace")
-        child.log_chunks.append(s)
-        effective = last_level[0] if level == _LOG_LEVEL_CONT else level
-        if effective == _LOG_LEVEL_ERROR:
-            child.error_lines.append(s)
-        if effective >= _LOG_LEVEL_INFO:
-            child.info_chunks.append(s)
-        last_level[0] = effective
-
-    callback = llama_cpp.llama_log_callback(on_log)  # referenced for as long as llama.cpp may log
-    llama_cpp.llama_log_set(callback, ctypes.c_void_p(0))
+    log = install_llama_log(llama_cpp)
     gpu_ok = offloads_to_local_gpu(llama_cpp)  # before RPC devices join the list
     if settings.rpc_servers:
         from app.adapters.rpc_servers import RpcError, load_models_on, register_rpc_servers
@@ -508,34 +410,34 @@ def _child_run(child: _Child, settings: RunSettings) -> int:
         try:
             devices = register_rpc_servers(settings.rpc_servers)
         except RpcError as exc:
-            child.emit({"event": "error", "message": str(exc)})
-            return 1
+            return child.fail(str(exc))
         load_models_on(llama_cpp, devices)
     t0 = time.perf_counter()
     try:
         llm = open_model(llama_cpp, settings)
     except (ValueError, RuntimeError) as exc:
-        reason = _reason(child.error_lines, "".join(child.log_chunks)) if child.error_lines else str(exc)
-        child.emit({"event": "error", "message": f"llama.cpp could not load it: {reason}"})
+        child.emit(llama_failed("load it", log, str(exc)))
         return 1
     load_s = time.perf_counter() - t0
-    log = "".join(child.log_chunks)
-    parsed = parse_llama_log(log)
-    prompt = _prompt_tokens(llm, settings) if settings.mode == "generate" else []
+    parsed = parse_llama_log(log.text())
+    renderer = PromptRenderer(llama_cpp, llm, settings.chat and not settings.prompt_tokens, settings.system_prompt)
+    try:
+        prompt = _prompt_tokens(llm, settings, renderer) if settings.mode == "generate" else []
+    except ChatTemplateError as exc:
+        return child.fail(str(exc))
     n_prompt = len(prompt) if settings.mode == "generate" else (settings.prompt_tokens or 512)
     needed = n_prompt + settings.max_tokens + settings.depth_tokens
     child.emit(
-        {
-            "event": "loaded",
-            "started_at": started_at,
-            "load_s": load_s,
-            "llama_cpp_version": llama_cpp.__version__,
-            "gpu_offload_supported": gpu_ok,
-            "model_size_bytes": int(llama_cpp.llama_model_size(llm.model)),
-            "n_layer": int(llama_cpp.llama_model_n_layer(llm.model)),
-            "prompt_tokens": n_prompt,
-            "n_threads": int(llama_cpp.llama_n_threads(llm._ctx.ctx)),
-            "buffers": MeasuredBuffers(
+        LiveLoaded(
+            started_at=started_at,
+            load_s=load_s,
+            llama_cpp_version=llama_cpp.__version__,
+            gpu_offload_supported=gpu_ok,
+            model_size_bytes=int(llama_cpp.llama_model_size(llm.model)),
+            n_layer=int(llama_cpp.llama_model_n_layer(llm.model)),
+            prompt_tokens=n_prompt,
+            n_threads=int(llama_cpp.llama_n_threads(llm._ctx.ctx)),
+            buffers=MeasuredBuffers(
                 model_buffers=parsed.model_buffers,
                 kv_buffers=parsed.kv_buffers,
                 rs_buffers=parsed.rs_buffers,
@@ -543,35 +445,33 @@ def _child_run(child: _Child, settings: RunSettings) -> int:
                 output_buffers=parsed.output_buffers,
                 layers_offloaded=parsed.layers_offloaded,
                 layers_offloadable=parsed.layers_offloadable,
-            ).model_dump(mode="json"),
-            "log_tail": _relevant_log("".join(child.info_chunks)),
-        }
+            ),
+            log_tail=_relevant_log(log.info_text()),
+            prompt_format=renderer.prompt_format if settings.mode == "generate" else "raw",
+        )
     )
     if needed > llm.n_ctx():
-        child.emit(
-            {
-                "event": "error",
-                "message": f"the prompt ({n_prompt} tokens) and {settings.max_tokens} new tokens need a context "
-                f"of {needed}, more than the {llm.n_ctx()} set; raise the context or shorten the prompt",
-            }
+        return child.fail(
+            f"the prompt ({n_prompt} tokens) and {settings.max_tokens} new tokens need a context "
+            f"of {needed}, more than the {llm.n_ctx()} set; raise the context or shorten the prompt"
         )
-        return 1
     for run in range(settings.repeat):
         if settings.mode == "bench":
             _bench(child, llama_cpp, llm, settings, run)
         else:
             _generate(child, llama_cpp, llm, settings, prompt, run)
-        if child.stop.is_set():
+        if child.stop_requested:
             break
-    sha, kind = "", "sha256"
-    if not child.stop.is_set():
+    sha: str = ""
+    kind: HashKind = "sha256"
+    if not child.stop_requested:
         try:
             sha, kind = _file_hash(Path(settings.gguf_path))
         except OSError:  # the file was moved or deleted during the run: the figures still stand
             sha, kind = "", "unavailable"
-    child.emit({"event": "done", "sha256": sha, "hash_kind": kind, "peak_rss_bytes": _peak_rss_bytes()})
+    child.emit(LiveDone(sha256=sha, hash_kind=kind, peak_rss_bytes=peak_rss_bytes()))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(_child_main())
+    sys.exit(serve_child(RunSettings, _child_run))

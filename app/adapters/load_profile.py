@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from app.adapters.batch_probe import BatchProfile, measure_batching
+from app.adapters.child_protocol import ChildEvent
 from app.adapters.cpu_topology import llama_math_threads
 from app.adapters.paths import data_dir
 from app.core.estimate import MAX_CONTEXT_TOKENS, Settings, Target, max_parallel_sequences
@@ -39,7 +40,7 @@ def cached_profile(gguf_path: str | os.PathLike[str], machine_key: str) -> Batch
 def measure_profile(
     gguf_path: str | os.PathLike[str],
     machine_key: str,
-    on_event: Callable[[dict], None] | None = None,
+    on_event: Callable[[ChildEvent], None] | None = None,
 ) -> BatchProfile:
     """Measure prefill and batched decode steps (1, 2 and 4 sequences) and keep the result.
     Raises BatchProbeError (a FitScopeError) when llama.cpp cannot run the file."""

@@ -21,7 +21,6 @@ public API): a sparse file of zeros takes its full size in memory for a second.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import re
@@ -29,13 +28,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from app.adapters.child import module_command
+from app.adapters.child_protocol import install_llama_log, reserve_stdout
 from app.adapters.cpu_topology import llama_math_threads
 from app.adapters.llamacpp_probe import ProbeError, mib_to_bytes, run_json_child
 from app.core.units import Frozen
-
-_LOG_LEVEL_ERROR = 4
-_LOG_LEVEL_CONT = 5
 
 _RE_TENSOR = re.compile(r"tensor\[\d+\]: n_dims = \d+, name = (\S+), tensor_size=(\d+),")
 _RE_MODEL_SIZE = re.compile(r"model size:\s*([0-9.]+) MiB")
@@ -121,23 +117,17 @@ def measure_projector(
         if not p.is_file():
             raise ProbeError(f"{p} does not exist or is not a file.", path=str(p), reason="file not found")
     fa = {None: "auto", True: "on", False: "off"}[flash_attn]
-    cmd = [
-        *module_command("app.adapters.projector_probe"),
+    args = [
         "--mmproj",
-        str(mmproj),
+        os.path.abspath(mmproj),  # the child starts in FitScope's folder
         "--model",
-        str(text),
+        os.path.abspath(text),
         "--flash-attn",
         fa,
         "--use-gpu" if use_gpu else "--no-use-gpu",
     ]
     payload = run_json_child(
-        cmd,
-        timeout_s,
-        f"mtmd took longer than {timeout_s:g} s to load {mmproj}; the probe was stopped.",
-        f"The mtmd probe of {mmproj}",
-        "",
-        mmproj,
+        "app.adapters.projector_probe", args, timeout_s, f"while loading the projector {mmproj}", mmproj
     )
     log = payload.get("log", "")
     if payload.get("error"):
@@ -168,21 +158,7 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
     import llama_cpp as L  # noqa: N812 - the binding's own style
     from llama_cpp import mtmd_cpp as M  # noqa: N812
 
-    chunks: list[str] = []
-    errors: list[str] = []
-    last_level = [0]
-
-    def on_log(level: int, text: bytes | None, _user_data: ctypes.c_void_p) -> None:
-        s = (text or b"").decode("utf-8", "replace")
-        chunks.append(s)
-        effective = last_level[0] if level == _LOG_LEVEL_CONT else level
-        if effective == _LOG_LEVEL_ERROR:
-            errors.append(s.strip())
-        last_level[0] = effective
-
-    callback = L.llama_log_callback(on_log)  # referenced until the process ends
-    L.llama_log_set(callback, ctypes.c_void_p(0))
-    M.mtmd_log_set(callback, ctypes.c_void_p(0))
+    log = install_llama_log(L, also=(M.mtmd_log_set,))
     L.llama_backend_init()
 
     mparams = L.llama_model_default_params()
@@ -191,10 +167,9 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
     mparams.n_gpu_layers = 0
     model = L.llama_model_load_from_file(args.model.encode(), mparams)
     if not model:
-        reason = "; ".join(errors) or "the text model did not load"
-        return {"error": reason, "stage": "load_text_model", "log": "".join(chunks)}
+        return {"error": log.reason("the text model did not load"), "stage": "load_text_model", "log": log.text()}
     try:
-        chunks.clear()  # keep mtmd's part of the log only
+        log.forget()  # keep mtmd's part of the log only
         params = M.mtmd_context_params_default()
         params.use_gpu = args.use_gpu
         params.warmup = True
@@ -205,16 +180,14 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
             "on": L.LLAMA_FLASH_ATTN_TYPE_ENABLED,
             "off": L.LLAMA_FLASH_ATTN_TYPE_DISABLED,
         }[args.flash_attn]
-        errors.clear()
         ctx = M.mtmd_init_from_file(args.mmproj.encode(), model, params)
         if not ctx:
-            reason = "; ".join(errors) or "mtmd refused the projector"
-            return {"error": reason, "stage": "mtmd_init", "log": "".join(chunks)}
+            return {"error": log.reason("mtmd refused the projector"), "stage": "mtmd_init", "log": log.text()}
         M.mtmd_free(ctx)
     finally:
         L.llama_model_free(model)
     L.llama_backend_free()
-    return {"log": "".join(chunks)}
+    return {"log": log.text()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -227,14 +200,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--flash-attn", choices=("auto", "on", "off"), default="auto")
     p.add_argument("--use-gpu", action=argparse.BooleanOptionalAction, default=False)
     args = p.parse_args(argv)
-    result_fd = os.dup(1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
+    out = reserve_stdout()  # for the one JSON line: anything llama.cpp (or Python) prints goes to stderr
     try:
         result = _measure(args)
     except Exception as exc:  # reported to the parent as a result
         result = {"error": f"{type(exc).__name__}: {exc}", "stage": "probe", "log": ""}
-    with os.fdopen(result_fd, "w", encoding="utf-8") as out:
+    with out:
         out.write(json.dumps(result) + "\n")
     return 1 if result.get("error") else 0
 

@@ -1,16 +1,16 @@
 """Make a quantized variant of a GGUF file with llama.cpp's own quantizer (``llama_model_quantize``
 through llama-cpp-python), in a child process that reports its progress and can be cancelled.
 
-The child prints one JSON line per tensor (``{"event": "progress", "done": i, "total": n}``),
-read from llama.cpp's ``[ i/ n] name ...`` log lines, then ``done`` or ``error``. Cancelling kills
-it and deletes the half-written file.
+The child speaks :mod:`app.adapters.child_protocol`: one
+:class:`~app.adapters.child_protocol.Progress` event per tensor, read from llama.cpp's
+``[ i/ n] name ...`` log lines, then :class:`~app.adapters.child_protocol.Done` or
+:class:`~app.adapters.child_protocol.Failed`. Cancelling ends it and deletes the half-written file.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import json
 import os
 import re
 import sys
@@ -18,15 +18,36 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from app.adapters.child import start_child
+from app.adapters.child_protocol import (
+    ChildChannel,
+    ChildEvent,
+    Done,
+    Progress,
+    WorkerProcess,
+    install_llama_log,
+    llama_failed,
+    require_file,
+    serve_child,
+)
 from app.core.errors import FitScopeError
 from app.core.quant import find_preset
+from app.core.units import Frozen
 
 _PROGRESS = re.compile(r"\[\s*(\d+)\s*/\s*(\d+)\s*\]")
+_SOURCE_NOT_LOADED = "failed to load model"  # llama_model_quantize's error when the source is unreadable
 
 
 class QuantizeError(FitScopeError):
     """The quantizer could not make the file, or was cancelled."""
+
+
+class QuantizeJob(Frozen):
+    """What the child quantizes: ``source`` into ``target`` with llama.cpp's ``ftype``."""
+
+    source: str
+    target: str
+    ftype: int
+    preset: str
 
 
 class Quantization:
@@ -36,60 +57,37 @@ class Quantization:
         self.source = Path(source)
         self.target = Path(target)
         self.preset = find_preset(preset)
-        if not self.source.is_file():
-            raise QuantizeError(f"{self.source} does not exist or is not a file.")
+        require_file(self.source, QuantizeError)
         if self.target.resolve() == self.source.resolve():
             raise QuantizeError("The quantized file must not replace its source; choose another name.")
         self.target.parent.mkdir(parents=True, exist_ok=True)
-        self._proc = start_child("app.adapters.quantizer")
         self.cancelled = threading.Event()
-        self._stderr: list[str] = []
-        threading.Thread(target=self._drain, daemon=True).start()
-        assert self._proc.stdin is not None
-        self._proc.stdin.write(
-            json.dumps({"source": str(self.source), "target": str(self.target), "ftype": self.preset.ftype}) + "\n"
+        job = QuantizeJob(
+            source=str(self.source), target=str(self.target), ftype=self.preset.ftype, preset=self.preset.name
         )
-        self._proc.stdin.close()
-
-    def _drain(self) -> None:
-        assert self._proc.stderr is not None
-        for line in self._proc.stderr:
-            self._stderr.append(line)
-            del self._stderr[:-50]
+        self._worker = WorkerProcess("app.adapters.quantizer", job, (Progress, Done), name=self.source.name)
 
     def cancel(self) -> None:
+        """End the quantizer now (llama.cpp's quantizer has no point to stop at)."""
         self.cancelled.set()
-        with contextlib.suppress(OSError):
-            self._proc.kill()
+        self._worker.kill()
 
     def wait(self, on_progress: Callable[[int, int], None] | None = None) -> Path:
         """Follow the quantizer to its end. Returns the new file. Raises QuantizeError."""
-        error = None
-        finished = False
-        assert self._proc.stdout is not None
-        for line in self._proc.stdout:
-            try:
-                event = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if event.get("event") == "progress" and on_progress is not None:
-                on_progress(int(event["done"]), int(event["total"]))
-            elif event.get("event") == "error":
-                error = event.get("message")
-            elif event.get("event") == "done":
-                finished = True
-        code = self._proc.wait()
-        if self.cancelled.is_set() or not finished:
+
+        def on_event(event: ChildEvent) -> None:
+            if isinstance(event, Progress) and on_progress is not None:
+                on_progress(event.done, event.total)
+
+        self._worker.follow(on_event)
+        if self.cancelled.is_set() or self._worker.done is None:
             with contextlib.suppress(OSError):
                 self.target.unlink()
         if self.cancelled.is_set():
             raise QuantizeError(f"Making {self.target.name} was cancelled; the partial file was removed.")
-        if error or not finished:
-            tail = "".join(self._stderr[-3:]).strip()
-            raise QuantizeError(
-                f"llama.cpp could not quantize {self.source.name} to {self.preset.name}: "
-                + (error or f"it stopped with exit code {code}" + (f" ({tail})" if tail else ""))
-            )
+        message = self._worker.failure(f"while quantizing {self.source.name} to {self.preset.name}")
+        if message is not None:
+            raise QuantizeError(message)
         return self.target
 
 
@@ -118,40 +116,27 @@ def default_variant_path(source: str | os.PathLike[str], preset: str) -> Path:
 # -- child ---------------------------------------------------------------------------------------
 
 
-def _child() -> int:
-    events_fd = os.dup(1)
-    os.dup2(2, 1)
-    out = os.fdopen(events_fd, "w", encoding="utf-8", buffering=1)
-
-    def emit(event: dict) -> None:
-        out.write(json.dumps(event) + "\n")
-        out.flush()
-
-    job = json.loads(sys.stdin.readline())
+def _child_run(child: ChildChannel, job: QuantizeJob) -> int:
     import llama_cpp
 
-    errors: list[str] = []
+    def on_message(_level: int, text: str) -> None:
+        if m := _PROGRESS.search(text):
+            child.emit(Progress(done=int(m[1]), total=int(m[2])))
 
-    def on_log(level: int, text: bytes | None, _user: ctypes.c_void_p) -> None:
-        s = (text or b"").decode("utf-8", "replace")
-        if m := _PROGRESS.search(s):
-            emit({"event": "progress", "done": int(m[1]), "total": int(m[2])})
-        if level == 4:
-            errors.append(s.strip())
-
-    callback = llama_cpp.llama_log_callback(on_log)  # referenced while llama.cpp may log
-    llama_cpp.llama_log_set(callback, ctypes.c_void_p(0))
+    log = install_llama_log(llama_cpp, on_message)
     params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = int(job["ftype"])
+    params.ftype = job.ftype
     params.nthread = os.cpu_count() or 1
     params.allow_requantize = True  # a Q8_0 source may be the best the user has
-    code = llama_cpp.llama_model_quantize(job["source"].encode(), job["target"].encode(), ctypes.byref(params))
+    code = llama_cpp.llama_model_quantize(job.source.encode(), job.target.encode(), ctypes.byref(params))
     if code != 0:
-        emit({"event": "error", "message": (errors[0] if errors else f"llama_model_quantize returned {code}")})
+        not_loaded = any(_SOURCE_NOT_LOADED in line for line in log.error_lines)
+        action = "load it" if not_loaded else f"quantize it to {job.preset}"
+        child.emit(llama_failed(action, log, f"llama_model_quantize returned {code}"))
         return 1
-    emit({"event": "done"})
+    child.emit(Done())
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(_child())
+    sys.exit(serve_child(QuantizeJob, _child_run))

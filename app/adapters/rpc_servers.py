@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from app.adapters.child import child_env, module_command
+from app.adapters.child_protocol import ChildEvent
 from app.core.errors import FitScopeError
 from app.core.measure import RunResult, RunSettings
 from app.core.rpc import RpcBufferCheck, RpcPlan
@@ -336,7 +337,7 @@ def run_across_rpc(
     *,
     endpoints: Sequence[str] = (),
     local_servers: int = 0,
-    on_event: Callable[[dict[str, Any]], None] | None = None,
+    on_event: Callable[[ChildEvent], None] | None = None,
     on_start: Callable[[Any], None] | None = None,
     on_servers: Callable[[tuple[str, ...]], None] | None = None,
 ) -> RpcRunOutcome:

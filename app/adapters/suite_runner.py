@@ -12,32 +12,39 @@ Agreement is measured two ways, both over the reference's greedy tokens:
 
 Quantized variants of one model share its vocabulary, so token ids compare directly.
 
-Protocol: the same as ``app.adapters.llamacpp_runner`` (settings as one JSON line on stdin, one
-JSON event per line on stdout, ``stop`` on stdin ends it early).
+Protocol: :mod:`app.adapters.child_protocol` (settings as one JSON line on stdin, one event per
+line on stdout: :class:`SuiteLoaded`, :class:`PromptDone` and :class:`Agreement` per prompt,
+:class:`SuiteDone`; ``stop`` on stdin ends it early).
 """
 
 from __future__ import annotations
 
 import codecs
-import ctypes
 import os
 import sys
-import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
+from app.adapters.child_protocol import (
+    ChildChannel,
+    ChildEvent,
+    Done,
+    Loaded,
+    WorkerProcess,
+    install_llama_log,
+    llama_failed,
+    peak_rss_bytes,
+    require_file,
+    serve_child,
+)
+from app.adapters.cpu_topology import with_llama_threads
 from app.adapters.llamacpp_probe import parse_llama_log
-from app.adapters.llamacpp_runner import LiveRun, RunError, _Child, _peak_rss_bytes, open_model
-from app.core.chat import messages_for, render_chat
+from app.adapters.llamacpp_runner import PromptRenderer, RunError, open_model
 from app.core.errors import FitScopeError
 from app.core.units import Frozen
-
-Event = dict[str, Any]
-
-
 
 
 class PromptJob(Frozen):
@@ -86,62 +93,84 @@ class SuiteRun(Frozen):
     prompt_format: str = "raw"  # "chat template" or "raw" (a model without a template, or asked so)
 
 
+class SuiteLoaded(Loaded):
+    """The model is loaded: how prompts are rendered, the load time and llama.cpp's buffers
+    (kind -> device -> bytes)."""
+
+    prompt_format: str
+    load_s: float
+    model_size_bytes: int
+    buffers: dict[str, dict[str, int]]
+
+
+class PromptDone(ChildEvent):
+    """One prompt's greedy answer (and its agreement with the reference's tokens)."""
+
+    event: Literal["prompt_done"] = "prompt_done"
+    outcome: PromptOutcome
+
+
+class Agreement(ChildEvent):
+    """Teacher-forced top-1 agreement of prompt ``id`` with the reference's answer."""
+
+    event: Literal["agreement"] = "agreement"
+    id: str
+    top1_matches: int
+    reference_tokens: int
+
+
+class SuiteDone(Done):
+    """Every prompt is answered."""
+
+    peak_rss_bytes: int | None = None
+
+
+SUITE_EVENTS = (SuiteLoaded, PromptDone, Agreement, SuiteDone)
+
+
 def run_suite(
     settings: SuiteRunSettings,
-    on_event: Callable[[Event], None] | None = None,
-    on_start: Callable[[LiveRun], None] | None = None,
+    on_event: Callable[[ChildEvent], None] | None = None,
+    on_start: Callable[[WorkerProcess], None] | None = None,
 ) -> SuiteRun:
     """Answer every prompt on ``settings.gguf_path`` (and compare with ``settings.reference``).
     Raises RunError when the model cannot be loaded or the child dies."""
-    live = LiveRun(settings, settings.gguf_path, module="app.adapters.suite_runner")
+    require_file(settings.gguf_path, RunError)
+    name = os.path.basename(settings.gguf_path)
+    live = WorkerProcess("app.adapters.suite_runner", with_llama_threads(settings), SUITE_EVENTS, name=name)
     if on_start is not None:
         on_start(live)
-    loaded: Event | None = None
-    outcomes: dict[str, dict[str, Any]] = {}
-    done: Event | None = None
-    error: Event | None = None
-    try:
-        for event in live.events():
-            kind = event.get("event")
-            if kind == "loaded":
-                loaded = event
-            elif kind == "prompt_done":
-                outcomes[event["id"]] = {k: v for k, v in event.items() if k != "event"}
-            elif kind == "agreement":
-                outcomes.setdefault(event["id"], {}).update(
-                    top1_matches=event["top1_matches"], reference_tokens=event["reference_tokens"]
-                )
-            elif kind == "done":
-                done = event
-            elif kind == "error":
-                error = event
-            if on_event is not None:
-                on_event(event)
-    except BaseException:
-        # Interrupted (Ctrl+C, an error in a callback): nobody reads the child's pipe any more, so
-        # end it now rather than wait for a child blocked on a full pipe.
-        live.kill()
-        raise
-    finally:
-        code = live.wait()
-    name = os.path.basename(settings.gguf_path)
-    if error is not None:
-        raise RunError(f"{name}: {error['message']}")
-    if loaded is None:
-        raise RunError(f"llama.cpp stopped while loading {name} (exit code {code}).")
-    if done is None and not live.stop_requested:
-        raise RunError(f"llama.cpp stopped while answering the suite on {name} (exit code {code}).")
-    complete = [PromptOutcome.model_validate(o) for o in outcomes.values() if "text" in o]
+    loaded: SuiteLoaded | None = None
+    outcomes: dict[str, PromptOutcome] = {}
+
+    def handle(event: ChildEvent) -> None:
+        nonlocal loaded
+        if isinstance(event, SuiteLoaded):
+            loaded = event
+        elif isinstance(event, PromptDone):
+            outcomes[event.outcome.id] = event.outcome
+        elif isinstance(event, Agreement) and event.id in outcomes:
+            outcomes[event.id] = outcomes[event.id].model_copy(
+                update={"top1_matches": event.top1_matches, "reference_tokens": event.reference_tokens}
+            )
+        if on_event is not None:
+            on_event(event)
+
+    live.follow(handle)
+    message = live.failure(f"while answering the suite on {name}")
+    if message is not None or loaded is None:
+        raise RunError(message or f"{name} sent no load report.")
+    done = live.done if isinstance(live.done, SuiteDone) else None
     return SuiteRun(
         gguf_path=settings.gguf_path,
-        load_s=float(loaded["load_s"]),
-        model_size_bytes=int(loaded["model_size_bytes"]),
-        buffers=loaded["buffers"],
-        peak_rss_bytes=(done or {}).get("peak_rss_bytes"),
-        outcomes=tuple(complete),
+        load_s=loaded.load_s,
+        model_size_bytes=loaded.model_size_bytes,
+        buffers=loaded.buffers,
+        peak_rss_bytes=done.peak_rss_bytes if done is not None else None,
+        outcomes=tuple(outcomes.values()),
         stopped=done is None,
-        n_threads=live.settings.n_threads,
-        prompt_format=str(loaded.get("prompt_format", "raw")),
+        n_threads=with_llama_threads(settings).n_threads,
+        prompt_format=loaded.prompt_format,
     )
 
 
@@ -155,83 +184,56 @@ def _logits_argmax(llama_cpp: Any, llm: Any, n_vocab: int) -> int:
     return int(np.argmax(np.ctypeslib.as_array(ptr, shape=(n_vocab,))))
 
 
-def _child() -> int:
-    events_fd = os.dup(1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    child = _Child(os.fdopen(events_fd, "w", encoding="utf-8", buffering=1))
-    settings = SuiteRunSettings.model_validate_json(sys.stdin.readline())
-    threading.Thread(target=child.watch_stdin, daemon=True).start()
+def _child_run(child: ChildChannel, settings: SuiteRunSettings) -> int:
     import llama_cpp
 
-    chunks: list[str] = []
-
-    def on_log(_level: int, text: bytes | None, _user: ctypes.c_void_p) -> None:
-        chunks.append((text or b"").decode("utf-8", "replace"))
-
-    callback = llama_cpp.llama_log_callback(on_log)  # referenced while llama.cpp may log
-    llama_cpp.llama_log_set(callback, ctypes.c_void_p(0))
+    log = install_llama_log(llama_cpp)
     t0 = time.perf_counter()
     try:
         llm = open_model(llama_cpp, settings)
     except (ValueError, RuntimeError) as exc:
-        child.emit({"event": "error", "message": f"llama.cpp could not load it: {exc}"})
+        child.emit(llama_failed("load it", log, str(exc)))
         return 1
-    parsed = parse_llama_log("".join(chunks))
-    template = llm.metadata.get("tokenizer.chat_template") if settings.chat else None
+    parsed = parse_llama_log(log.text())
+    renderer = PromptRenderer(llama_cpp, llm, settings.chat, settings.system_prompt)
+    prompt_tokens = renderer.tokens
     vocab = llama_cpp.llama_model_get_vocab(llm.model)
 
-    def token_text(token: int) -> str:
-        return llm.detokenize([token], special=True).decode("utf-8", "replace") if token >= 0 else ""
-
-    bos_text = token_text(llama_cpp.llama_vocab_bos(vocab))
-    eos_text = token_text(llama_cpp.llama_vocab_eos(vocab))
-
-    def prompt_tokens(text: str) -> list[int]:
-        if not template:
-            return llm.tokenize(text.encode("utf-8"), add_bos=True)
-        rendered = render_chat(template, messages_for(text, settings.system_prompt), bos_text, eos_text)
-        return llm.tokenize(rendered.encode("utf-8"), add_bos=True, special=True)
-
     child.emit(
-        {
-            "event": "loaded",
-            "prompt_format": "chat template" if template else "raw",
-            "load_s": time.perf_counter() - t0,
-            "model_size_bytes": int(llama_cpp.llama_model_size(llm.model)),
-            "buffers": {
+        SuiteLoaded(
+            prompt_format=renderer.prompt_format,
+            load_s=time.perf_counter() - t0,
+            model_size_bytes=int(llama_cpp.llama_model_size(llm.model)),
+            buffers={
                 "model": parsed.model_buffers,
                 "kv": parsed.kv_buffers,
                 "compute": parsed.compute_buffers,
                 "output": parsed.output_buffers,
             },
-        }
+        )
     )
     n_vocab = llama_cpp.llama_vocab_n_tokens(vocab)
     for job in settings.prompts:
-        if child.stop.is_set():
+        if child.stop_requested:
             return 0
         try:
             prompt = prompt_tokens(job.prompt)
         except FitScopeError as exc:
-            child.emit({"event": "error", "message": str(exc)})
-            return 1
+            return child.fail(str(exc))
         if len(prompt) + 1 >= llm.n_ctx():
             # Answering is impossible; the other prompts still are (a compare keeps what it has).
-            child.emit(
-                {
-                    "event": "prompt_done",
-                    "id": job.id,
-                    "text": "",
-                    "tokens": [],
-                    "prompt_tokens": len(prompt),
-                    "ttft_s": 0.0,
-                    "prefill_tokens_per_s": None,
-                    "decode_tokens_per_s": None,
-                    "error": f"the prompt has {len(prompt):,} tokens, more than the context of "
-                    f"{llm.n_ctx():,} holds with room for an answer",
-                }
+            refused = PromptOutcome(
+                id=job.id,
+                text="",
+                tokens=(),
+                prompt_tokens=len(prompt),
+                ttft_s=0.0,
+                prefill_tokens_per_s=None,
+                decode_tokens_per_s=None,
+                error=f"the prompt has {len(prompt):,} tokens, more than the context of "
+                f"{llm.n_ctx():,} holds with room for an answer",
             )
+            child.emit(PromptDone(outcome=refused))
             continue
         budget = max(1, min(job.max_tokens, llm.n_ctx() - len(prompt) - 1))
         llm.reset()
@@ -247,24 +249,24 @@ def _child() -> int:
             times.append(time.perf_counter() - sent)
             tokens.append(int(token))
             text.append(decoder.decode(llm.detokenize([token])))
-            if len(tokens) >= budget or child.stop.is_set():
+            if len(tokens) >= budget or child.stop_requested:
                 break
         perf = llama_cpp.llama_perf_context(llm._ctx.ctx)
-        outcome: Event = {
-            "event": "prompt_done",
-            "id": job.id,
-            "text": "".join(text) + decoder.decode(b"", final=True),
-            "tokens": tokens,
-            "prompt_tokens": len(prompt),
-            "ttft_s": times[0] if times else time.perf_counter() - sent,
-            "prefill_tokens_per_s": perf.n_p_eval / (perf.t_p_eval_ms / 1000) if perf.t_p_eval_ms > 0 else None,
-            "decode_tokens_per_s": perf.n_eval / (perf.t_eval_ms / 1000) if perf.t_eval_ms > 0 else None,
-        }
         reference = (settings.reference or {}).get(job.id)
-        if reference is not None:
-            outcome["identical_tokens"] = sum(a == b for a, b in zip(tokens, reference, strict=False))
-            outcome["reference_tokens"] = len(reference)
-        child.emit(outcome)
+        outcome = PromptOutcome(
+            id=job.id,
+            text="".join(text) + decoder.decode(b"", final=True),
+            tokens=tuple(tokens),
+            prompt_tokens=len(prompt),
+            ttft_s=times[0] if times else time.perf_counter() - sent,
+            prefill_tokens_per_s=perf.n_p_eval / (perf.t_p_eval_ms / 1000) if perf.t_p_eval_ms > 0 else None,
+            decode_tokens_per_s=perf.n_eval / (perf.t_eval_ms / 1000) if perf.t_eval_ms > 0 else None,
+            identical_tokens=None
+            if reference is None
+            else sum(a == b for a, b in zip(tokens, reference, strict=False)),
+            reference_tokens=None if reference is None else len(reference),
+        )
+        child.emit(PromptDone(outcome=outcome))
         if reference:
             # Teacher forcing: this variant's most likely next token after each reference prefix.
             llm.reset()
@@ -274,12 +276,10 @@ def _child() -> int:
                 if _logits_argmax(llama_cpp, llm, n_vocab) == ref_token:
                     matches += 1
                 llm.eval([ref_token])
-            child.emit(
-                {"event": "agreement", "id": job.id, "top1_matches": matches, "reference_tokens": len(reference)}
-            )
-    child.emit({"event": "done", "peak_rss_bytes": _peak_rss_bytes()})
+            child.emit(Agreement(id=job.id, top1_matches=matches, reference_tokens=len(reference)))
+    child.emit(SuiteDone(peak_rss_bytes=peak_rss_bytes()))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(_child())
+    sys.exit(serve_child(SuiteRunSettings, _child_run))

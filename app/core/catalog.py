@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import json
 from functools import cache
 from pathlib import Path
@@ -65,6 +64,8 @@ def _find(items: tuple, item_id: str, what: str):
     for item in items:
         if item.id == wanted:
             return item
+    import difflib  # only to name close matches in the error
+
     ids = [item.id for item in items]
     close = difflib.get_close_matches(wanted, ids, n=3, cutoff=0.5)
     hint = f" Did you mean {', '.join(close)}?" if close else ""

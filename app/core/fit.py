@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from app.core.architecture import Architecture
 from app.core.catalog import find_model
@@ -23,12 +23,13 @@ from app.core.estimate import (
     max_gpu_layers,
     max_parallel_sequences,
 )
-from app.core.gguf_reader import read_gguf
-from app.core.hardware import DEFAULT_HOST_MEMORY, HOST_MEMORY, GpuSnapshot, HostSnapshot
-from app.core.hf_config import read_hf_config
+from app.core.host_memory import DEFAULT_HOST_MEMORY, HOST_MEMORY
 from app.core.quant import find_preset, preset_for_ftype, quantize_layout
 from app.core.speed import SpeedEstimate, estimate_speed
 from app.core.tensors import TensorInfo
+
+if TYPE_CHECKING:
+    from app.core.hardware import GpuSnapshot, HostSnapshot
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,8 @@ def model_from_catalog(model_id: str, quant: str = "Q4_K_M") -> ModelSource:
 
 def model_from_gguf(path: str | Path) -> ModelSource:
     """A local GGUF file: its real tensors. Raises ModelFileError with a readable message."""
+    from app.core.gguf_reader import read_gguf  # a catalog model's estimate never reads a file
+
     g = read_gguf(path)
     preset = preset_for_ftype(g.file_type)
     return ModelSource(g.architecture, g.tensors, g.name, preset.name if preset else "file", Path(path))
@@ -58,6 +61,8 @@ def model_from_gguf(path: str | Path) -> ModelSource:
 
 def model_from_hf_config(path: str | Path, quant: str = "Q4_K_M") -> ModelSource:
     """A Hugging Face config.json, quantized with a llama.cpp preset."""
+    from app.core.hf_config import read_hf_config
+
     arch = read_hf_config(path)
     preset = find_preset(quant)
     return ModelSource(arch, tuple(quantize_layout(arch, preset)), arch.name, preset.name, Path(path))
@@ -163,6 +168,18 @@ def host_ram_target(capacity_bytes: int, bandwidth_gb_s: float | None = None, ho
 
 
 # -- the answer ----------------------------------------------------------------------------------
+
+
+def placement_of(est: Estimate) -> Literal["gpu", "partial", "cpu", "none"]:
+    """Where an estimate runs: all on the GPUs, partly in system memory, on the CPU alone, or nowhere."""
+    if not est.fits:
+        return "none"
+    gpus = [d for d in est.devices if d.kind == "gpu"]
+    if not gpus or est.gpu_layers == 0:
+        return "cpu"
+    if est.gpu_layers < est.n_layer + 1 or est.cpu_moe_layers > 0:
+        return "partial"
+    return "gpu"
 
 
 @dataclass(frozen=True)

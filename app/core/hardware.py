@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# Named here too: the host memory kinds live apart so that the command line's parser reads them without pydantic.
+from app.core.host_memory import DEFAULT_HOST_MEMORY as DEFAULT_HOST_MEMORY
+from app.core.host_memory import HOST_MEMORY as HOST_MEMORY
+
 NO_DRIVER_MESSAGE = (
     "No NVIDIA driver found: FitScope will estimate for the CPU and for hardware picked from the catalog."
 )
@@ -117,15 +121,3 @@ def machine_key(host: HostSnapshot | None, gpus: tuple[GpuSnapshot, ...] = ()) -
     """Names this machine where measured efficiencies are kept: its CPU and its NVIDIA GPUs."""
     cpu = host.cpu_model if host is not None else "unknown CPU"
     return f"{cpu}|{','.join(g.name for g in gpus)}"
-
-
-# Host memory beside catalog GPUs, by what the box would have: theoretical peak = channels x 8 bytes
-# x transfers/s (JEDEC speed grades). Decode reads experts and CPU layers from it.
-HOST_MEMORY: dict[str, tuple[str, float]] = {
-    "ddr4-3200-2ch": ("DDR4-3200, 2 channels (desktop)", 51.2),
-    "ddr5-5600-2ch": ("DDR5-5600, 2 channels (desktop)", 89.6),
-    "ddr5-6400-4ch": ("DDR5-6400, 4 channels (Threadripper)", 204.8),
-    "ddr5-4800-8ch": ("DDR5-4800, 8 channels (Xeon, Threadripper PRO)", 307.2),
-    "ddr5-6000-12ch": ("DDR5-6000, 12 channels (EPYC 9005)", 576.0),
-}
-DEFAULT_HOST_MEMORY = "ddr5-5600-2ch"

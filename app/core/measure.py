@@ -40,6 +40,8 @@ class RunSettings(Frozen):
     n_gpu_layers: int = Field(default=0, ge=-1, description="-1: all")
     n_threads: int | None = Field(default=None, ge=1, description="None: llama-server's default, set when it starts")
     prompt: str | None = None
+    chat: bool = Field(default=False, description="the prompt as one user turn through the model's chat template")
+    system_prompt: str | None = Field(default=None, max_length=100_000, description="with chat: a system turn first")
     prompt_tokens: int | None = Field(default=None, ge=1, description="a synthetic prompt of exactly N tokens")
     max_tokens: int = Field(default=128, ge=1, le=1 << 20)
     temperature: float = Field(default=0.0, ge=0.0, le=5.0)
@@ -106,6 +108,9 @@ class RunResult(Frozen):
     output_text: str = ""
     hardware: dict[str, str] = {}
     log_tail: str = ""
+    prompt_format: Literal["chat template", "raw"] = Field(
+        default="raw", description="how the prompt reached the model (raw: as typed, or a model without a template)"
+    )
     n_threads_used: int | None = Field(default=None, description="llama_n_threads() of the run's context")
     llama_server_threads: int | None = Field(
         default=None, description="the threads llama-server uses on the machine that ran it (None: not recorded)"

@@ -14,8 +14,9 @@ import io
 from datetime import datetime
 from typing import Any
 
+from app.core.catalog import find_device
 from app.core.commands import server_command
-from app.core.errors import EstimateError
+from app.core.errors import EstimateError, FitScopeError
 from app.core.estimate import MAX_CONTEXT_TOKENS, Estimate
 from app.core.fit import estimate_json
 from app.core.scenario import CompareRow, View
@@ -289,19 +290,58 @@ def _image_tags(images: dict[str, bytes]) -> str:
     return "".join(parts)
 
 
-def _compare_cells(r: CompareRow) -> list[str]:
-    """One comparison row's escaped cells; a row that failed has only its label and the reason."""
+COMPARE_HEADER = ["Hardware", "Memory needed", "Memory there", "Fits", "Expected tokens/s", "Price (USD)"]
+
+
+def current_row(view: View) -> CompareRow | None:
+    """The hardware the view is for, as a row of the comparison (None without an estimate)."""
+    est, budget = view.estimate, view.budget
+    if est is None or budget is None:
+        return None
+    hw = view.request.hardware
+    price = None
+    if hw.kind == "catalog" and hw.device_id:
+        try:
+            device = find_device(hw.device_id)
+        except FitScopeError:
+            device = None
+        if device is not None and device.price_usd:
+            price = device.price_usd * hw.count
+    has_gpu = any(t.kind == "gpu" for t in view.targets)
+    return CompareRow(
+        label=view.hardware_label + " (current)",
+        budget_bytes=budget.used_bytes,
+        capacity_bytes=budget.capacity_bytes,
+        fits=est.fits,
+        gpu_layers=est.gpu_layers if has_gpu else None,
+        n_layer=est.n_layer,
+        decode_tokens_per_s=view.speed.decode_tokens_per_s if view.speed else None,
+        price_usd=price,
+    )
+
+
+def comparison_rows(view: View) -> list[CompareRow]:
+    """The comparison as the window and the report show it: the current hardware first."""
+    current = current_row(view)
+    return ([current] if current is not None else []) + list(view.comparison)
+
+
+def compare_cells(r: CompareRow) -> list[str]:
+    """One comparison row in words (``COMPARE_HEADER``'s columns). A row that failed has only its
+    label and the reason; hardware that cannot hold the model gets no speed (nothing would run)."""
     if r.error:
-        return [_e(r.label), "", "", "", "", "", "", _e(r.error)]
+        return [r.label, "-", "-", r.error, "-", "-"]
+    fit_text = "yes" if r.fits else "no"
+    if r.fits and r.gpu_layers is not None and r.gpu_layers < r.n_layer + 1:
+        fit_text = f"partly ({r.gpu_layers} of {r.n_layer + 1} layers on GPU)"
+    decode = r.decode_tokens_per_s
     return [
-        _e(r.label),
-        _gib2(r.budget_bytes),
-        _gib2(r.capacity_bytes),
-        _yes(r.fits),
-        "CPU only" if r.gpu_layers is None else _e(f"{r.gpu_layers} of {r.n_layer + 1}"),
-        _e(_range(r.decode_tokens_per_s)) if r.decode_tokens_per_s else "",
-        "" if r.price_usd is None else _e(f"${r.price_usd:,.0f}"),
-        "",
+        r.label,
+        f"{r.budget_bytes / GIB:.1f} GiB",
+        f"{r.capacity_bytes / GIB:.1f} GiB",
+        fit_text,
+        f"{decode.low:,.0f}-{decode.high:,.0f}" if decode and r.fits else "-",
+        f"${r.price_usd:,.0f}" if r.price_usd else "unknown",
     ]
 
 
@@ -388,9 +428,8 @@ def report_html(view: View, images: dict[str, bytes]) -> str:
             parts.append(_table(header, rows))
 
     if view.comparison:
-        rows = [_compare_cells(r) for r in view.comparison]
-        header = ["Hardware", "Memory (GiB)", "Capacity (GiB)", "Fits", "GPU layers", "tokens/s", "Price", "Note"]
-        parts.append(f'<h2 style="{_CSS_H2}">Comparison</h2>' + _table(header, rows))
+        rows = [[_e(cell) for cell in compare_cells(r)] for r in comparison_rows(view)]
+        parts.append(f'<h2 style="{_CSS_H2}">Comparison</h2>' + _table(COMPARE_HEADER, rows))
 
     if images:
         parts.append(f'<h2 style="{_CSS_H2}">Charts</h2>' + _image_tags(images))

@@ -9,7 +9,8 @@ layers to each device in proportion to its memory (``--tensor-split`` pins the p
 device holding its layers' weights and KV cache and its own compute buffer; the client keeps the
 token embedding, the logits and whatever is not offloaded. So the plan is the estimator's
 (:func:`app.core.estimate.estimate`) over the hosts' devices as targets, plus, per host, the memory
-of the process serving it.
+of the process serving it; each host's part is the layer split's per-device record
+(:class:`app.core.layer_split.SplitDevice`) summed over its devices.
 
 Decoding crosses the network at every host boundary: the client sends each device its inputs,
 starts the graph and reads the result back, synchronously. Per decode step and per remote device
@@ -43,10 +44,11 @@ from app.core.estimate import (
     estimate,
 )
 from app.core.fit import host_ram_target, target_from_device
+from app.core.layer_split import MODEL_PLACEHOLDER, SplitDevice, share_json, share_line, tensor_split
 from app.core.measure import MeasuredBuffers
 from app.core.speed import estimate_speed
 from app.core.tensors import TensorInfo
-from app.core.units import GIB, MIB, Frozen
+from app.core.units import MIB, Frozen
 
 DEFAULT_RPC_PORT = 50052  # ggml-rpc-server's default port (tools/rpc/rpc-server.cpp)
 RPC_SERVER_BINARY = "ggml-rpc-server"  # tools/rpc in this llama.cpp; older releases built it as rpc-server
@@ -83,39 +85,63 @@ class NetworkLink(Frozen):
 
 @dataclass(frozen=True)
 class RpcHostPlan:
-    """What one machine holds: its devices' parts of the split (bytes) and the command it runs."""
+    """What one machine holds, ``share``: its devices' parts of the split summed; with where it
+    listens and the command it runs. The byte figures group the buffers as llama.cpp prints them
+    for a device, so that a run's log can be held against them: the model buffers (repacked weights
+    included), the KV cache with the recurrent state, the compute buffer with the logits' output
+    buffer (and a vision projector's)."""
 
-    name: str
+    share: SplitDevice
     endpoint: str
     device_name: str
-    layers: int
-    holds_output: bool
-    weights_bytes: int
-    kv_cache_bytes: int
-    compute_bytes: int
-    overhead_bytes: int
-    total_bytes: int
-    capacity_bytes: int
     command: str
 
     @property
+    def name(self) -> str:
+        return self.share.name
+
+    @property
+    def layers(self) -> int:
+        return self.share.layers
+
+    @property
+    def holds_output(self) -> bool:
+        return self.share.holds_output
+
+    @property
+    def weights_bytes(self) -> int:
+        return self.share.model_buffer_bytes
+
+    @property
+    def kv_cache_bytes(self) -> int:
+        return self.share.cache_buffer_bytes
+
+    @property
+    def compute_bytes(self) -> int:
+        return self.share.compute_buffer_bytes
+
+    @property
+    def overhead_bytes(self) -> int:
+        return self.share.overhead_bytes
+
+    @property
+    def total_bytes(self) -> int:
+        return self.share.total_bytes
+
+    @property
+    def capacity_bytes(self) -> int:
+        return self.share.capacity_bytes
+
+    @property
     def fits(self) -> bool:
-        return self.total_bytes <= self.capacity_bytes
+        return self.share.fits
 
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "endpoint": self.endpoint,
             "device": self.device_name,
-            "layers": self.layers,
-            "holds_output": self.holds_output,
-            "weights_bytes": self.weights_bytes,
-            "kv_cache_bytes": self.kv_cache_bytes,
-            "compute_bytes": self.compute_bytes,
-            "overhead_bytes": self.overhead_bytes,
-            "total_bytes": self.total_bytes,
-            "capacity_bytes": self.capacity_bytes,
-            "fits": self.fits,
+            **share_json(self),
             "command": self.command,
         }
 
@@ -163,22 +189,12 @@ class RpcPlan:
         }
 
     def summary_lines(self) -> list[str]:
-        def gib(n: int) -> str:
-            return f"{n / GIB:.2f} GiB"
-
         lines = [
             f"llama.cpp's RPC backend splits {self.model_name} by whole layers over {len(self.hosts)} remote "
             f"host(s) and the client: {self.estimate.gpu_layers} of {self.estimate.n_layer + 1} layers (the output "
             "layer included) on the remote devices and the client's GPUs."
         ]
-        for h in (*self.hosts, self.client):
-            output = " and the output layer" if h.holds_output else ""
-            verdict = "fits" if h.fits else "does NOT fit"
-            lines.append(
-                f"{h.name} ({h.device_name}): {h.layers} layers{output}; weights {gib(h.weights_bytes)}, KV cache "
-                f"{gib(h.kv_cache_bytes)}, compute {gib(h.compute_bytes)}, overhead {gib(h.overhead_bytes)}: "
-                f"{gib(h.total_bytes)} of {gib(h.capacity_bytes)}, {verdict}."
-            )
+        lines += [share_line(f"{h.name} ({h.device_name})", h, total_unit=" GiB") for h in (*self.hosts, self.client)]
         lines.append(
             f"Decode: about {self.decode_tokens_per_s:.1f} tokens/s per user with the network "
             f"({self.link.gbit_s:g} Gbit/s, {self.link.rtt_ms:g} ms round trip: "
@@ -215,12 +231,6 @@ def _host_target(host: RpcHost, index: int, given: Target | None = None) -> list
     return [base.model_copy(update={"name": f"{device.name} (RPC{index} {host.endpoint} #{i})"}) for i in range(count)]
 
 
-def _tensor_split(capacities: Sequence[int]) -> tuple[int, ...]:
-    mib = [max(1, c // MIB) for c in capacities]
-    g = math.gcd(*mib)
-    return tuple(m // g for m in mib)
-
-
 def rpc_plan(
     arch: Architecture,
     tensors: Sequence[TensorInfo],
@@ -231,7 +241,7 @@ def rpc_plan(
     client_gpu_id: str | None = None,
     client_gpu_count: int = 0,
     link: NetworkLink | None = None,
-    model_path: str = "MODEL.gguf",
+    model_path: str = MODEL_PLACEHOLDER,
     host_targets: Sequence[Target] | None = None,
 ) -> RpcPlan:
     """llama.cpp's layer split of ``arch`` over the devices of ``hosts`` (in that order, at the front)
@@ -278,21 +288,8 @@ def rpc_plan(
     devices = est.devices
 
     def part(name: str, endpoint: str, label: str, idx: list[int], command: str, capacity: int) -> RpcHostPlan:
-        ds = [devices[i] for i in idx]
-        return RpcHostPlan(
-            name=name,
-            endpoint=endpoint,
-            device_name=label,
-            layers=sum(d.layers for d in ds),
-            holds_output=out_dev in idx,
-            weights_bytes=sum(d.weights_bytes + d.repack_bytes for d in ds),
-            kv_cache_bytes=sum(d.kv_cache_bytes + d.recurrent_state_bytes for d in ds),
-            compute_bytes=sum(d.compute_bytes + d.output_bytes + d.projector_bytes for d in ds),
-            overhead_bytes=sum(d.overhead_bytes for d in ds),
-            total_bytes=sum(d.total_bytes for d in ds),
-            capacity_bytes=capacity,
-            command=command,
-        )
+        share = SplitDevice.of(name, [devices[i] for i in idx], out_dev in idx, capacity)
+        return RpcHostPlan(share, endpoint, label, command)
 
     host_plans = []
     start = 0
@@ -313,7 +310,7 @@ def rpc_plan(
         else "host memory only"
     )
     endpoints = ",".join(shlex.quote(h.endpoint) for h in hosts)
-    split = _tensor_split([t.capacity_bytes for t in (*remote, *local)])
+    split = tensor_split([t.capacity_bytes for t in (*remote, *local)])
     command = (
         server_command(est, model_path, est.gpu_layers, arch.sliding_window is not None, tensor_split=split)
         + f" --rpc {endpoints}"
@@ -485,7 +482,7 @@ def cpu_servers_plan(
     client_ram_bytes: int,
     *,
     shared_memory: bool,
-    model_path: str = "MODEL.gguf",
+    model_path: str = MODEL_PLACEHOLDER,
 ) -> RpcPlan:
     """The plan for RPC servers at ``endpoints`` (``HOST:PORT``) that each serve one CPU like
     ``server`` (FitScope's own servers, or remote ones whose hardware is unknown), split evenly;

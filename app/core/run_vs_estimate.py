@@ -10,7 +10,7 @@ from typing import Any
 from app.core.architecture import Architecture
 from app.core.estimate import Estimate, Settings, Target, estimate
 from app.core.fit import estimate_json
-from app.core.measure import RunResult, RunSettings, Spread, summary
+from app.core.measure import RunResult, RunSettings, Spread, SweepRow, summary
 from app.core.speed import SpeedEstimate, active_bytes_by_device, estimate_speed, kv_bytes_per_token
 from app.core.tensors import TensorInfo
 
@@ -33,8 +33,12 @@ def estimate_settings(run: RunSettings, repack: str) -> Settings:
 
 
 @dataclass(frozen=True)
-class BufferComparison:
-    kind: str  # weights, repack, kv_cache, recurrent_state, compute, output
+class BufferRow:
+    """One line of the buffer table: what llama.cpp allocated against what was estimated (or, for
+    a run across RPC servers, planned). ``buffer`` is weights, repack, kv_cache, recurrent_state,
+    compute or output (for RPC: the device and the buffer)."""
+
+    buffer: str
     measured_bytes: int
     estimated_bytes: int
 
@@ -48,20 +52,30 @@ class BufferComparison:
             return None
         return 100.0 * self.difference_bytes / self.estimated_bytes
 
+    def to_json(self) -> dict[str, Any]:
+        percent = self.difference_percent
+        return {
+            "buffer": self.buffer,
+            "measured_bytes": self.measured_bytes,
+            "estimated_bytes": self.estimated_bytes,
+            "difference_bytes": self.difference_bytes,
+            "difference_percent": round(percent, 2) if percent is not None else None,
+        }
 
-def compare_buffers(result: RunResult, est: Estimate) -> list[BufferComparison]:
+
+def compare_buffers(result: RunResult, est: Estimate) -> list[BufferRow]:
     """llama.cpp's reported buffers (all devices summed) against the estimate's, by kind. The
     model buffers are the mapped or loaded weights; ``*_REPACK`` ones are the CPU's repacked copy."""
     b = result.buffers
     weights = sum(v for k, v in b.model_buffers.items() if not k.endswith("_REPACK"))
     repack = sum(v for k, v in b.model_buffers.items() if k.endswith("_REPACK"))
     rows = [
-        BufferComparison("weights", weights, est.weights_bytes),
-        BufferComparison("repack", repack, est.repack_bytes),
-        BufferComparison("kv_cache", b.total("kv"), est.kv_cache_bytes),
-        BufferComparison("recurrent_state", b.total("rs"), est.recurrent_state_bytes),
-        BufferComparison("compute", b.total("compute"), est.compute_bytes),
-        BufferComparison("output", b.total("output"), est.output_bytes),
+        BufferRow("weights", weights, est.weights_bytes),
+        BufferRow("repack", repack, est.repack_bytes),
+        BufferRow("kv_cache", b.total("kv"), est.kv_cache_bytes),
+        BufferRow("recurrent_state", b.total("rs"), est.recurrent_state_bytes),
+        BufferRow("compute", b.total("compute"), est.compute_bytes),
+        BufferRow("output", b.total("output"), est.output_bytes),
     ]
     return [r for r in rows if r.measured_bytes or r.estimated_bytes]
 
@@ -154,82 +168,165 @@ def estimate_for_run(
     return RunEstimate(est, speed, efficiency)
 
 
-def run_report(result: RunResult, model_label: str, run_estimate: RunEstimate | None) -> dict[str, Any]:
-    """The headless JSON: measured figures (medians, with every repetition), llama.cpp's reported
-    buffers and the estimate side by side, named as ``fitscope estimate --json`` names them."""
-    stats = summary(result)
+@dataclass(frozen=True)
+class Efficiency:
+    """The share of the bandwidth roofline a run's decode reached on ``target``."""
 
-    def median(key: str) -> float | None:
-        value = stats[key]
-        return round(value.median, 4) if value is not None else None
+    target: str
+    value: float
+    n_threads: int | None = None
 
-    b = result.buffers
-    threads = result.threads
-    out: dict[str, Any] = {
-        "model": model_label,
-        "gguf_path": result.settings.gguf_path,
-        "model_sha256": result.model_sha256,
-        "mode": result.settings.mode,
-        "settings": result.settings.model_dump(),
-        "llama_cpp_version": result.llama_cpp_version,
-        "threads": None
-        if threads is None
-        else {
-            "n_threads": threads.n_threads,
-            "llama_server_threads": threads.llama_server_threads,
-            "like_llama_server": threads.is_llama_default,
-            "text": threads.describe(),
-        },
-        "gpu_offload_supported": result.gpu_offload_supported,
-        "load_s": round(result.load_s, 4),
-        "ttft_s": median("ttft_s"),
-        "prefill_tokens_per_s": median("prefill_tokens_per_s"),
-        "decode_tokens_per_s": median("decode_tokens_per_s"),
-        "prefill_tokens_per_s_wall": median("prefill_tokens_per_s_wall"),
-        "decode_tokens_per_s_wall": median("decode_tokens_per_s_wall"),
-        "itl_p50_s": median("itl_p50_s"),
-        "itl_p95_s": median("itl_p95_s"),
-        "peak_rss_bytes": result.peak_rss_bytes,
-        "spread": {k: (v.model_dump() if v is not None else None) for k, v in stats.items()},
-        "runs": [r.model_dump(exclude={"token_times_s"}) for r in result.runs],
-        "measured_buffers": {
-            "model_buffers": b.model_buffers,
-            "kv_buffers": b.kv_buffers,
-            "rs_buffers": b.rs_buffers,
-            "compute_buffers": b.compute_buffers,
-            "output_buffers": b.output_buffers,
-            "layers_offloaded": b.layers_offloaded,
-        },
-    }
-    if run_estimate is not None:
-        est = run_estimate.estimate
-        out["estimate"] = estimate_json(est) | {
-            "decode_tokens_per_s": run_estimate.speed.decode_tokens_per_s.as_dict(),
-            "prefill_tokens_per_s": run_estimate.speed.prefill_tokens_per_s.as_dict(),
-            "ttft_s": run_estimate.speed.ttft_s.as_dict(),
+
+@dataclass(frozen=True)
+class RunReport:
+    """A finished live run, held against the estimate for its own settings: what the Run tab shows,
+    what ``fitscope run`` prints, and what the history keeps. Built by ``make_run_report``; saving
+    fills ``history_id`` (or ``unsaved_path`` and ``save_message``) in a copy."""
+
+    result: RunResult
+    model_label: str
+    run_estimate: RunEstimate | None = None
+    comparison: tuple[BufferRow, ...] = ()
+    diagnosis: tuple[str, ...] = ()
+    # Calibrates this machine's estimates (a run with llama-server's threads, one device busy).
+    measured_efficiency: Efficiency | None = None
+    # Reached with other threads: shown, never used for calibration; calibration_note says why.
+    uncalibrated_efficiency: Efficiency | None = None
+    calibration_note: str | None = None
+    thread_sweep: tuple[SweepRow, ...] = ()
+    rpc: dict[str, Any] | None = None  # the RPC plan and servers of a run across machines
+    history_id: int | None = None
+    unsaved_path: str | None = None
+    save_message: str | None = None
+
+    @property
+    def estimate(self) -> Estimate | None:
+        return self.run_estimate.estimate if self.run_estimate is not None else None
+
+    def estimate_json(self) -> dict[str, Any] | None:
+        """The estimate as ``fitscope estimate --json`` names it, with the speed ranges."""
+        if self.run_estimate is None:
+            return None
+        speed = self.run_estimate.speed
+        return estimate_json(self.run_estimate.estimate) | {
+            "decode_tokens_per_s": speed.decode_tokens_per_s.as_dict(),
+            "prefill_tokens_per_s": speed.prefill_tokens_per_s.as_dict(),
+            "ttft_s": speed.ttft_s.as_dict(),
         }
-        out["comparison"] = [
-            {
-                "buffer": c.kind,
-                "measured_bytes": c.measured_bytes,
-                "estimated_bytes": c.estimated_bytes,
-                "difference_bytes": c.difference_bytes,
-                "difference_percent": round(c.difference_percent, 2) if c.difference_percent is not None else None,
-            }
-            for c in compare_buffers(result, est)
-        ]
-        if run_estimate.efficiency is not None:
-            efficiency = {"target": run_estimate.efficiency[0], "value": run_estimate.efficiency[1]}
-            if threads is None or threads.is_llama_default:
-                out["measured_efficiency"] = efficiency | {"n_threads": threads.n_threads if threads else None}
-            else:
-                # A run with other threads than llama-server's measures another configuration: shown,
-                # never mixed into this machine's calibration.
-                out["uncalibrated_efficiency"] = efficiency
-                out["calibration_note"] = (
-                    f"Not used to calibrate this machine's estimates: it ran with {threads.describe()}."
-                )
-        out["diagnosis"] = diagnose(result, est, run_estimate.speed)
-    else:
-        out["diagnosis"] = diagnose(result, None, None)
-    return out
+
+    def notes(self) -> list[str]:
+        """The sentences under the figures: the diagnosis, then why the run does not calibrate."""
+        return list(self.diagnosis) + ([self.calibration_note] if self.calibration_note else [])
+
+    def to_json(self) -> dict[str, Any]:
+        """The headless JSON: measured figures (medians, with every repetition), llama.cpp's reported
+        buffers and the estimate side by side, named as ``fitscope estimate --json`` names them."""
+        result = self.result
+        stats = summary(result)
+
+        def median(key: str) -> float | None:
+            value = stats[key]
+            return round(value.median, 4) if value is not None else None
+
+        b = result.buffers
+        threads = result.threads
+        out: dict[str, Any] = {
+            "model": self.model_label,
+            "gguf_path": result.settings.gguf_path,
+            "model_sha256": result.model_sha256,
+            "mode": result.settings.mode,
+            "settings": result.settings.model_dump(),
+            "llama_cpp_version": result.llama_cpp_version,
+            "threads": None
+            if threads is None
+            else {
+                "n_threads": threads.n_threads,
+                "llama_server_threads": threads.llama_server_threads,
+                "like_llama_server": threads.is_llama_default,
+                "text": threads.describe(),
+            },
+            "gpu_offload_supported": result.gpu_offload_supported,
+            "prompt_format": result.prompt_format,
+            "load_s": round(result.load_s, 4),
+            "ttft_s": median("ttft_s"),
+            "prefill_tokens_per_s": median("prefill_tokens_per_s"),
+            "decode_tokens_per_s": median("decode_tokens_per_s"),
+            "prefill_tokens_per_s_wall": median("prefill_tokens_per_s_wall"),
+            "decode_tokens_per_s_wall": median("decode_tokens_per_s_wall"),
+            "itl_p50_s": median("itl_p50_s"),
+            "itl_p95_s": median("itl_p95_s"),
+            "peak_rss_bytes": result.peak_rss_bytes,
+            "spread": {k: (v.model_dump() if v is not None else None) for k, v in stats.items()},
+            "runs": [r.model_dump(exclude={"token_times_s"}) for r in result.runs],
+            "measured_buffers": {
+                "model_buffers": b.model_buffers,
+                "kv_buffers": b.kv_buffers,
+                "rs_buffers": b.rs_buffers,
+                "compute_buffers": b.compute_buffers,
+                "output_buffers": b.output_buffers,
+                "layers_offloaded": b.layers_offloaded,
+            },
+        }
+        estimate = self.estimate_json()
+        if estimate is not None:
+            out["estimate"] = estimate
+        if estimate is not None or self.comparison:
+            out["comparison"] = [row.to_json() for row in self.comparison]
+        if self.measured_efficiency is not None:
+            e = self.measured_efficiency
+            out["measured_efficiency"] = {"target": e.target, "value": e.value, "n_threads": e.n_threads}
+        if self.uncalibrated_efficiency is not None:
+            e = self.uncalibrated_efficiency
+            out["uncalibrated_efficiency"] = {"target": e.target, "value": e.value}
+        if self.calibration_note:
+            out["calibration_note"] = self.calibration_note
+        out["diagnosis"] = list(self.diagnosis)
+        if self.thread_sweep:
+            out["thread_sweep"] = [row.model_dump() for row in self.thread_sweep]
+        if self.rpc is not None:
+            out["rpc"] = self.rpc
+        if self.history_id is not None:
+            out["history_id"] = self.history_id
+        if self.save_message is not None:
+            out["unsaved_path"] = self.unsaved_path
+            out["message"] = self.save_message
+        return out
+
+
+def make_run_report(
+    result: RunResult,
+    model_label: str,
+    run_estimate: RunEstimate | None,
+    thread_sweep: Sequence[SweepRow] = (),
+) -> RunReport:
+    """The report for a finished run against the estimate for its own settings (None when no
+    estimate could be made: the measured figures still stand)."""
+    if run_estimate is None:
+        return RunReport(
+            result, model_label, None, diagnosis=tuple(diagnose(result, None, None)), thread_sweep=tuple(thread_sweep)
+        )
+    est = run_estimate.estimate
+    comparison = tuple(compare_buffers(result, est))
+    measured = uncalibrated = None
+    note = None
+    threads = result.threads
+    if run_estimate.efficiency is not None:
+        target, value = run_estimate.efficiency
+        if threads is None or threads.is_llama_default:
+            measured = Efficiency(target, value, threads.n_threads if threads else None)
+        else:
+            # A run with other threads than llama-server's measures another configuration: shown,
+            # never mixed into this machine's calibration.
+            uncalibrated = Efficiency(target, value)
+            note = f"Not used to calibrate this machine's estimates: it ran with {threads.describe()}."
+    return RunReport(
+        result,
+        model_label,
+        run_estimate,
+        comparison=comparison,
+        diagnosis=tuple(diagnose(result, est, run_estimate.speed)),
+        measured_efficiency=measured,
+        uncalibrated_efficiency=uncalibrated,
+        calibration_note=note,
+        thread_sweep=tuple(thread_sweep),
+    )

@@ -41,6 +41,7 @@ from app.core.fit import (
     model_from_catalog,
     model_from_gguf,
     model_from_hf_config,
+    placement_of,
     repack_profile,
     target_from_device,
     target_from_gpu,
@@ -221,6 +222,19 @@ def resolve_targets(choice: HardwareChoice, machine: Machine) -> list[Target]:
     else:
         host_bytes = host.ram_total_bytes if host else 64 * GIB
     return [*gpus, host_ram_target(host_bytes, host_memory=choice.host_memory)]
+
+
+def load_model(choice: ModelChoice, demo_path: str | Path | None = None) -> ModelSource:
+    """The model a choice names: a catalog entry at its quantization, a config.json, a GGUF file or
+    the demo model (at ``demo_path``). Raises ModelFileError / CatalogError / EstimateError."""
+    if choice.kind == "catalog":
+        return model_from_catalog(choice.ref, choice.quant)
+    if choice.kind == "hf_config":
+        return model_from_hf_config(choice.ref, choice.quant)
+    path = choice.ref if choice.kind == "gguf" else (demo_path or choice.ref)
+    if not path:
+        raise FitScopeError("The demo model is not available; pick a catalog model or open a GGUF file.")
+    return model_from_gguf(path)
 
 
 # -- requests and views --------------------------------------------------------------------------
@@ -427,18 +441,6 @@ def hardware_note(choice: HardwareChoice) -> str:
     )
 
 
-def placement_of(est: Estimate) -> Literal["gpu", "partial", "cpu", "none"]:
-    """Where an estimate runs: all on the GPUs, partly in system memory, on the CPU alone, or nowhere."""
-    if not est.fits:
-        return "none"
-    gpus = [d for d in est.devices if d.kind == "gpu"]
-    if not gpus or est.gpu_layers == 0:
-        return "cpu"
-    if est.gpu_layers < est.n_layer + 1 or est.cpu_moe_layers > 0:
-        return "partial"
-    return "gpu"
-
-
 def _people_sentence(users: int, controls: Controls) -> str:
     """How many conversations fit at once, each with the chosen context."""
     each = f"{controls.context_tokens:,} tokens (about {controls.context_tokens * WORDS_PER_TOKEN:,.0f} words) each"
@@ -603,15 +605,7 @@ class Evaluator:
         cached = self._models.get(choice)
         if cached is not None:
             return cached
-        if choice.kind == "catalog":
-            source = model_from_catalog(choice.ref, choice.quant)
-        elif choice.kind == "hf_config":
-            source = model_from_hf_config(choice.ref, choice.quant)
-        else:
-            path = choice.ref if choice.kind == "gguf" else (demo_path or choice.ref)
-            if not path:
-                raise FitScopeError("The demo model is not available; pick a catalog model or open a GGUF file.")
-            source = model_from_gguf(path)
+        source = load_model(choice, demo_path)
         if len(self._models) > 32:
             self._models.pop(next(iter(self._models)))
         self._models[choice] = source

@@ -276,7 +276,7 @@ class AbPanel(QWidget):
         self.status = QLabel("Add two to four variants of one model, then Compare.")
         self.status.setWordWrap(True)
 
-        self.chart = Chart("Quality against speed (bubble size: memory)")
+        self.chart = Chart("Quality against speed (bubble size: memory)", short_title="Quality vs. speed")
         self.chart.setLabel("bottom", "decode tokens/s")
         self.chart.setLabel("left", "pass rate (all chosen suites)")
         self.scatter = pg.ScatterPlotItem(pen=pg.mkPen("w", width=1))
@@ -574,7 +574,7 @@ class AbPanel(QWidget):
         self.stop()
         if self._live is not None:
             self._live.kill()
-        self._job.join(timeout=5)
+        self._job.close(timeout=5)
 
     def _on_progress(self, kind: str, payload: Any) -> None:
         if kind == "progress":
@@ -592,7 +592,7 @@ class AbPanel(QWidget):
         self._set_busy(False)
         self.make_progress.setVisible(False)
 
-    def _on_finished(self, outcome: tuple[str, Any]) -> None:
+    def _on_finished(self, _job_id: int, outcome: tuple[str, Any]) -> None:
         self._job_ended()
         kind, payload = outcome
         if kind == "made":
@@ -602,7 +602,7 @@ class AbPanel(QWidget):
             self.show_comparison(payload)
             self.comparison_finished.emit(payload)
 
-    def _on_failed(self, message: str) -> None:
+    def _on_failed(self, _job_id: int, message: str) -> None:
         self._job_ended()
         self.status.setText(message)
         self.error_shown.emit(message)

@@ -67,7 +67,7 @@ class PriceSpeedChart(Chart):
     chosen one ringed. Items are created once and updated."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__("Price against speed per user", parent)
+        super().__init__("Price against speed per user", parent, short_title="Price vs. speed")
         self.setLabel("bottom", "price (US dollars)")
         self.setLabel("left", "speed per user")
         self.others = pg.ScatterPlotItem(size=8, brush=pg.mkBrush(COLORS["muted"]), pen=pg.mkPen(None))
@@ -282,12 +282,12 @@ class AdvisorPanel(QWidget):
         try:
             workload = self.workload()
         except ValueError as exc:
-            self._on_failed(str(exc))
+            self._on_failed(0, str(exc))
             return False
         self._workload = workload
         self.model_label.setText(workload.model.ref)
         self.status.setText("Going through the catalog…")
-        return self._job.start(lambda report: advise(workload, progress=lambda f, m: report("progress", (f, m))))
+        return bool(self._job.start(lambda report: advise(workload, progress=lambda f, m: report("progress", (f, m)))))
 
     @property
     def running(self) -> bool:
@@ -307,11 +307,11 @@ class AdvisorPanel(QWidget):
             self.progress.setValue(int(100 * fraction))
             self.progress.setFormat(f"%p% · {message}")
 
-    def _on_failed(self, message: str) -> None:
+    def _on_failed(self, _job_id: int, message: str) -> None:
         self.status.setText(message)
         self.error_shown.emit(message)
 
-    def _on_finished(self, advice: Advice) -> None:
+    def _on_finished(self, _job_id: int, advice: Advice) -> None:
         self.show_advice(advice)
 
     def show_advice(self, advice: Advice) -> None:
@@ -399,4 +399,4 @@ class AdvisorPanel(QWidget):
         return text
 
     def shutdown(self) -> None:
-        self._job.join(timeout=5)
+        self._job.close(timeout=5)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, Qt
+from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QCursor, QFont, QFontMetrics, QPalette
 from PySide6.QtWidgets import QToolTip, QWidget
 
@@ -81,8 +81,10 @@ def _log2_ticks(lo: int, hi: int) -> list[tuple[float, str]]:
 class Chart(pg.PlotWidget):
     """Common look (follows the palette), hover tooltips and a presentation scale."""
 
-    def __init__(self, title: str, parent: QWidget | None = None) -> None:
+    def __init__(self, title: str, parent: QWidget | None = None, short_title: str | None = None) -> None:
         super().__init__(parent=parent)
+        self._full_title = title
+        self._short_title = short_title or title
         self._title = title
         self.setMenuEnabled(False)
         self.hideButtons()
@@ -102,6 +104,9 @@ class Chart(pg.PlotWidget):
 
         self.plotItem.addItem = add_styled  # type: ignore[method-assign]
         self.apply_palette(self.palette(), 1.0)
+        # Text placed by pixels is placed again once the plot area has its new size.
+        self.plotItem.vb.sigResized.connect(lambda *_: self._fit_texts())
+        self.plotItem.vb.sigTransformChanged.connect(lambda *_: self._fit_texts())
 
     def hover_text(self, x: float, y: float) -> str | None:  # pragma: no cover - overridden
         return None
@@ -152,7 +157,9 @@ class Chart(pg.PlotWidget):
             axis.setTextPen(pg.mkPen(fg))
             axis.setTickFont(font)
             axis.label.setFont(font)
-        self.plotItem.setTitle(self._title, color=fg.name(), size=f"{int(11 * scale)}pt")
+        self._fg = fg
+        self._scale = scale
+        self._set_title(self._title)
         legend = self.plotItem.legend
         if legend is not None:
             backdrop = QColor(bg)
@@ -161,15 +168,70 @@ class Chart(pg.PlotWidget):
             legend.setLabelTextColor(fg)
             legend.setLabelTextSize(f"{font.pointSizeF():.0f}pt")
             _rerender_legend(legend)
-        self._fg = fg
-        self._scale = scale
         self._font = font
         for item in self.plotItem.items:
             if isinstance(item, pg.TextItem):
                 item.setFont(font)
             elif isinstance(item, pg.InfiniteLine) and getattr(item, "label", None) is not None:
+                # In the text colour on a backdrop: readable over the filled areas it crosses.
                 item.label.setFont(font)
+                item.label.setColor(fg)
+                backdrop = QColor(bg)
+                backdrop.setAlpha(200)
+                item.label.fill = pg.mkBrush(backdrop)
+                item.label.update()
         self._restyle()
+        self._fit_title()
+        self._fit_texts()
+
+    def _title_size(self) -> str:
+        return f"{int(11 * getattr(self, '_scale', 1.0))}pt"
+
+    def _set_title(self, title: str) -> None:
+        self._title = title
+        fg = getattr(self, "_fg", QColor("#000000"))
+        self.plotItem.setTitle(title, color=fg.name(), size=self._title_size())
+
+    def _fit_title(self) -> None:
+        """The full title when the plot is wide enough for it at the current type size, else the short one."""
+        font = QFont(self.font())
+        font.setPointSizeF(11 * getattr(self, "_scale", 1.0))
+        need = QFontMetrics(font).horizontalAdvance(self._full_title) + 12
+        # The title is centred over the plot area: what it needs beyond that is cut by the edge.
+        room = self.plotItem.vb.width() or self.width()
+        title = self._full_title if need <= room else self._short_title
+        if title != self._title:
+            self._set_title(title)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        if hasattr(self, "_font"):  # pyqtgraph resizes the widget while it is being built
+            self._fit_title()
+            self._fit_texts()
+
+    def _fit_texts(self) -> None:
+        """Re-choose text that depends on the plot's size in pixels (subclasses)."""
+
+    def _place_labels(self, lines: Sequence[tuple[pg.InfiniteLine, Sequence[float]]]) -> None:
+        """Each marker's label at the first of its positions (fractions along the line) where it is
+        whole inside the plot and covers no label placed before it; hidden where there is none (the
+        legend and the tooltip still name the marker)."""
+        area = self.plotItem.vb.sceneBoundingRect()
+        placed: list[QRectF] = []
+        for line, positions in lines:
+            label = line.label
+            if not line.isVisible():
+                continue
+            label.setVisible(True)
+            for position in positions:
+                label.orthoPos = position
+                label.updatePosition()
+                rect = label.mapRectToScene(label.boundingRect())
+                if area.contains(rect) and not any(rect.intersects(other) for other in placed):
+                    placed.append(rect)
+                    break
+            else:
+                label.setVisible(False)
 
     def addLegend(self, *args, **kwargs):  # noqa: N802 - pyqtgraph's name
         legend = self.plotItem.addLegend(*args, **kwargs)
@@ -214,7 +276,7 @@ class SplitChart(Chart):
     """One stacked bar per device (weights, KV cache, compute, overhead, vision projector) against its capacity."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__("Where the memory goes", parent)
+        super().__init__("Where the memory goes", parent, short_title="Memory use")
         self.plotItem.setLabel("left", "GiB")
         self.bars = {}
         for key, _label in PARTS:
@@ -254,20 +316,44 @@ class SplitChart(Chart):
         for i, item in enumerate(self.labels):
             if i < len(devices):
                 d = devices[i]
-                item.setText(f"{_gib(d.total_bytes):.1f} of {_gib(d.capacity_bytes):.1f} GiB")
                 item.setPos(i, max(_gib(d.total_bytes), _gib(d.capacity_bytes)))
                 item.setVisible(True)
             else:
                 item.setVisible(False)
+        self._fit_texts()
         self._ticks("bottom", [(i, d.name) for i, d in enumerate(devices)])
-        top = max([max(_gib(d.total_bytes), _gib(d.capacity_bytes)) for d in devices] or [1.0])
+        self._top = max([max(_gib(d.total_bytes), _gib(d.capacity_bytes)) for d in devices] or [1.0])
         self._range("x", -0.6, max(len(devices) - 0.4, 0.6))
-        self._range("y", 0, nice_ceiling(top * 1.15))
+        self._fit_texts()
 
     def _restyle(self) -> None:
         for item in getattr(self, "labels", []):
             item.setColor(self._fg)
             item.setFont(self._font)
+        self._fit_texts()
+
+    def _fit_texts(self) -> None:
+        """Each bar's "used of capacity" label, as long as its share of the plot's width allows."""
+        shown = getattr(self, "shown", [])
+        if not shown:
+            return
+        metrics = QFontMetrics(self._font)
+        slot = self.plotItem.vb.width() / max(len(shown) + 0.2, 1.0) - 8
+        for d, item in zip(shown, self.labels, strict=False):
+            used, capacity = _gib(d.total_bytes), _gib(d.capacity_bytes)
+            choices = (
+                f"{used:.1f} of {capacity:.1f} GiB",
+                f"{used:.1f}/{capacity:.1f} GiB",
+                f"{used:.0f}/{capacity:.0f}",
+            )
+            text = next((t for t in choices if metrics.horizontalAdvance(t) <= slot), choices[-1])
+            if item.textItem.toPlainText() != text:
+                item.setText(text)
+        # Room above the tallest bar for its label, at the current type size and plot height.
+        top = getattr(self, "_top", 1.0)
+        height, text_px = self.plotItem.vb.height(), metrics.height() + 8
+        needed = top * height / (height - text_px) if height > 2 * text_px else top * 1.15
+        self._range("y", 0, nice_ceiling(max(top * 1.15, needed)))
 
     def hover_text(self, x: float, y: float) -> str | None:
         i = round(x)
@@ -291,7 +377,7 @@ class ContextChart(Chart):
     """Memory against context per user: stacked areas, the capacity, the chosen and largest context."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__("Memory as the conversation grows", parent)
+        super().__init__("Memory as the conversation grows", parent, short_title="Memory vs. context")
         self.plotItem.setLabel("left", "GiB")
         self.plotItem.setLabel("bottom", "context per user (tokens)")
         self.curves = [pg.PlotDataItem([], [], pen=pg.mkPen(None)) for _ in range(len(PARTS) + 1)]
@@ -305,10 +391,17 @@ class ContextChart(Chart):
             self.plotItem.addItem(fill)
             self.fills.append(fill)
         pen = pg.mkPen(COLORS["capacity"], width=2, style=Qt.PenStyle.DashLine)
-        self.capacity = pg.InfiniteLine(angle=0, pen=pen, label="capacity", labelOpts={"position": 0.08})
-        self.chosen = pg.InfiniteLine(angle=90, pen=pg.mkPen(COLORS["current"], width=2), label="your context")
+        # Under the line, left-aligned from the plot's left edge: never cut there, and never moved
+        # to the other side of the line by a change of range.
+        self.capacity = pg.InfiniteLine(
+            angle=0, pen=pen, label="capacity", labelOpts={"position": 0.01, "anchors": [(0, 0), (0, 0)]}
+        )
+        # The two vertical markers' labels at different heights: they may stand close together.
+        self.chosen = pg.InfiniteLine(
+            angle=90, pen=pg.mkPen(COLORS["current"], width=2), label="your context", labelOpts={"position": 0.9}
+        )
         fits_pen = pg.mkPen(COLORS["fits"], width=2, style=Qt.PenStyle.DotLine)
-        self.largest = pg.InfiniteLine(angle=90, pen=fits_pen, label="largest that fits", labelOpts={"position": 0.75})
+        self.largest = pg.InfiniteLine(angle=90, pen=fits_pen, label="largest that fits", labelOpts={"position": 0.55})
         for item in (self.capacity, self.chosen, self.largest):
             self.plotItem.addItem(item)
         self.shown: ContextCurve | None = None
@@ -337,10 +430,20 @@ class ContextChart(Chart):
         top = max(max(acc, default=0.0), _gib(curve.capacity_bytes))
         self._range("y", 0, nice_ceiling(top * 1.05))
         self._range("x", xs[0], xs[-1], padding=0.02)
+        self._fit_texts()
 
     def set_chosen(self, chosen_tokens: int) -> None:
         self.chosen_tokens = chosen_tokens
         self.chosen.setValue(math.log2(max(chosen_tokens, 1)))
+        self._fit_texts()
+
+    def _fit_texts(self) -> None:
+        """The capacity's label at the left; each vertical marker's at the highest of a few heights
+        where it covers no other label."""
+        if not hasattr(self, "largest"):
+            return  # the base class styles the chart before the markers exist
+        heights = (0.85, 0.7, 0.55, 0.4, 0.25, 0.12)
+        self._place_labels([(self.capacity, (0.01,)), (self.chosen, heights), (self.largest, heights)])
 
     def hover_text(self, x: float, y: float) -> str | None:
         c = self.shown
@@ -368,14 +471,14 @@ class LadderChart(Chart):
     of text items, which keeps repaints cheap."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__("Quantization ladder: memory, speed, quality", parent)
+        super().__init__("Quantization ladder: memory, speed, quality", parent, short_title="Quantization ladder")
         self.plotItem.setLabel("bottom", "GiB")
         self.plotItem.showGrid(x=True, y=False, alpha=0.2)
         self.plotItem.showAxis("right")
         self.bars = pg.BarGraphItem(x0=[], y=[], width=[], height=0.7, brushes=[], pen=pg.mkPen(None))
         self.plotItem.addItem(self.bars)
         pen = pg.mkPen(COLORS["capacity"], width=2, style=Qt.PenStyle.DashLine)
-        self.capacity = pg.InfiniteLine(angle=90, pen=pen, label="capacity", labelOpts={"position": 0.97})
+        self.capacity = pg.InfiniteLine(angle=90, pen=pen, label="capacity", labelOpts={"position": 0.9})
         self.plotItem.addItem(self.capacity)
         self.plotItem.invertY(True)
         self.shown: list[LadderRow] = []
@@ -399,6 +502,11 @@ class LadderChart(Chart):
         right = max(max(widths, default=1.0), capacity)
         self._range("x", 0, nice_ceiling(right * 1.05))
         self._range("y", -0.6, max(len(rows) - 0.4, 0.6))
+        self._fit_texts()
+
+    def _fit_texts(self) -> None:
+        if hasattr(self, "capacity"):  # the base class styles the chart before the marker exists
+            self._place_labels([(self.capacity, (0.9, 0.5, 0.1))])
 
     @staticmethod
     def _row_text(r: LadderRow) -> str:
@@ -447,7 +555,7 @@ class ConcurrencyChart(Chart):
     """How many users, each with the given context, fit at once."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__("How many users fit at once", parent)
+        super().__init__("How many users fit at once", parent, short_title="Users that fit")
         self.plotItem.setLabel("left", "users")
         self.plotItem.setLabel("bottom", "context per user (tokens)")
         self.line = pg.PlotDataItem(

@@ -141,3 +141,38 @@ def chart_text_sizes(root: QWidget) -> list[tuple[str, float]]:
                 pt = float(str(size).rstrip("pt")) if size else float(item.item.font().pointSizeF())
                 out.append(("label " + str(item.text)[:30], pt))
     return out
+
+
+def chart_text_problems(root: QWidget) -> list[str]:
+    """Chart text a viewer cannot read whole, in every visible plot under ``root``: a title wider
+    than its plot, a text item or marker label that the plot area cuts off (a plot draws nothing
+    outside it), and two such texts drawn over each other."""
+    out: list[str] = []
+    for view in root.findChildren(pg.PlotWidget):
+        if not _visible(view):
+            continue
+        plot = view.getPlotItem()
+        title = plot.titleLabel
+        name = title.text or _name(view)
+        if title.isVisible() and title.text:
+            need = title.item.boundingRect().width()
+            if need > view.width() + 1:
+                out.append(f"chart title {title.text!r} needs {need:.0f}px, the chart is {view.width()}px wide")
+        area = plot.vb.sceneBoundingRect()
+        texts = []
+        for item in view.scene().items():
+            if not isinstance(item, pg.TextItem) or not item.isVisible():
+                continue
+            text = item.textItem.toPlainText().strip()
+            if not text:
+                continue
+            rect = item.mapRectToScene(item.boundingRect())
+            if not area.adjusted(-1, -1, 1, 1).contains(rect):
+                out.append(f"{name}: {text!r} is cut off by the plot area")
+            texts.append((text, rect))
+        for i, (a, ra) in enumerate(texts):
+            for b, rb in texts[i + 1 :]:
+                overlap = ra.intersected(rb)
+                if overlap.width() > 2 and overlap.height() > 2:
+                    out.append(f"{name}: {a!r} and {b!r} are drawn over each other")
+    return out

@@ -5,7 +5,7 @@ fed by this machine's own measurements of the open model (prefill, and decode st
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from functools import partial
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
@@ -26,7 +26,8 @@ from PySide6.QtWidgets import (
 from app.adapters.batch_probe import BatchProfile
 from app.adapters.cpu_topology import llama_math_threads
 from app.core.errors import FitScopeError
-from app.core.loadsim import Lengths, LoadResult, ServiceModel, sweep, sweep_rates
+from app.core.loadsim import Lengths, LoadResult
+from app.services.load import LoadSimulation, simulate_load
 from app.ui.charts import COLORS, Chart
 from app.ui.jobs import JobRunner
 from app.ui.panels import fill_table, readonly_table
@@ -46,7 +47,8 @@ class LoadPanel(QWidget):
         self.results: list[LoadResult] = []
         self.max_slots: int | None = None
         self._job = JobRunner("load", self)
-        self._job.finished.connect(self._on_measured)
+        self._latest_simulation = 0
+        self._job.finished.connect(self._on_done)
         self._job.failed.connect(self._on_failed)
         self._job.running_changed.connect(lambda _running: self._update_buttons())
         self._build()
@@ -112,14 +114,16 @@ class LoadPanel(QWidget):
         self.status.setWordWrap(True)
         form.addRow(self.status)
 
-        self.throughput_chart = Chart("Throughput as users are added")
+        self.throughput_chart = Chart("Throughput as users are added", short_title="Throughput")
         self.throughput_chart.setLabel("bottom", "concurrent users")
         self.throughput_chart.setLabel("left", "generated tokens/s (all users)")
         self.throughput_chart.addLegend(offset=(10, 10))
-        self.chart = Chart("Waiting time per request")
+        self.chart = Chart("Waiting time per request", short_title="Waiting")
         self.chart.setLabel("bottom", "concurrent users")
         self.chart.setLabel("left", "seconds")
         self.chart.addLegend(offset=(10, 10))
+        for chart in (self.throughput_chart, self.chart):
+            chart.setMinimumSize(260, 180)  # below that a chart is unreadable: the tab scrolls instead
         self.throughput = {}
         self.curves = {}
         # Batched and one-by-one differ in line style and marker (filled circles, hollow squares), so
@@ -216,11 +220,19 @@ class LoadPanel(QWidget):
         self.status.setText("Measuring prefill and batched decoding (1, 2 and 4 sequences)…")
         self._job.start(lambda _report: measure())
 
-    def _on_measured(self, profile: BatchProfile) -> None:
-        self.profile = profile
+    def _on_done(self, job_id: int, outcome: BatchProfile | LoadSimulation) -> None:
+        if isinstance(outcome, LoadSimulation):
+            if job_id < self._latest_simulation:
+                return  # asked for before the settings changed again: a newer one is on its way
+            self.max_slots = outcome.max_slots
+            self.results = list(outcome.points)
+            self._show()
+            self.simulated.emit(self.results)
+            return
+        self.profile = outcome
         self.simulate()
 
-    def _on_failed(self, message: str) -> None:
+    def _on_failed(self, _job_id: int, message: str) -> None:
         self.status.setText(message)
         self.error_shown.emit(message)
 
@@ -257,38 +269,35 @@ class LoadPanel(QWidget):
             raise FitScopeError("Concurrent users: numbers from 1 to 1024, separated by commas.")
         return users
 
-    def simulate(self) -> list[LoadResult]:
+    def simulate(self) -> int:
+        """Simulates the load points on the tab's worker (the memory cap reads the model file);
+        ``simulated`` brings the results. Returns the job's id, 0 when nothing can be simulated
+        (no measurement yet, or load points that do not parse: the status line says why)."""
         if self.profile is None or self._source is None:
-            return []
+            return 0
         try:
             points = self.rates_list() if self.by_rate else self.users_list()
         except FitScopeError as exc:
             self.status.setText(str(exc))
-            return []
-        prompt = Lengths.uniform(
-            min(self.prompt_lo.value(), self.prompt_hi.value()), max(self.prompt_lo.value(), self.prompt_hi.value())
+            return 0
+        lo_p, hi_p = sorted((self.prompt_lo.value(), self.prompt_hi.value()))
+        lo_o, hi_o = sorted((self.output_lo.value(), self.output_hi.value()))
+        profile, slots_for, by_rate = self.profile, self._source[3], self.by_rate
+        job = partial(
+            simulate_load,
+            profile,
+            slots_for,
+            prompt=Lengths.uniform(lo_p, hi_p),
+            output=Lengths.uniform(lo_o, hi_o),
+            longest_tokens=hi_p + hi_o,
+            slots=self.slots.value(),
+            n_requests=self.requests.value(),
+            users=() if by_rate else [int(p) for p in points],
+            rates=points if by_rate else (),
+            think_time_s=self.think.value(),
         )
-        output = Lengths.uniform(
-            min(self.output_lo.value(), self.output_hi.value()), max(self.output_lo.value(), self.output_hi.value())
-        )
-        self.max_slots = self._source[3](
-            max(self.prompt_hi.value(), self.prompt_lo.value()) + max(self.output_hi.value(), self.output_lo.value())
-        )
-        service = ServiceModel.from_timings(self.profile)
-        common: dict[str, Any] = {
-            "prompt": prompt,
-            "output": output,
-            "slots": self.slots.value(),
-            "max_slots": max(self.max_slots, 1),
-            "n_requests": self.requests.value(),
-        }
-        if self.by_rate:
-            self.results = sweep_rates(service, points, **common)
-        else:
-            self.results = sweep(service, [int(p) for p in points], think_time_s=self.think.value(), **common)
-        self._show()
-        self.simulated.emit(self.results)
-        return self.results
+        self._latest_simulation = self._job.submit(job)
+        return self._latest_simulation
 
     @staticmethod
     def _x(r: LoadResult) -> float:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
     QGroupBox,
     QHBoxLayout,
     QLabel,
+    QLineEdit,
     QPlainTextEdit,
     QPushButton,
     QSpinBox,
@@ -34,14 +35,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.adapters.child_protocol import ChildEvent, Token
 from app.adapters.cpu_topology import llama_math_threads, logical_cpus
-from app.adapters.llamacpp_runner import LiveRun, run_live, sweep_threads
-from app.adapters.rpc_servers import RpcRunOutcome, rpc_backend_problem, run_across_rpc
-from app.core.errors import FitScopeError
+from app.adapters.llamacpp_runner import LiveLoaded, LiveRun, RunDone, run_live, sweep_threads
+from app.adapters.rpc_servers import rpc_backend_problem, run_across_rpc
 from app.core.llama_defaults import thread_sweep
 from app.core.measure import RunResult, RunSettings, Spread, SweepRow, summary, sweep_rows
-from app.core.run_vs_estimate import CUDA_INSTALL_HINT
+from app.core.run_vs_estimate import CUDA_INSTALL_HINT, RunReport
 from app.core.units import MIB
+from app.services.runs import rpc_run_report
 from app.ui.charts import COLORS, Chart
 from app.ui.jobs import JobRunner, Report
 from app.ui.panels import fill_table, readonly_table
@@ -54,13 +56,24 @@ PASSAGE = (
     "cracked the lower wall, and the town raised the money to repair it by selling engraved paving stones, "
     "which now line the path to the door."
 )
-PRESETS: dict[str, str | None] = {
-    "Chat": "User: I am going hiking for a weekend in the mountains. What should I pack?\nAssistant:",
-    "Summarize a passage": f"Summarize this passage in two sentences.\n\n{PASSAGE}\n\nSummary:",
+# Each preset as a chat message (sent through the model's chat template, as deployed) and as a raw
+# completion (for base models, or with the template switched off).
+PRESETS: dict[str, tuple[str, str] | None] = {
+    "Chat": (
+        "I am going hiking for a weekend in the mountains. What should I pack?",
+        "User: I am going hiking for a weekend in the mountains. What should I pack?\nAssistant:",
+    ),
+    "Summarize a passage": (
+        f"Summarize this passage in two sentences.\n\n{PASSAGE}",
+        f"Summarize this passage in two sentences.\n\n{PASSAGE}\n\nSummary:",
+    ),
     "Extract JSON": (
         "Extract the customer's name, the invoice date and the total amount from the text below. Answer with "
         'JSON only, with the keys "name", "date" and "amount".\n\nText: Invoice 2231 was issued to Maria '
-        "Okafor on 14 March 2025 for the repair of two bicycles; the total due is 186.40 euros.\n\nJSON:"
+        "Okafor on 14 March 2025 for the repair of two bicycles; the total due is 186.40 euros.",
+        "Extract the customer's name, the invoice date and the total amount from the text below. Answer with "
+        'JSON only, with the keys "name", "date" and "amount".\n\nText: Invoice 2231 was issued to Maria '
+        "Okafor on 14 March 2025 for the repair of two bicycles; the total due is 186.40 euros.\n\nJSON:",
     ),
     "Long context": None,
 }
@@ -82,21 +95,24 @@ class RunContext:
 class RunPanel(QWidget):
     """Run / Stop, the streamed output, the live tokens/s and memory charts, and the figures."""
 
-    run_finished = Signal(object, object)  # RunResult, report dict (or None)
+    run_finished = Signal(object, object)  # RunResult, RunReport (after saving)
     run_failed = Signal(str)
     running_changed = Signal(bool)
 
     def __init__(
         self,
-        finish: Callable[[RunResult], dict[str, Any] | None],
+        finish: Callable[[RunResult, Sequence[SweepRow]], RunReport],
+        save: Callable[[RunReport], RunReport] = lambda report: report,
         gpu_memory_of: Callable[[int], tuple[int, int] | None] = lambda pid: None,
         parent: QWidget | None = None,
     ) -> None:
         """``finish`` runs on the run's thread once it has finished: it estimates the same settings
-        and returns the report (``run_vs_estimate.run_report``). ``gpu_memory_of(pid)`` gives the
-        process's and the device's GPU memory in bytes when NVML can tell."""
+        and returns the report (``app.services.runs.finish_run``). ``save`` runs on the GUI thread
+        before the report is shown and returns it with its place in the history. ``gpu_memory_of(pid)``
+        gives the process's and the device's GPU memory in bytes when NVML can tell."""
         super().__init__(parent)
         self._finish = finish
+        self._save = save
         self._gpu_memory_of = gpu_memory_of
         self._context: RunContext | None = None
         self._pieces: list[str] = []
@@ -107,7 +123,7 @@ class RunPanel(QWidget):
         self._memory: list[tuple[float, float]] = []
         self._gpu_memory: list[tuple[float, float, float]] = []
         self.last_result: RunResult | None = None
-        self.last_report: dict[str, Any] | None = None
+        self.last_report: RunReport | None = None
         self.last_sweep: tuple[SweepRow, ...] = ()
         self.gpu_offload_supported: bool | None = None
         self._llama_threads = llama_math_threads()
@@ -140,6 +156,18 @@ class RunPanel(QWidget):
         self.preset_combo.addItems(list(PRESETS))
         self.preset_combo.setAccessibleName("Prompt preset")
         form.addRow("&Preset", self.preset_combo)
+        self.chat_check = QCheckBox("Through the model's chat &template")
+        self.chat_check.setChecked(True)
+        self.chat_check.setToolTip(
+            "As the model is deployed: the prompt goes in as one user turn of the model's own chat template "
+            "(llama-server --jinja), and the answer ends at the model's end-of-turn token. Off: the text is sent "
+            "as typed (base models have no template and are always prompted this way)."
+        )
+        form.addRow(self.chat_check)
+        self.system_edit = QLineEdit()
+        self.system_edit.setPlaceholderText("optional, e.g. You are a helpful assistant.")
+        self.system_edit.setAccessibleName("System prompt")
+        form.addRow("S&ystem prompt", self.system_edit)
         self.prompt_edit = QPlainTextEdit()
         self.prompt_edit.setAccessibleName("Prompt")
         self.prompt_edit.setMaximumHeight(110)
@@ -223,11 +251,11 @@ class RunPanel(QWidget):
         self.output.setAccessibleName("Generated text")
         self.output.setPlaceholderText("The generated text streams in here.")
 
-        self.speed_chart = Chart("Tokens per second during the run")
+        self.speed_chart = Chart("Tokens per second during the run", short_title="Tokens/s")
         self.speed_chart.setLabel("bottom", "seconds since the prompt was sent")
         self.speed_chart.setLabel("left", "tokens/s")
         self.speed_curve = self.speed_chart.plot([], [], pen=pg.mkPen(COLORS["weights"], width=2))
-        self.memory_chart = Chart("Memory during the run")
+        self.memory_chart = Chart("Memory during the run", short_title="Memory")
         self.memory_chart.setLabel("bottom", "seconds since the run started")
         self.memory_chart.setLabel("left", "MiB")
         self.memory_chart.addLegend(offset=(10, 10))
@@ -261,8 +289,9 @@ class RunPanel(QWidget):
         grid.addWidget(form_box, 0, 0, 2, 1)
         grid.addWidget(self.output, 0, 1)
         charts = QHBoxLayout()
-        charts.addWidget(self.speed_chart)
-        charts.addWidget(self.memory_chart)
+        for chart in (self.speed_chart, self.memory_chart):
+            chart.setMinimumSize(260, 180)  # below that a chart is unreadable: the tab scrolls instead
+            charts.addWidget(chart)
         grid.addLayout(charts, 1, 1)
         tables = QVBoxLayout()
         tables.addWidget(self.figures)
@@ -275,6 +304,7 @@ class RunPanel(QWidget):
         grid.setColumnStretch(1, 3)
 
         self.preset_combo.currentTextChanged.connect(self._preset_chosen)
+        self.chat_check.toggled.connect(self._chat_toggled)
         self.mode_combo.currentIndexChanged.connect(lambda _i: self._preset_chosen(self.preset_combo.currentText()))
         self.run_button.clicked.connect(self.start)
         self.stop_button.clicked.connect(self.stop)
@@ -288,9 +318,24 @@ class RunPanel(QWidget):
     def bench_mode(self) -> bool:
         return self.mode_combo.currentData() == "bench"
 
+    def _preset_text(self, name: str) -> str | None:
+        preset = PRESETS.get(name)
+        if preset is None:
+            return None
+        return preset[0] if self.chat_check.isChecked() else preset[1]
+
+    def _chat_toggled(self, on: bool) -> None:
+        self.system_edit.setEnabled(on and not self.bench_mode)
+        # A preset's text follows the switch; a prompt of the user's own stays as written.
+        preset = PRESETS.get(self.preset_combo.currentText())
+        if preset is not None and self.prompt_edit.toPlainText() == preset[1 if on else 0]:
+            self.prompt_edit.setPlainText(preset[0] if on else preset[1])
+
     def _preset_chosen(self, name: str) -> None:
-        text = PRESETS.get(name)
+        text = self._preset_text(name)
         bench = self.bench_mode
+        self.chat_check.setEnabled(not bench)
+        self.system_edit.setEnabled(not bench and self.chat_check.isChecked())
         if bench != getattr(self, "_was_bench", False):
             # llama-bench's defaults (pp512, tg128) when entering benchmark mode; back to a long prompt after.
             self.long_tokens.setValue(512 if bench else 2048)
@@ -381,26 +426,23 @@ class RunPanel(QWidget):
         rpc_servers = self.rpc_local.value() if self.rpc_local.isEnabled() else 0
         self.last_sweep = ()
 
-        def work(report: Report) -> tuple[RunResult, dict[str, Any] | None]:
+        def work(report: Report) -> tuple[RunResult, RunReport]:
             settings = self.settings_for(context, collect)
             on_event = lambda e: report("event", e)  # noqa: E731
             if rpc_servers:
                 outcome = run_across_rpc(
                     settings, local_servers=rpc_servers, on_event=on_event, on_start=self._started_live
                 )
-                return outcome.result, rpc_report(outcome)
+                return outcome.result, rpc_run_report(outcome)
+            sweep: tuple[SweepRow, ...] = ()
             if counts:
                 results = sweep_threads(settings, counts, on_event=on_event, on_start=self._started_live)
-                report("sweep", sweep_rows(results))
+                sweep = sweep_rows(results)
                 # The figures and the calibration follow the run with llama-server's threads.
                 result = next((r for r in results if r.threads and r.threads.is_llama_default), results[-1])
             else:
                 result = run_live(settings, on_event=on_event, on_start=self._started_live)
-            try:
-                estimate_report = self._finish(result)
-            except FitScopeError:
-                estimate_report = None  # e.g. the model file is gone: the measured figures still stand
-            return result, estimate_report
+            return result, self._finish(result, sweep)
 
         if self._job.start(work):
             self._update_buttons()
@@ -420,8 +462,11 @@ class RunPanel(QWidget):
                 "n_gpu_layers": self.ngl.value() if self.ngl.isEnabled() else 0,
             }
         long = PRESETS.get(self.preset_combo.currentText()) is None
+        chat = self.chat_check.isChecked() and not long
         return threads | {
             "prompt": None if long else self.prompt_edit.toPlainText(),
+            "chat": chat,
+            "system_prompt": (self.system_edit.text().strip() or None) if chat else None,
             "prompt_tokens": self.long_tokens.value() if long else None,
             "max_tokens": self.max_tokens.value(),
             "temperature": self.temperature.value(),
@@ -454,15 +499,13 @@ class RunPanel(QWidget):
         if self._live is not None:
             with contextlib.suppress(OSError):
                 self._live.kill()
-        self._job.join(timeout=5)
+        self._job.close(timeout=5)
 
     # -- showing --------------------------------------------------------------------------------
 
     def _on_progress(self, kind: str, payload: Any) -> None:
         if kind == "event":
             self._on_event(payload, self._pieces)
-        elif kind == "sweep":
-            self.last_sweep = payload
 
     def _refresh(self) -> None:
         """Every 100 ms of a run: the text that arrived, the memory sample, the speed curve."""
@@ -480,36 +523,37 @@ class RunPanel(QWidget):
         self._update_buttons()
         self.running_changed.emit(False)
 
-    def _on_finished(self, outcome: tuple[RunResult, dict[str, Any] | None]) -> None:
+    def _on_finished(self, _job_id: int, outcome: tuple[RunResult, RunReport]) -> None:
         self._run_ended()
         result, report = outcome
-        self.run_finished.emit(result, report)  # the window saves it (and numbers it) first
+        if report.rpc is None:  # a run across RPC servers measures the network too: never kept
+            report = self._save(report)
+        self.run_finished.emit(result, report)
         self._show_result(result, report)
 
-    def _on_failed(self, message: str) -> None:
+    def _on_failed(self, _job_id: int, message: str) -> None:
         self._run_ended()
         self.status.setText(message)
         self.run_failed.emit(message)
 
-    def _on_event(self, event: dict[str, Any], pieces: list[str]) -> None:
-        kind = event.get("event")
-        if kind == "loaded":
-            if "threads" in event and event.get("event") == "loaded":
+    def _on_event(self, event: ChildEvent, pieces: list[str]) -> None:
+        if isinstance(event, LiveLoaded):
+            if event.threads is not None:  # the next run of a thread sweep
                 self._run_index = 0
                 self._token_times = []
-            sweep = f" ({event['threads']} threads)" if "threads" in event else ""
-            self.status.setText(f"Loaded in {event['load_s']:.2f} s{sweep}; generating…")
-        elif kind == "token":
-            if event.get("run", 0) == self._run_index:
-                self._token_times.append(float(event["t"]))
+            sweep = f" ({event.threads} threads)" if event.threads is not None else ""
+            self.status.setText(f"Loaded in {event.load_s:.2f} s{sweep}; generating…")
+        elif isinstance(event, Token):
+            if event.run == self._run_index:
+                self._token_times.append(event.t_s)
                 if self._run_index == 0:
-                    pieces.append(event.get("text", ""))
-        elif kind == "run_done":
-            f = event["figures"]
-            self._run_index = int(event["run"]) + 1
-            rate = f.get("decode_tokens_per_s_llama") or f.get("decode_tokens_per_s_wall") or 0.0
+                    pieces.append(event.text)
+        elif isinstance(event, RunDone):
+            f = event.figures
+            self._run_index = event.run + 1
+            rate = f.decode_tokens_per_s_llama or f.decode_tokens_per_s_wall or 0.0
             self.status.setText(
-                f"Run {self._run_index} done: time to first token {f['ttft_s'] * 1000:.0f} ms, decode {rate:.1f} tok/s"
+                f"Run {self._run_index} done: time to first token {f.ttft_s * 1000:.0f} ms, decode {rate:.1f} tok/s"
             )
             self._token_times = []
 
@@ -544,11 +588,12 @@ class RunPanel(QWidget):
                 ys.append((i - j) / span)
         self.speed_curve.setData(xs, ys)
 
-    def _show_result(self, result: RunResult, report: dict[str, Any] | None) -> None:
+    def _show_result(self, result: RunResult, report: RunReport) -> None:
         self.last_result = result
         self.last_report = report
+        self.last_sweep = report.thread_sweep
         stats = summary(result)
-        est = (report or {}).get("estimate") or {}
+        est = report.estimate_json() or {}
 
         def rng(key: str, scale: float = 1.0, digits: int = 1) -> str:
             r = est.get(key)
@@ -565,7 +610,16 @@ class RunPanel(QWidget):
             ]
 
         threads = result.threads
+        if result.prompt_format == "chat template":
+            prompt_format = "one user turn through the model's chat template"
+        elif result.settings.prompt_tokens is not None:
+            prompt_format = "synthetic tokens"
+        elif result.settings.chat:
+            prompt_format = "sent as typed: this model has no chat template (a base model)"
+        else:
+            prompt_format = "sent as typed"
         rows = [
+            ["Prompt", prompt_format, "", ""],
             ["Threads", threads.describe() if threads else str(result.settings.n_threads or "-"), "", ""],
             ["Load time", f"{result.load_s:.2f} s", "", ""],
             row("Time to first token", stats["ttft_s"], "ms", 1000, 0, rng("ttft_s", 1000, 0) + " ms" if est else ""),
@@ -592,8 +646,8 @@ class RunPanel(QWidget):
                 f"{est['total_bytes'] / MIB:,.0f} MiB in total" if est else "",
             ],
         ]
-        if report and report.get("measured_efficiency"):
-            share = report["measured_efficiency"]["value"]
+        if report.measured_efficiency is not None:
+            share = report.measured_efficiency.value
             rows.append(["Decode against the bandwidth limit", f"{100 * share:.0f}% of the roofline", "", ""])
         for sweep_row in self.last_sweep:
             peaks = [name for name, best in (("pp", sweep_row.best_prefill), ("tg", sweep_row.best_decode)) if best]
@@ -607,51 +661,33 @@ class RunPanel(QWidget):
                 ]
             )
         fill_table(self.figures, rows)
-        comparison = (report or {}).get("comparison", [])
         fill_table(
             self.buffers,
             [
                 [
-                    c["buffer"],
-                    f"{c['measured_bytes'] / MIB:,.2f} MiB",
-                    f"{c['estimated_bytes'] / MIB:,.2f} MiB",
-                    f"{c['difference_bytes'] / MIB:+,.2f} MiB",
-                    "" if c["difference_percent"] is None else f"{c['difference_percent']:+.1f}%",
+                    c.buffer,
+                    f"{c.measured_bytes / MIB:,.2f} MiB",
+                    f"{c.estimated_bytes / MIB:,.2f} MiB",
+                    f"{c.difference_bytes / MIB:+,.2f} MiB",
+                    "" if c.difference_percent is None else f"{c.difference_percent:+.1f}%",
                 ]
-                for c in comparison
+                for c in report.comparison
             ],
         )
         if est:
             self.estimate_line.setValue(est["total_bytes"] / MIB)
             self.estimate_line.setVisible(True)
         self.log_view.setPlainText(result.log_tail)
-        notes = list((report or {}).get("diagnosis", []))
-        if report and report.get("calibration_note"):
-            notes.append(report["calibration_note"])
+        notes = report.notes()
+        if report.save_message:
+            notes.append(report.save_message)
         if result.runs and result.runs[-1].stopped:
             notes.insert(0, "Stopped before the end; the figures cover what ran.")
         self.diagnosis.setText("\n".join(notes))
         self.status.setText(
             f"Done: {len(result.completed_runs)} of {result.settings.repeat} repetitions"
-            + (f"; saved as run #{report['history_id']}" if report and "history_id" in report else "")
+            + (f"; saved as run #{report.history_id}" if report.history_id is not None else "")
         )
-
-
-def rpc_report(outcome: RpcRunOutcome) -> dict[str, Any]:
-    """The buffer table and the verdict of a run across RPC servers, in the shape of a run report."""
-    return {
-        "comparison": [
-            {
-                "buffer": f"{c.device} {c.buffer}",
-                "measured_bytes": c.measured_bytes,
-                "estimated_bytes": c.planned_bytes,
-                "difference_bytes": c.difference_bytes,
-                "difference_percent": 100 * c.difference_bytes / c.planned_bytes if c.planned_bytes else None,
-            }
-            for c in outcome.checks
-        ],
-        "diagnosis": [outcome.verdict()],
-    }
 
 
 def demo_or_path(path: str | None, demo: Callable[[], Path]) -> Callable[[], str]:

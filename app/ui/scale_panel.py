@@ -22,14 +22,16 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.catalog import load_devices
-from app.core.errors import FitScopeError
 from app.core.estimate import Settings
 from app.core.fit import ModelSource
-from app.core.multigpu import LlamaSplitPlan, VllmPlan, llama_split_plan, vllm_plan
+from app.core.multigpu import LlamaSplitPlan, VllmPlan
 from app.core.quant import SERVING_FORMATS
+from app.services.plans import ScaleOut, scale_out
+from app.ui.jobs import JobRunner, Report
 
 ModelProvider = Callable[[], tuple[ModelSource, Settings, int, int, int]]
-"""The current model with its tensors, llama.cpp settings, context per sequence, sequences, host RAM bytes."""
+"""The current model with its tensors, llama.cpp settings, context per sequence, sequences, host RAM
+bytes. Called on the tab's worker thread; raises FitScopeError when the model cannot be read."""
 
 
 class ScalePanel(QWidget):
@@ -96,41 +98,69 @@ class ScalePanel(QWidget):
         layout.addWidget(form_box, 1)
         layout.addLayout(plans, 3)
         self.plan_button.clicked.connect(self.plan)
+        self._job = JobRunner("plan", self)
+        self._job.finished.connect(self._on_planned)
+        self._job.failed.connect(self._on_failed)
+        self._job.running_changed.connect(self._on_running)
         self.copy_llama.clicked.connect(lambda: self._copy(self.split.command if self.split else ""))
         self.copy_vllm.clicked.connect(lambda: self._copy(self.vllm.command if self.vllm else ""))
         self.export_json.clicked.connect(self._copy_json)
 
-    def plan(self) -> None:
-        try:
-            model, settings, context, sequences, host_ram = self._current()
-        except FitScopeError as exc:
-            self.message.setText(str(exc))
-            return
+    def plan(self) -> int:
+        """Plans on the tab's worker (reading a GGUF file and searching the split take a moment);
+        returns the job's id, 0 while a plan is still being made."""
         gpu = self.gpu_combo.currentData()
         count = self.count.value()
-        self.split = llama_split_plan(model.arch, model.tensors, settings, gpu, count, host_ram)
-        self.llama_text.setPlainText("\n".join([*self.split.summary_lines(), "", self.split.command]))
-        try:
-            self.vllm = vllm_plan(
-                model.arch,
+        dtype = self.dtype.currentData()
+        max_seqs = self.max_seqs.value()
+        utilization = self.utilization.value()
+        current = self._current
+
+        def work(_report: Report) -> tuple[str, ScaleOut]:
+            model, settings, context, sequences, host_ram = current()
+            plans = scale_out(
+                model,
+                settings,
                 gpu,
                 count,
-                dtype=self.dtype.currentData(),
-                max_model_len=context,
-                max_num_seqs=max(self.max_seqs.value(), 1),
-                gpu_memory_utilization=self.utilization.value(),
+                host_ram,
+                dtype=dtype,
+                context_per_sequence=context,
+                max_num_seqs=max_seqs,
+                gpu_memory_utilization=utilization,
             )
-            self.vllm_text.setPlainText("\n".join([*self.vllm.summary_lines(), "", self.vllm.command]))
-        except (FitScopeError, ValueError) as exc:
-            self.vllm = None
-            self.vllm_text.setPlainText(f"vLLM cannot serve it this way: {exc}")
-        self.message.setText(
-            f"{model.label}, {context:,} tokens per sequence, {sequences} sequence(s) for llama.cpp, on {count} x "
-            f"{gpu.name}."
-        )
+            summary = (
+                f"{model.label}, {context:,} tokens per sequence, {sequences} sequence(s) for llama.cpp, on {count} x "
+                f"{gpu.name}."
+            )
+            return summary, plans
+
+        job = self._job.start(work)
+        if job:
+            self.message.setText("Planning…")
+        return job
+
+    def _on_running(self, running: bool) -> None:
+        self.plan_button.setEnabled(not running)
+
+    def _on_failed(self, _job_id: int, message: str) -> None:
+        self.message.setText(message)
+
+    def _on_planned(self, _job_id: int, outcome: tuple[str, ScaleOut]) -> None:
+        summary, plans = outcome
+        self.split, self.vllm = plans.split, plans.vllm
+        self.llama_text.setPlainText("\n".join([*plans.split.summary_lines(), "", plans.split.command]))
+        if plans.vllm is not None:
+            self.vllm_text.setPlainText("\n".join([*plans.vllm.summary_lines(), "", plans.vllm.command]))
+        else:
+            self.vllm_text.setPlainText(f"vLLM cannot serve it this way: {plans.vllm_problem}")
+        self.message.setText(summary)
         self.copy_llama.setEnabled(True)
         self.copy_vllm.setEnabled(self.vllm is not None)
         self.export_json.setEnabled(True)
+
+    def shutdown(self) -> None:
+        self._job.close(timeout=5)
 
     def _copy(self, text: str) -> None:
         if text:

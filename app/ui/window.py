@@ -10,8 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from functools import partial
@@ -56,7 +55,7 @@ from PySide6.QtWidgets import (
 from app.adapters.cpu_topology import llama_math_threads
 from app.adapters.demo_model import DEMO_LICENSE, DEMO_MODEL_NAME, demo_model_ready
 from app.adapters.divergence_runner import measured_quality
-from app.adapters.history import RunHistory, keep_unsaved
+from app.adapters.history import RunHistory
 from app.adapters.load_profile import cached_profile, measure_profile, memory_slots
 from app.adapters.logs import log_path
 from app.core import fit, report
@@ -65,11 +64,11 @@ from app.core.coverage import APPROXIMATE_NOTE, coverage
 from app.core.errors import FitScopeError
 from app.core.estimate import Settings
 from app.core.hardware import DEFAULT_HOST_MEMORY, HOST_MEMORY, HostSnapshot, NvmlStatus, machine_key
-from app.core.measure import RunResult
+from app.core.measure import RunResult, SweepRow
 from app.core.prefs import MAX_COMPARED, Preferences, save_preferences
 from app.core.projector import ProjectorSpec, read_projector
 from app.core.quant import PRESETS
-from app.core.run_vs_estimate import estimate_for_run, run_report
+from app.core.run_vs_estimate import RunReport
 from app.core.scenario import (
     MAX_USERS,
     Controls,
@@ -79,10 +78,12 @@ from app.core.scenario import (
     Request,
     View,
     evaluate_in_worker,
+    load_model,
     resolve_targets,
 )
 from app.core.tensors import CACHE_TYPES
 from app.core.units import GIB
+from app.services.runs import finish_run, save_run
 from app.ui.ab_panel import AbPanel
 from app.ui.advisor_panel import AdvisorPanel
 from app.ui.charts import ConcurrencyChart, ContextChart, DeviceBar, LadderChart, SplitChart, legend_html
@@ -97,6 +98,7 @@ from app.ui.help import (
     term,
 )
 from app.ui.history_panel import HistoryPanel
+from app.ui.jobs import JobRunner, process_pool
 from app.ui.load_panel import LoadPanel
 from app.ui.panels import (
     ContextControl,
@@ -109,7 +111,6 @@ from app.ui.panels import (
 )
 from app.ui.run_panel import RunContext, RunPanel, demo_or_path
 from app.ui.scale_panel import ScalePanel
-from app.ui.worker import TaskRunner, process_pool
 
 _log = logging.getLogger(__name__)
 
@@ -148,9 +149,9 @@ class MainWindow(QMainWindow):
         self._projector_file: ProjectorSpec | None = (
             projector if projector is not None and not projector.source.startswith("https://") else None
         )
-        self._estimates = TaskRunner("estimate", self, make_pool=services.make_estimate_pool)
-        self._hardware = TaskRunner("nvml", self)
-        self._host_job = TaskRunner("host", self)
+        self._estimates = JobRunner("estimate", self, make_pool=services.make_estimate_pool)
+        self._hardware = JobRunner("nvml", self)
+        self._host_job = JobRunner("host", self)
         self._last_good_model: ModelChoice | None = None
         self._applied_job = 0
         self.view: View | None = None
@@ -424,9 +425,7 @@ class MainWindow(QMainWindow):
         }
         self.tabs.addTab(charts_page, "C&harts")
         self.tabs.addTab(self.ladder_chart, "&Quantization ladder")
-        self.compare_table = readonly_table(
-            ["Hardware", "Memory needed", "Memory there", "Fits", "Expected tokens/s", "Price (USD)"], stretch_last=True
-        )
+        self.compare_table = readonly_table(report.COMPARE_HEADER, stretch_last=True)
         self.tabs.addTab(self.compare_table, "Com&pare hardware")
         details = QWidget()
         details_layout = QVBoxLayout(details)
@@ -446,7 +445,7 @@ class MainWindow(QMainWindow):
         details_layout.addWidget(QLabel("Assumptions behind these figures"))
         details_layout.addWidget(self.assumptions_text)
         self.tabs.addTab(details, "&Details")
-        self.run_panel = RunPanel(self._finish_run, self._gpu_memory_of)
+        self.run_panel = RunPanel(self._finish_run, self._save_run, self._gpu_memory_of)
         self.tabs.addTab(_scrolled(self.run_panel), "&Run")
         self.ab_panel = AbPanel(self._ab_hardware)
         self.tabs.addTab(_scrolled(self.ab_panel), "Quantization &A/B")
@@ -462,7 +461,6 @@ class MainWindow(QMainWindow):
         self.advisor_panel.error_shown.connect(self.show_error)
         self.history_panel = HistoryPanel(self.history)
         self.tabs.addTab(_scrolled(self.history_panel), "H&istory")
-        self.run_panel.run_finished.connect(self._on_run_finished)
         self.run_panel.run_failed.connect(self.show_error)
         self.history_panel.error_shown.connect(self.show_error)
         right_layout.addWidget(self.tabs, 1)
@@ -1049,48 +1047,13 @@ class MainWindow(QMainWindow):
                     ]
                 )
         fill_table(self.breakdown_table, rows)
-        compare = [self._compare_row_current(view)] if view.estimate is not None else []
-        for r in view.comparison:
-            if r.error:
-                compare.append([r.label, "-", "-", r.error, "-", "-"])
-                continue
-            compare.append(
-                _compare_cells(
-                    r.label,
-                    r.budget_bytes,
-                    r.capacity_bytes,
-                    r.fits,
-                    r.gpu_layers,
-                    r.n_layer,
-                    r.decode_tokens_per_s,
-                    r.price_usd,
-                )
-            )
+        compare = [report.compare_cells(r) for r in report.comparison_rows(view)]
         fill_table(self.compare_table, compare)
         try:
             self.command_text.setPlainText(report.copy_command_text(view))
         except FitScopeError as exc:
             self.command_text.setPlainText(str(exc))
         self.assumptions_text.setPlainText("\n".join(f"• {a}" for a in view.assumptions) or view.error)
-
-    def _compare_row_current(self, view: View) -> list[str]:
-        assert view.estimate is not None and view.budget is not None
-        price = None
-        hw = view.request.hardware
-        if hw.kind == "catalog" and hw.device_id in self._devices:
-            d = self._devices[hw.device_id]
-            price = d.price_usd * hw.count if d.price_usd else None
-        has_gpu = any(t.kind == "gpu" for t in view.targets)
-        return _compare_cells(
-            view.hardware_label + " (current)",
-            view.budget.used_bytes,
-            view.budget.capacity_bytes,
-            view.estimate.fits,
-            view.estimate.gpu_layers if has_gpu else None,
-            view.estimate.n_layer,
-            view.speed.decode_tokens_per_s if view.speed else None,
-            price,
-        )
 
     # -- hardware polling ---------------------------------------------------------------------
 
@@ -1260,6 +1223,7 @@ class MainWindow(QMainWindow):
         self.run_panel.shutdown()
         self.ab_panel.shutdown()
         self.advisor_panel.shutdown()
+        self.scale_panel.shutdown()
         for runner in (self._estimates, self._hardware, self._host_job):
             runner.close()
         if self.history is not None:
@@ -1299,51 +1263,29 @@ class MainWindow(QMainWindow):
             )
         )
 
-    def _finish_run(self, result: RunResult) -> dict[str, Any] | None:
-        """On the run's thread: the estimate for the run's own settings and the report."""
-        model = fit.model_from_gguf(result.settings.gguf_path)
-        machine = self.machine
-        on_gpu = result.settings.n_gpu_layers != 0 and result.gpu_offload_supported and bool(machine.gpus)
-        targets = resolve_targets(HardwareChoice(kind="local" if on_gpu else "cpu"), machine)
-        run_est = estimate_for_run(result, model.arch, model.tensors, targets, fit.repack_profile(machine.host))
-        return run_report(result, model.label, run_est)
+    def _finish_run(self, result: RunResult, sweep: Sequence[SweepRow]) -> RunReport:
+        """On the run's thread: the report against the estimate for the run's own settings."""
+        return finish_run(result, self.machine, sweep)
 
-    def _on_run_finished(self, result: RunResult, report: dict[str, Any] | None) -> None:
-        try:
-            if self.history is None:
-                raise FitScopeError("the run history could not be opened when FitScope started")
-            run_id = self.history.add(result, (report or {}).get("estimate"))
-            if report is not None:
-                report["history_id"] = run_id
-                measured = report.get("measured_efficiency")
-                if measured:
-                    self.history.set_efficiency(
-                        self._machine_key(), measured["target"], measured["value"], run_id, measured["n_threads"]
-                    )
-        except (FitScopeError, OSError, sqlite3.Error) as exc:
-            # Nothing measured is lost: the run waits in a file of its own for the next start.
-            try:
-                kept = keep_unsaved(result, (report or {}).get("estimate"), str(exc))
-                self.show_error(f"The run finished but could not be saved ({exc}); it was kept in {kept}.")
-            except OSError as keep_exc:
-                self.show_error(f"The run finished but could not be saved ({exc}), nor kept aside: {keep_exc}.")
-            return
+    def _save_run(self, report: RunReport) -> RunReport:
+        """On the GUI thread (the history's connection lives here): keep the run, then let the next
+        estimates use the efficiency it measured."""
+        saved = save_run(report, self.machine, self.history)
+        if saved.save_message:
+            self.show_error(saved.save_message)
+            return saved
         self.history_panel.refresh()
         self._load_efficiencies()
         self.request_estimate()
+        return saved
 
     def _scale_model(self) -> tuple[fit.ModelSource, Settings, int, int, int]:
         """The current model with its tensors (read again: views carry none), for the Scale out tab."""
         choice, c = self._prefs.model, self._prefs.controls
-        if choice.kind == "catalog":
-            model = fit.model_from_catalog(choice.ref, choice.quant)
-        elif choice.kind == "hf_config":
-            model = fit.model_from_hf_config(choice.ref, choice.quant)
-        else:
-            path = self.view.model.path if self.view is not None and self.view.model is not None else None
-            if path is None:
-                raise FitScopeError("The model is still loading; try again in a moment.")
-            model = fit.model_from_gguf(path)
+        path = self.view.model.path if self.view is not None and self.view.model is not None else None
+        if choice.kind in ("gguf", "demo") and path is None:
+            raise FitScopeError("The model is still loading; try again in a moment.")
+        model = load_model(choice, path)
         settings = c.settings(fit.repack_profile(self.machine.host))
         host = self.machine.host.ram_total_bytes if self.machine.host else 64 * GIB
         return model, settings, c.context_tokens, c.users, host
@@ -1415,17 +1357,3 @@ def _escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def _compare_cells(label, budget, capacity, fits, gpu_layers, n_layer, decode, price) -> list[str]:
-    fit_text = "yes" if fits else "no"
-    if fits and gpu_layers is not None and gpu_layers < n_layer + 1:
-        fit_text = f"partly ({gpu_layers} of {n_layer + 1} layers on GPU)"
-    # No speed for hardware that cannot hold the model: there is nothing to run.
-    speed = f"{decode.low:,.0f}-{decode.high:,.0f}" if decode and fits else "-"
-    return [
-        label,
-        f"{budget / GIB:.1f} GiB",
-        f"{capacity / GIB:.1f} GiB",
-        fit_text,
-        speed,
-        f"${price:,.0f}" if price else "unknown",
-    ]

@@ -1,0 +1,89 @@
+"""A finished live run, from the runner's result to what is shown and kept: the estimate for the
+run's own settings on the hardware that ran it, the report, and its place in the run history with
+the decode efficiency it measured. ``fitscope run`` and the window's Run tab both call these, so the
+same run gives the same figures in both."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+
+from app.adapters.history import RunHistory, record_run
+from app.adapters.rpc_servers import RpcRunOutcome
+from app.core import fit
+from app.core.errors import FitScopeError
+from app.core.hardware import machine_key
+from app.core.measure import RunResult, SweepRow
+from app.core.run_vs_estimate import BufferRow, RunReport, estimate_for_run, make_run_report
+from app.core.scenario import HardwareChoice, Machine, resolve_targets
+
+
+def detect_machine(measure_bandwidth: bool = True) -> Machine:
+    """This machine now: its NVIDIA GPUs (none without a driver, with NVML's reason) and its host,
+    with the memory read bandwidth measured when asked (about a second)."""
+    from app.adapters.host import detect_host
+    from app.adapters.nvml import NvmlMonitor
+
+    status = NvmlMonitor().status()
+    return Machine(
+        gpus=status.gpus if status.available else (),
+        host=detect_host(measure_bandwidth=measure_bandwidth),
+        gpu_message=status.message,
+    )
+
+
+def ran_on_gpu(result: RunResult, machine: Machine) -> bool:
+    """Whether the run put layers on one of this machine's NVIDIA GPUs."""
+    return result.settings.n_gpu_layers != 0 and result.gpu_offload_supported and bool(machine.gpus)
+
+
+def finish_run(result: RunResult, machine: Machine, thread_sweep: Sequence[SweepRow] = ()) -> RunReport:
+    """The report for ``result``: llama.cpp's buffers and speeds against the estimate for the same
+    file and settings on the devices that ran it (this machine's GPUs and RAM, or its CPU). When no
+    estimate can be made (the file was removed after the run, say) the measured figures still stand."""
+    hardware = HardwareChoice(kind="local" if ran_on_gpu(result, machine) else "cpu")
+    try:
+        model = fit.model_from_gguf(result.settings.gguf_path)
+        targets = resolve_targets(hardware, machine)
+        run_estimate = estimate_for_run(result, model.arch, model.tensors, targets, fit.repack_profile(machine.host))
+    except (FitScopeError, OSError):
+        return make_run_report(result, Path(result.settings.gguf_path).name, None, thread_sweep)
+    return make_run_report(result, model.label, run_estimate, thread_sweep)
+
+
+def save_run(report: RunReport, machine: Machine, history: RunHistory | None = None) -> RunReport:
+    """Keeps the run in the history (``history`` when the caller holds it open, else the user's),
+    with the efficiency that calibrates this machine's estimates; a copy of the report says where it
+    went. Never raises for a history that cannot be written: the run is kept in a file of its own
+    and ``save_message`` says so."""
+    efficiency = report.measured_efficiency
+    saved = record_run(
+        report.result,
+        report.estimate_json(),
+        (efficiency.target, efficiency.value, efficiency.n_threads) if efficiency is not None else None,
+        machine_key(machine.host, machine.gpus),
+        history=history,
+    )
+    return dataclasses.replace(
+        report, history_id=saved.history_id, unsaved_path=saved.unsaved_path, save_message=saved.message
+    )
+
+
+def rpc_run_report(outcome: RpcRunOutcome) -> RunReport:
+    """A run across RPC servers, held against the RPC plan device by device. Not saved: its speed
+    includes the network and must not calibrate this machine."""
+    base = make_run_report(outcome.result, Path(outcome.result.settings.gguf_path).name, None)
+    return dataclasses.replace(
+        base,
+        comparison=tuple(
+            BufferRow(f"{c.device} {c.buffer}", c.measured_bytes, c.planned_bytes) for c in outcome.checks
+        ),
+        diagnosis=(*base.diagnosis, outcome.verdict()),
+        rpc={
+            "servers": list(outcome.endpoints),
+            "plan": outcome.plan.to_json(),
+            "buffers": [c.to_json() for c in outcome.checks],
+            "weights_and_kv_agree": outcome.weights_and_kv_agree,
+        },
+    )
