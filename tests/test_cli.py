@@ -218,6 +218,39 @@ def test_local_gpu_without_a_driver(capsys):
     assert "--cpu" in line
 
 
+def test_this_machines_gpus_resolve_as_in_the_window(capsys, monkeypatch):
+    """--gpu local takes the window's targets: NVML reports no bandwidth for this RTX 4090, so the
+    catalog's 1008 GB/s is used (not a guess); catalog GPUs join after it, host RAM last."""
+    from types import SimpleNamespace
+
+    from app.adapters import nvml
+    from app.core.hardware import GpuSnapshot, NvmlStatus
+
+    gpu = GpuSnapshot(
+        index=0,
+        name="NVIDIA GeForce RTX 4090",
+        memory_total_bytes=24 * GIB,
+        memory_used_bytes=GIB,
+        memory_free_bytes=23 * GIB,
+        timestamp=1.0,
+    )
+    status = NvmlStatus(available=True, driver_version="550.54", gpus=(gpu,))
+    monkeypatch.setattr(nvml, "NvmlMonitor", lambda: SimpleNamespace(status=lambda: status))
+
+    alone = run_ok(capsys, "estimate", "--model", "llama-3.1-8b", "--gpu", "local", "--json")
+    assert [d["name"] for d in alone["devices"]] == ["GPU 0: NVIDIA GeForce RTX 4090", "Host RAM"]
+    assert any(
+        a.startswith("GPU 0: NVIDIA GeForce RTX 4090: reads") and "at 1008 GB/s" in a for a in alone["assumptions"]
+    )
+
+    mixed_gpus = ("--gpu", "local", "--gpu", "rtx-3090", "--host-ram-gib", "100")
+    mixed = run_ok(capsys, "estimate", "--model", "llama-3.1-8b", *mixed_gpus, "--json")
+    names = [d["name"] for d in mixed["devices"]]
+    assert names == ["GPU 0: NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 3090", "Host RAM"]
+    assert mixed["devices"][0]["capacity_bytes"] == 23 * GIB
+    assert mixed["devices"][-1]["capacity_bytes"] == 100 * GIB
+
+
 @pytest.mark.parametrize(
     ("ctx", "expected"),
     [

@@ -1,6 +1,7 @@
 """A cold ``fitscope estimate`` for catalog hardware stays quick: in a fresh interpreter it imports
 none of the heavy modules (Qt, numpy, llama.cpp, NVML) and prints what the same call prints here;
-``fitscope --help`` does not even import pydantic. ``scripts/bench_cli_start.py`` times both."""
+``fitscope --help`` does not even import pydantic. Neither imports the modules of the other commands
+(live runs, A/B comparisons, planning). ``scripts/bench_cli_start.py`` times both."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ _FRESH = textwrap.dedent(
         except SystemExit as exc:
             rc = exc.code
     roots = sorted({name.split(".")[0] for name in sys.modules})
-    print(json.dumps({"rc": rc, "roots": roots, "output": out.getvalue()}))
+    cli = sorted(name for name in sys.modules if name.startswith("app.cli"))
+    print(json.dumps({"rc": rc, "roots": roots, "cli": cli, "output": out.getvalue()}))
     """
 )
 
@@ -69,6 +71,7 @@ def test_catalog_estimate_imports_nothing_heavy_and_prints_the_same(capsys, argv
     fresh = run_fresh(*argv)
     assert fresh["rc"] == 0
     assert [m for m in fresh["roots"] if m in HEAVY] == []
+    assert fresh["cli"] == ["app.cli", "app.cli.estimate", "app.cli.parser"]
     assert fresh["output"] == run_here(capsys, *argv)
     if "--json" in argv:
         assert json.loads(fresh["output"])["weights_bytes"] > 0
@@ -79,6 +82,7 @@ def test_help_imports_neither_pydantic_nor_anything_heavy():
     assert fresh["rc"] == 0
     assert "estimate" in fresh["output"]
     assert [m for m in fresh["roots"] if m in (*HEAVY, "pydantic", "pydantic_core", "psutil")] == []
+    assert fresh["cli"] == ["app.cli", "app.cli.parser"]
 
 
 def test_the_check_sees_a_heavy_import():

@@ -222,3 +222,63 @@ def test_the_ab_tab_shows_the_figures_in_plain_words(qtbot, tiny_variants):
     text = panel.advice.text()
     assert "Measured on this model" in text
     assert f"Picks the same next token as tiny-F32 {d.same_top.value:.0%} of the time" in text
+
+
+# -- intervals that respect the correlation of neighbouring positions ---------------------------
+
+
+def test_students_t_for_a_few_chunks_and_its_approximation_beyond_the_table():
+    from app.core.divergence import t_95
+
+    assert t_95(1) == 12.706 and t_95(7) == 2.365 and t_95(30) == 2.042
+    assert abs(t_95(60) - 2.000) < 0.002 and abs(t_95(120) - 1.980) < 0.002
+
+
+def _correlated_text(rng, chunks: int, per_chunk: int, rho: float) -> list[float]:
+    """Per-position values whose neighbours move together (AR(1) within each chunk; chunks
+    independent, as chunks started afresh are), true mean 0."""
+    values = []
+    for _ in range(chunks):
+        x = rng.gauss(0, 1)
+        for _ in range(per_chunk):
+            x = rho * x + math.sqrt(1 - rho * rho) * rng.gauss(0, 1)
+            values.append(x)
+    return values
+
+
+def test_chunk_level_intervals_keep_their_95_percent_when_neighbouring_positions_move_together():
+    rng = random.Random(7)
+    covered_positions = covered_chunks = 0
+    trials = 300
+    for _ in range(trials):
+        values = _correlated_text(rng, chunks=16, per_chunk=64, rho=0.9)
+        naive, chunked = mean_interval(values), mean_interval(values, chunks=16)
+        covered_positions += naive.low <= 0 <= naive.high
+        covered_chunks += chunked.low <= 0 <= chunked.high
+    # Treating 1,024 correlated positions as independent claims far more than the text shows.
+    assert covered_positions / trials < 0.6
+    assert 0.9 <= covered_chunks / trials <= 0.99
+
+
+def test_independent_positions_keep_about_the_same_interval():
+    rng = random.Random(3)
+    values = [rng.gauss(0, 1) for _ in range(40 * 50)]
+    naive, chunked = mean_interval(values), mean_interval(values, chunks=40)
+    assert naive.high - naive.low <= chunked.high - chunked.low <= 1.4 * (naive.high - naive.low)
+
+
+def test_delta_perplexity_and_same_top_widen_for_a_text_of_few_correlated_chunks():
+    from app.core.divergence import share_interval
+
+    rng = random.Random(11)
+    offsets = _correlated_text(rng, chunks=6, per_chunk=100, rho=0.95)
+    ref = [2.0 + 0.3 * abs(o) for o in offsets]
+    var = [r + 0.05 + 0.05 * o for r, o in zip(ref, offsets, strict=True)]
+    naive, chunked = delta_perplexity(var, ref), delta_perplexity(var, ref, chunks=6)
+    assert chunked.value == naive.value
+    assert chunked.high - chunked.low > 1.5 * (naive.high - naive.low)
+    same = [o > 0.5 for o in offsets]
+    naive_share, chunked_share = share_interval(same), share_interval(same, chunks=6)
+    assert chunked_share.value == naive_share.value
+    assert chunked_share.low <= naive_share.low and chunked_share.high >= naive_share.high
+    assert chunked_share.high - chunked_share.low > 1.5 * (naive_share.high - naive_share.low)

@@ -71,6 +71,8 @@ def test_load_tab_measures_and_simulates(qtbot, tmp_path, tiny):
     panel.output_lo.setValue(16)
     panel.output_hi.setValue(32)
     panel.requests.setValue(40)
+    # The buttons wait while a simulation of what was open before (the demo model) finishes.
+    qtbot.waitUntil(lambda: not panel.busy, timeout=30000)
     with qtbot.waitSignal(panel.simulated, timeout=60000) as blocker:
         if panel.profile is None:
             panel.measure_button.click()

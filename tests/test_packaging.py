@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_workers_start_through_the_bundle_executable_when_frozen(monkeypatch):
-    assert module_command("app.adapters.quantizer") == [sys.executable, "-m", "app.adapters.quantizer"]
+    assert module_command("app.adapters.quantizer") == [sys.executable, "-P", "-m", "app.adapters.quantizer"]
     monkeypatch.setattr(sys, "frozen", True, raising=False)
     assert module_command("app.adapters.quantizer") == [sys.executable, "--run-module", "app.adapters.quantizer"]
 

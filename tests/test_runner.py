@@ -163,3 +163,13 @@ def test_demo_model_end_to_end(demo_gguf, capsys):
         saved.model_sha256 == report["model_sha256"]
         and estimate["kv_cache_bytes"] == by_kind["kv_cache"]["estimated_bytes"]
     )
+
+
+def test_a_model_path_relative_to_the_working_folder_runs_whatever_that_folder_holds(tiny, tmp_path, monkeypatch):
+    (tmp_path / "model.gguf").write_bytes(tiny.read_bytes())
+    # A folder of the user's own named like FitScope's package must not stand in for it.
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "__init__.py").write_text("raise SystemExit('not FitScope')\n")
+    monkeypatch.chdir(tmp_path)
+    result = run_live(RunSettings(gguf_path="model.gguf", prompt=TINY_PROMPT, max_tokens=4, n_ctx=256))
+    assert result.runs[0].generated_tokens > 0 and result.settings.gguf_path == "model.gguf"

@@ -15,10 +15,12 @@ _REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def module_command(module: str) -> list[str]:
-    """The argv that runs ``module`` as ``__main__`` in a new process of this Python."""
+    """The argv that runs ``module`` as ``__main__`` in a new process of this Python. ``-P``: the
+    working folder is not put on the import path (a folder of the user's own named ``app`` must not
+    stand in for FitScope's); FitScope is found through ``PYTHONPATH`` (``child_env``)."""
     if getattr(sys, "frozen", False):
         return [sys.executable, RUN_MODULE_FLAG, module]
-    return [sys.executable, "-m", module]
+    return [sys.executable, "-P", "-m", module]
 
 
 def child_env() -> dict[str, str]:
@@ -31,7 +33,8 @@ def child_env() -> dict[str, str]:
 def start_child(module: str, args: Sequence[str] = ()) -> subprocess.Popen[str]:
     """Start ``module`` (with command-line ``args``) in a new process with pipes for stdin, stdout
     and stderr (text, line buffered): the shape every llama.cpp worker of FitScope uses
-    (:class:`app.adapters.child_protocol.WorkerProcess` drives it)."""
+    (:class:`app.adapters.child_protocol.WorkerProcess` drives it). The child works in this
+    process's folder, so a model path relative to it means the same file to both."""
     env = child_env()
     return subprocess.Popen(
         [*module_command(module), *args],
@@ -43,5 +46,4 @@ def start_child(module: str, args: Sequence[str] = ()) -> subprocess.Popen[str]:
         errors="replace",
         bufsize=1,
         env=env,
-        cwd=str(_REPO_ROOT),
     )

@@ -155,7 +155,7 @@ class DivergenceResult:
 
     def pair_sentence(self, a: str, b: str, label_a: str, label_b: str) -> str:
         """Whether two variants' KL differ beyond chance on the same positions, in a sentence."""
-        d = paired_kl_difference(self.values[a].kl, self.values[b].kl)
+        d = paired_kl_difference(self.values[a].kl, self.values[b].kl, self.values[a].chunks)
         high = d.high if d.high is not None else d.value
         if d.low > 0 or high < 0:
             closer, further = (label_b, label_a) if d.value > 0 else (label_a, label_b)

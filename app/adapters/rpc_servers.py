@@ -220,7 +220,6 @@ class LocalRpcServers:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             env=child_env(),
-            cwd=str(Path(__file__).resolve().parents[2]),
         )
         lines: list[str] = []
 

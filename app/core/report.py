@@ -1,6 +1,7 @@
 """Exports of one evaluated :class:`~app.core.scenario.View`: JSON (the CLI's ``estimate --json``
 keys plus the window's extras), CSV, a self-contained HTML page to email, and the llama-server /
-llama-cpp-python launch commands that reproduce the estimated settings.
+llama-cpp-python launch commands that reproduce the estimated settings; and the rows and texts the
+window's tables and model summary show (the comparison, the per-device breakdown, the model's facts).
 
 Pure Python: the window calls these, but nothing here knows about Qt.
 """
@@ -11,11 +12,13 @@ import base64
 import csv
 import html
 import io
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from app.core.catalog import find_device
 from app.core.commands import server_command
+from app.core.coverage import APPROXIMATE_NOTE, coverage
 from app.core.errors import EstimateError, FitScopeError
 from app.core.estimate import MAX_CONTEXT_TOKENS, Estimate
 from app.core.fit import estimate_json
@@ -343,6 +346,78 @@ def compare_cells(r: CompareRow) -> list[str]:
         f"{decode.low:,.0f}-{decode.high:,.0f}" if decode and r.fits else "-",
         f"${r.price_usd:,.0f}" if r.price_usd else "unknown",
     ]
+
+
+BREAKDOWN_HEADER = [
+    "Device",
+    "Weights",
+    "KV cache",
+    "Compute",
+    "Output",
+    "Overhead",
+    "Vision projector",
+    "Total",
+    "Capacity",
+]
+
+
+def breakdown_rows(view: View) -> list[list[str]]:
+    """The per-device table under the window's Details (``BREAKDOWN_HEADER``'s columns), in GiB
+    with two decimals. Weights include the CPU's rearranged copy, the KV cache any recurrent state.
+    Empty without an estimate."""
+    if view.estimate is None:
+        return []
+    return [
+        [d.name]
+        + [
+            f"{v / GIB:.2f}"
+            for v in (
+                d.weights_bytes + d.repack_bytes,
+                d.kv_cache_bytes + d.recurrent_state_bytes,
+                d.compute_bytes,
+                d.output_bytes,
+                d.overhead_bytes,
+                d.projector_bytes,
+                d.total_bytes,
+                d.capacity_bytes,
+            )
+        ]
+        for d in view.estimate.devices
+    ]
+
+
+@dataclass(frozen=True)
+class ModelSummary:
+    """What the window says about the model under its list: ``name`` (shown bold), ``kind``
+    ("architecture, quantization") and one plain sentence per line."""
+
+    name: str
+    kind: str
+    lines: tuple[str, ...]
+
+
+def model_summary(view: View, demo_name: str, demo_license: str) -> ModelSummary | None:
+    """The model's facts: parameters, layers, KV heads, trained context, whether its architecture's
+    memory rules are proven, its file, and the ladder's note. The built-in demo model is called
+    ``demo_name`` and its ``demo_license`` is quoted. None when the view has no model."""
+    m = view.model
+    if m is None:
+        return None
+    arch = m.arch
+    kv = arch.n_head_kv if isinstance(arch.n_head_kv, int) else f"{min(arch.n_head_kv)}-{max(arch.n_head_kv)}"
+    params = f"{arch.params_billions:g} billion parameters" if arch.params_billions else "parameters unknown"
+    is_demo = view.request.model.kind == "demo"
+    lines = [f"{params}; {arch.n_layer} layers; {kv} KV heads; trained context {arch.n_ctx_train:,} tokens"]
+    rules = coverage(arch.arch)
+    if rules.status != "exact":
+        lines.append(f"Memory rules for {arch.arch}: {APPROXIMATE_NOTE} ({rules.detail}).")
+    if m.path is not None:
+        lines.append(f"File: {m.path.name} (in {m.path.parent})")
+    if is_demo:
+        lines.append(f"Built-in demo model. License: {demo_license}")
+    if view.ladder_note:
+        lines.append(view.ladder_note)
+    return ModelSummary(name=demo_name if is_demo else m.label, kind=f"{arch.arch}, {m.quant}", lines=tuple(lines))
 
 
 def report_html(view: View, images: dict[str, bytes]) -> str:

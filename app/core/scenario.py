@@ -20,7 +20,7 @@ from typing import Literal
 from pydantic import Field, ValidationError
 
 from app.core.autofit import auto_fit
-from app.core.catalog import find_device, load_devices
+from app.core.catalog import find_device, find_projector, load_devices
 from app.core.coverage import approximate_sentence
 from app.core.devices import DeviceSpec
 from app.core.divergence import MeasuredQuality, quality_key
@@ -99,6 +99,15 @@ class ModelChoice(Frozen):
     kind: Literal["demo", "catalog", "gguf", "hf_config"] = "demo"
     ref: str = ""
     quant: str = "Q4_K_M"
+
+
+def catalog_projector(choice: ModelChoice) -> ProjectorSpec | None:
+    """The vision projector a catalog model is served with (llama-server --mmproj); None for a
+    text-only model, and for the demo, a file or a config.json (their projector is chosen)."""
+    if choice.kind != "catalog":
+        return None
+    entry = find_projector(choice.ref)
+    return entry.spec() if entry is not None else None
 
 
 class Controls(Frozen):

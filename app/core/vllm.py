@@ -26,18 +26,19 @@ from app.core.vllm_memory import (
     VLLM_CUDA_CONTEXT_BYTES,
     VLLM_CUDA_GRAPH_BYTES,
     VLLM_CUDA_VISIBLE_FRACTION,
-    VLLM_NON_TORCH_BYTES,
-    VLLM_NON_TORCH_BYTES_TP,
     VLLM_SAMPLER_BYTES_PER_LOGIT,
     VllmGpu,
     cdiv,
     check_quantized_shapes,
     check_tensor_parallel,
     gib_figure,
+    kv_blocks,
     kv_dtype_bytes,
     start_problems,
     vllm_activation_bytes,
+    vllm_gpu,
     vllm_kv_bytes_per_token,
+    vllm_non_torch_bytes,
     vllm_weights_per_gpu,
 )
 
@@ -69,35 +70,16 @@ def _sm(gpu: DeviceSpec) -> tuple[int, int] | None:
         return None
 
 
-@dataclass(frozen=True)
-class VllmPlan:
-    """vLLM serving ``model_id`` with tensor parallelism over ``tensor_parallel_size`` identical GPUs."""
+class VllmKvCapacity:
+    """What ``num_gpu_blocks`` KV blocks of ``block_size`` tokens hold at ``max_model_len`` tokens per
+    request, in the terms of vLLM's start-up log, and whether vLLM starts (``problems``). Shared by
+    the single-node and multi-node plans."""
 
-    model_id: str
-    model_name: str
-    gpu_name: str
-    tensor_parallel_size: int
-    serving_format: str
-    quantization: str | None
-    dtype_flag: str
-    kv_cache_dtype: str
+    num_gpu_blocks: int
+    block_size: int
     max_model_len: int
     max_num_seqs: int
-    max_num_batched_tokens: int
-    gpu_memory_utilization: float
-    block_size: int
-    total_weights_bytes: int
-    """Every GPU's weights together (replicated parts counted on each)."""
-    kv_bytes_per_token: int
-    """On each GPU."""
-    block_bytes: int
-    """One block of ``block_size`` tokens over every layer, on each GPU."""
-    num_gpu_blocks: int
-    gpus: tuple[VllmGpu, ...]
     problems: tuple[str, ...]
-    """Why vLLM would not start, first reason first, each in vLLM's words; empty when it starts."""
-    notes: tuple[str, ...]
-    command: str
 
     @property
     def starts(self) -> bool:
@@ -131,6 +113,48 @@ class VllmPlan:
     def estimated_max_model_len(self) -> int:
         """The longest sequence one request could have in this KV cache (vLLM's own estimate)."""
         return min(self.kv_cache_tokens, self.max_model_len) if self.num_gpu_blocks > 0 else 0
+
+    def outcome_line(self) -> str:
+        """The summary's last sentence: why vLLM would not start, or how many full-length sequences fit."""
+        if self.problems:
+            return f"vLLM would not start: {self.problems[0]}"
+        running = min(self.max_num_seqs, self.max_concurrent_sequences)
+        return (
+            f"{self.max_concurrent_sequences} sequences of the full {self.max_model_len:,} tokens fit at once; "
+            f"with --max-num-seqs {self.max_num_seqs}, up to {running} run together at that length "
+            "(more when they are shorter)."
+        )
+
+
+@dataclass(frozen=True)
+class VllmPlan(VllmKvCapacity):
+    """vLLM serving ``model_id`` with tensor parallelism over ``tensor_parallel_size`` identical GPUs."""
+
+    model_id: str
+    model_name: str
+    gpu_name: str
+    tensor_parallel_size: int
+    serving_format: str
+    quantization: str | None
+    dtype_flag: str
+    kv_cache_dtype: str
+    max_model_len: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    gpu_memory_utilization: float
+    block_size: int
+    total_weights_bytes: int
+    """Every GPU's weights together (replicated parts counted on each)."""
+    kv_bytes_per_token: int
+    """On each GPU."""
+    block_bytes: int
+    """One block of ``block_size`` tokens over every layer, on each GPU."""
+    num_gpu_blocks: int
+    gpus: tuple[VllmGpu, ...]
+    problems: tuple[str, ...]
+    """Why vLLM would not start, first reason first, each in vLLM's words; empty when it starts."""
+    notes: tuple[str, ...]
+    command: str
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -181,15 +205,7 @@ class VllmPlan:
                 f"{self.kv_cache_tokens:,} tokens ({self.kv_bytes_per_token:,} bytes per token per GPU); "
                 f"{self.max_concurrency:.2f}x concurrency at {self.max_model_len:,} tokens per request."
             )
-        if self.problems:
-            lines.append(f"vLLM would not start: {self.problems[0]}")
-        else:
-            running = min(self.max_num_seqs, self.max_concurrent_sequences)
-            lines.append(
-                f"{self.max_concurrent_sequences} sequences of the full {self.max_model_len:,} tokens fit at once; "
-                f"with --max-num-seqs {self.max_num_seqs}, up to {running} run together at that length "
-                "(more when they are shorter)."
-            )
+        lines.append(self.outcome_line())
         return lines
 
 
@@ -204,6 +220,116 @@ def _quantization_flag(fmt: ServingFormat, gpu: DeviceSpec) -> str | None:
     if fmt.name == "GPTQ-4bit":
         return "gptq_marlin" if marlin else "gptq"
     return None  # FP16: none; INT8: vLLM reads the scheme from an INT8 checkpoint's config
+
+
+@dataclass(frozen=True)
+class VllmRequest:
+    """What ``vllm serve`` is asked for, checked against the model and the GPU, with its flags
+    resolved: the settings every GPU of a plan shares (:func:`vllm_request`)."""
+
+    model_id: str
+    serving_format: ServingFormat
+    quantization: str | None
+    """--quantization, or None."""
+    dtype_flag: str
+    kv_cache_dtype: str
+    kv_dtype_bytes: int
+    max_model_len: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    batched_default: bool
+    """max_num_batched_tokens is vllm serve's default for this GPU (the caller gave none)."""
+    gpu_memory_utilization: float
+    block_size: int
+
+    def serve_command(self, tensor_parallel_size: int, pipeline_parallel_size: int = 1) -> str:
+        """The ``vllm serve`` command line. With pipeline parallelism it adds
+        --pipeline-parallel-size and the Ray backend that spans the nodes."""
+        args = ["vllm", "serve", shlex.quote(self.model_id), "--tensor-parallel-size", str(tensor_parallel_size)]
+        if pipeline_parallel_size > 1:
+            args += ["--pipeline-parallel-size", str(pipeline_parallel_size), "--distributed-executor-backend", "ray"]
+        args += [
+            "--max-model-len",
+            str(self.max_model_len),
+            "--max-num-seqs",
+            str(self.max_num_seqs),
+            "--max-num-batched-tokens",
+            str(self.max_num_batched_tokens),
+            "--gpu-memory-utilization",
+            f"{self.gpu_memory_utilization:g}",
+            "--dtype",
+            self.dtype_flag,
+        ]
+        if self.block_size != 16:
+            args += ["--block-size", str(self.block_size)]
+        if self.kv_dtype_bytes == 1:
+            args += ["--kv-cache-dtype", self.kv_cache_dtype]
+        if self.quantization:
+            args += ["--quantization", self.quantization]
+        return " ".join(args)
+
+
+def vllm_request(
+    arch: Architecture,
+    gpu: DeviceSpec,
+    tensor_parallel_size: int,
+    *,
+    dtype: str = "FP16",
+    max_model_len: int,
+    max_num_seqs: int,
+    gpu_memory_utilization: float = 0.90,
+    kv_cache_dtype: str = "auto",
+    block_size: int = 16,
+    max_num_batched_tokens: int | None = None,
+    model: str | None = None,
+) -> VllmRequest:
+    """Check what vLLM would refuse before touching memory and resolve the command's flags; the
+    arguments are :func:`vllm_plan`'s. Raises EstimateError (heads not divisible by
+    ``tensor_parallel_size``, unknown dtype or KV dtype, a GPU vLLM does not run on, a state-space
+    model, bad arguments)."""
+    if tensor_parallel_size < 1:
+        raise EstimateError("Tensor parallelism needs at least one GPU.")
+    if gpu.backend not in ("cuda", "rocm"):
+        raise EstimateError(f"vLLM runs on NVIDIA (CUDA) and AMD (ROCm) GPUs, not on {gpu.name}.")
+    if not 0 < gpu_memory_utilization <= 1:
+        raise EstimateError(f"gpu_memory_utilization must be in (0, 1], not {gpu_memory_utilization}.")
+    if max_model_len < 1 or max_num_seqs < 1:
+        raise EstimateError("max_model_len and max_num_seqs must be at least 1.")
+    if block_size not in VLLM_BLOCK_SIZES:
+        raise EstimateError(f"vLLM's block size is one of {', '.join(map(str, VLLM_BLOCK_SIZES))}, not {block_size}.")
+    fmt = find_serving_format(dtype)
+    kv_bytes = kv_dtype_bytes(kv_cache_dtype)
+    check_tensor_parallel(arch, tensor_parallel_size)
+    check_quantized_shapes(arch, fmt, tensor_parallel_size)
+    batched = max_num_batched_tokens if max_num_batched_tokens is not None else default_max_num_batched_tokens(gpu)
+    if batched < max_num_seqs:
+        raise EstimateError(
+            f"max_num_batched_tokens ({batched}) must be greater than or equal to max_num_seqs ({max_num_seqs})."
+        )
+    sm = _sm(gpu)
+    if fmt.name == "FP8" and sm is not None and sm < (8, 0):
+        raise EstimateError(f"vLLM's FP8 weights need compute capability 8.0 or newer; {gpu.name} has {sm[0]}.{sm[1]}.")
+    hf = model or hf_model_id(arch)
+    if fmt.name in ("AWQ-4bit", "GPTQ-4bit", "INT8"):
+        # A 16-bit checkpoint cannot be served as AWQ/GPTQ/INT8: vLLM needs a checkpoint quantized so.
+        model_id = f"<a {fmt.name} checkpoint of {hf or arch.name}>" if model is None else model
+    else:
+        model_id = hf or f"<Hugging Face id of {arch.name}>"
+    dtype_flag = "half" if (sm is not None and sm < (8, 0)) or fmt.name in ("AWQ-4bit", "GPTQ-4bit") else "auto"
+    return VllmRequest(
+        model_id=model_id,
+        serving_format=fmt,
+        quantization=_quantization_flag(fmt, gpu),
+        dtype_flag=dtype_flag,
+        kv_cache_dtype=kv_cache_dtype.strip().lower(),
+        kv_dtype_bytes=kv_bytes,
+        max_model_len=max_model_len,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=batched,
+        batched_default=max_num_batched_tokens is None,
+        gpu_memory_utilization=gpu_memory_utilization,
+        block_size=block_size,
+    )
 
 
 def vllm_plan(
@@ -231,100 +357,47 @@ def vllm_plan(
     unknown dtype or KV dtype, a GPU vLLM does not run on, a state-space model, bad arguments).
     Memory shortfalls are not errors: ``problems`` says, in vLLM's words, why it would not start.
     """
-    if count < 1:
-        raise EstimateError("Tensor parallelism needs at least one GPU.")
-    if gpu.backend not in ("cuda", "rocm"):
-        raise EstimateError(f"vLLM runs on NVIDIA (CUDA) and AMD (ROCm) GPUs, not on {gpu.name}.")
-    if not 0 < gpu_memory_utilization <= 1:
-        raise EstimateError(f"gpu_memory_utilization must be in (0, 1], not {gpu_memory_utilization}.")
-    if max_model_len < 1 or max_num_seqs < 1:
-        raise EstimateError("max_model_len and max_num_seqs must be at least 1.")
-    if block_size not in VLLM_BLOCK_SIZES:
-        raise EstimateError(f"vLLM's block size is one of {', '.join(map(str, VLLM_BLOCK_SIZES))}, not {block_size}.")
-    fmt = find_serving_format(dtype)
-    kv_bytes = kv_dtype_bytes(kv_cache_dtype)
-    tp = count
-    check_tensor_parallel(arch, tp)
-    check_quantized_shapes(arch, fmt, tp)
-    batched = max_num_batched_tokens if max_num_batched_tokens is not None else default_max_num_batched_tokens(gpu)
-    if batched < max_num_seqs:
-        raise EstimateError(
-            f"max_num_batched_tokens ({batched}) must be greater than or equal to max_num_seqs ({max_num_seqs})."
-        )
-    sm = _sm(gpu)
-    notes: list[str] = []
-    if fmt.name == "FP8" and sm is not None and sm < (8, 0):
-        raise EstimateError(f"vLLM's FP8 weights need compute capability 8.0 or newer; {gpu.name} has {sm[0]}.{sm[1]}.")
-
-    weights = vllm_weights_per_gpu(arch, fmt, tp)
-    activation = vllm_activation_bytes(arch, tp, batched, max_num_seqs)
-    non_torch = VLLM_NON_TORCH_BYTES if tp == 1 else VLLM_NON_TORCH_BYTES_TP
-    visible = int(gpu.capacity_bytes * VLLM_CUDA_VISIBLE_FRACTION)
-    budget = int(visible * gpu_memory_utilization)
-    kv_budget = budget - weights - activation - non_torch
-    per_token = vllm_kv_bytes_per_token(arch, tp, kv_bytes)
-    block_bytes = per_token * block_size
-    blocks = max(kv_budget, 0) // block_bytes if block_bytes else 0
-    line = VllmGpu(
-        name="",
-        capacity_bytes=gpu.capacity_bytes,
-        visible_bytes=visible,
-        budget_bytes=budget,
-        weights_bytes=weights,
-        activation_bytes=activation,
-        non_torch_bytes=non_torch,
-        kv_budget_bytes=kv_budget,
-        kv_cache_bytes=blocks * block_bytes,
-        cuda_graph_bytes=VLLM_CUDA_GRAPH_BYTES,
-        cuda_context_bytes=VLLM_CUDA_CONTEXT_BYTES,
+    request = vllm_request(
+        arch,
+        gpu,
+        count,
+        dtype=dtype,
+        max_model_len=max_model_len,
+        max_num_seqs=max_num_seqs,
+        gpu_memory_utilization=gpu_memory_utilization,
+        kv_cache_dtype=kv_cache_dtype,
+        block_size=block_size,
+        max_num_batched_tokens=max_num_batched_tokens,
+        model=model,
     )
+    tp = count
+    fmt = request.serving_format
+    weights = vllm_weights_per_gpu(arch, fmt, tp)
+    per_token = vllm_kv_bytes_per_token(arch, tp, request.kv_dtype_bytes)
+    block_bytes = per_token * block_size
+    line = vllm_gpu(
+        gpu.capacity_bytes,
+        gpu_memory_utilization,
+        weights_bytes=weights,
+        activation_bytes=vllm_activation_bytes(arch, tp, request.max_num_batched_tokens, max_num_seqs),
+        non_torch_bytes=vllm_non_torch_bytes(tp),
+        block_bytes=block_bytes,
+    )
+    blocks = kv_blocks(line.kv_budget_bytes, block_bytes)
     gpus = tuple(replace(line, name=f"GPU {i}") for i in range(count))
-
     problems = start_problems(arch, line, max_model_len, block_size, block_bytes, blocks, gpu_memory_utilization)
-    hf = model or hf_model_id(arch)
-    if fmt.name in ("AWQ-4bit", "GPTQ-4bit", "INT8"):
-        # A 16-bit checkpoint cannot be served as AWQ/GPTQ/INT8: vLLM needs a checkpoint quantized so.
-        model_id = f"<a {fmt.name} checkpoint of {hf or arch.name}>" if model is None else model
-    else:
-        model_id = hf or f"<Hugging Face id of {arch.name}>"
-    quant = _quantization_flag(fmt, gpu)
-    dtype_flag = "half" if (sm is not None and sm < (8, 0)) or fmt.name in ("AWQ-4bit", "GPTQ-4bit") else "auto"
-    notes += _vllm_notes(arch, tp, fmt, quant, dtype_flag, batched, max_num_batched_tokens is None)
-    args = [
-        "vllm",
-        "serve",
-        shlex.quote(model_id),
-        "--tensor-parallel-size",
-        str(tp),
-        "--max-model-len",
-        str(max_model_len),
-        "--max-num-seqs",
-        str(max_num_seqs),
-        "--max-num-batched-tokens",
-        str(batched),
-        "--gpu-memory-utilization",
-        f"{gpu_memory_utilization:g}",
-        "--dtype",
-        dtype_flag,
-    ]
-    if block_size != 16:
-        args += ["--block-size", str(block_size)]
-    if kv_bytes == 1:
-        args += ["--kv-cache-dtype", kv_cache_dtype.strip().lower()]
-    if quant:
-        args += ["--quantization", quant]
     return VllmPlan(
-        model_id=model_id,
+        model_id=request.model_id,
         model_name=arch.name,
         gpu_name=gpu.name,
         tensor_parallel_size=tp,
         serving_format=fmt.name,
-        quantization=quant,
-        dtype_flag=dtype_flag,
-        kv_cache_dtype=kv_cache_dtype.strip().lower(),
+        quantization=request.quantization,
+        dtype_flag=request.dtype_flag,
+        kv_cache_dtype=request.kv_cache_dtype,
         max_model_len=max_model_len,
         max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=batched,
+        max_num_batched_tokens=request.max_num_batched_tokens,
         gpu_memory_utilization=gpu_memory_utilization,
         block_size=block_size,
         total_weights_bytes=weights * tp,
@@ -333,20 +406,17 @@ def vllm_plan(
         num_gpu_blocks=blocks,
         gpus=gpus,
         problems=tuple(problems),
-        notes=tuple(notes),
-        command=" ".join(args),
+        notes=tuple(vllm_notes(arch, tp, request)),
+        command=request.serve_command(tp),
     )
 
 
-def _vllm_notes(
-    arch: Architecture,
-    tp: int,
-    fmt: ServingFormat,
-    quant: str | None,
-    dtype_flag: str,
-    batched: int,
-    batched_default: bool,
-) -> list[str]:
+def vllm_notes(arch: Architecture, tp: int, request: VllmRequest, world_size: int | None = None) -> list[str]:
+    """What a plan approximates and what its command implies, one sentence each; ``world_size``
+    (tensor x pipeline parallel size, default ``tp``) sets the non-torch allowance."""
+    fmt, quant, dtype_flag = request.serving_format, request.quantization, request.dtype_flag
+    batched = request.max_num_batched_tokens
+    non_torch = vllm_non_torch_bytes(tp if world_size is None else world_size)
     out = [
         f"Budget = gpu_memory_utilization x the memory CUDA reports ({VLLM_CUDA_VISIBLE_FRACTION:g} of the sold "
         "memory); the weights, the profiled activation peak and non-torch memory come out of it, the rest is "
@@ -354,13 +424,13 @@ def _vllm_notes(
         f"Activation peak: the larger of a {batched:,}-token forward pass and the sampler over "
         f"min(max_num_seqs, {batched:,}) sequences at {VLLM_SAMPLER_BYTES_PER_LOGIT:g} bytes per vocabulary entry "
         "(fitted to published vLLM V1 profiles on H100s).",
-        f"Non-torch memory {gib_figure(VLLM_NON_TORCH_BYTES if tp == 1 else VLLM_NON_TORCH_BYTES_TP)} GiB per GPU; "
+        f"Non-torch memory {gib_figure(non_torch)} GiB per GPU; "
         f"CUDA context {gib_figure(VLLM_CUDA_CONTEXT_BYTES)} GiB and CUDA graphs "
         f"{gib_figure(VLLM_CUDA_GRAPH_BYTES)} GiB "
         "outside the budget (published logs; vary by vLLM version).",
         "Embedding and LM head are split by vocabulary rows across the GPUs; norms are replicated on each.",
     ]
-    if batched_default:
+    if request.batched_default:
         out.append(f"--max-num-batched-tokens {batched} is what vllm serve picks on this GPU when not given.")
     if arch.mla is None:
         kv = max(arch.kv_heads(i) for i in range(arch.n_layer))

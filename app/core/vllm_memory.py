@@ -3,10 +3,15 @@
 Every GPU holds 1/TP of each weight matrix (:func:`vllm_weights_per_gpu`); a budget of
 ``gpu_memory_utilization`` x the memory CUDA reports is shared by the weights, the activation peak
 of a profiling forward pass (:func:`vllm_activation_bytes`) and non-torch allocations; what is left
-becomes KV-cache blocks (:func:`vllm_kv_bytes_per_token` per token). :class:`VllmGpu` holds one
-GPU's figures. :func:`check_tensor_parallel` and :func:`check_quantized_shapes` raise, in vLLM's
-words, for a model it cannot split over TP GPUs. See docs/vllm-memory.md for the sources of the
-constants below and for what is approximated; the plan and its command are in :mod:`app.core.vllm`.
+becomes KV-cache blocks (:func:`vllm_kv_bytes_per_token` per token). :func:`vllm_gpu` adds one GPU up
+into a :class:`VllmGpu`. :func:`check_tensor_parallel` and :func:`check_quantized_shapes` raise, in
+vLLM's words, for a model it cannot split over TP GPUs. See docs/vllm-memory.md for the sources of
+the constants below and for what is approximated; the plan and its command are in
+:mod:`app.core.vllm`.
+
+Under pipeline parallelism a GPU holds only its stage's layers: the weight, KV-cache and activation
+functions take the stage (``layers``, ``first_stage``, ``last_stage``) and count only what vLLM
+builds there (:mod:`app.core.vllm_pipeline`). Their defaults are one stage holding everything.
 
 All byte figures are integers (bytes); nothing here imports Qt.
 """
@@ -113,6 +118,23 @@ def check_tensor_parallel(arch: Architecture, tp: int) -> None:
             raise EstimateError(f"The MLP width {w} of {arch.name} is not divisible by tensor parallel size {tp}.")
 
 
+def vllm_non_torch_bytes(world_size: int) -> int:
+    """Non-torch memory per GPU: VLLM_NON_TORCH_BYTES alone, VLLM_NON_TORCH_BYTES_TP when the GPUs
+    talk to each other (``world_size`` = tensor x pipeline parallel size above 1: NCCL's buffers)."""
+    return VLLM_NON_TORCH_BYTES if world_size == 1 else VLLM_NON_TORCH_BYTES_TP
+
+
+def _holds(arch: Architecture, name: str, layers: range | None, first_stage: bool, last_stage: bool) -> bool:
+    """Whether a stage builds tensor ``name`` (vLLM's models put a PPMissingLayer in place of the rest):
+    its own decoder layers; the token embedding on the first stage, and on the last when the LM head
+    is tied to it (the last stage keeps its own copy); the final norm and the LM head on the last."""
+    if name.startswith("blk."):
+        return layers is None or int(name.split(".")[1]) in layers
+    if name == "token_embd.weight":
+        return first_stage or (last_stage and arch.tied_embeddings)
+    return last_stage
+
+
 def _shard_share(arch: Architecture, name: str, tp: int) -> float:
     """Share of one weight matrix held by each of ``tp`` GPUs, as vLLM's parallel layers cut it."""
     if name.endswith(("attn_q_a.weight", "attn_kv_a_mqa.weight")):
@@ -129,18 +151,32 @@ def _shard_share(arch: Architecture, name: str, tp: int) -> float:
     return 1.0 / tp
 
 
-def vllm_weights_per_gpu(arch: Architecture, fmt: ServingFormat | str, tp: int) -> int:
+def vllm_weights_per_gpu(
+    arch: Architecture,
+    fmt: ServingFormat | str,
+    tp: int,
+    *,
+    layers: range | None = None,
+    first_stage: bool = True,
+    last_stage: bool = True,
+) -> int:
     """Weight bytes on each GPU at tensor-parallel size ``tp``.
 
     Linear layers (attention, MLP, experts) are cut in ``tp`` (KV projections are replicated when
     there are fewer KV heads than GPUs) and stored at ``fmt``'s bits per weight; the token
     embedding and the LM head are cut by vocabulary rows (vocabulary padded to 64) and stay 16-bit;
     norms, biases and MoE routers are replicated at 16 bits. A tied LM head shares the embedding.
+
+    A pipeline stage passes its decoder ``layers`` and whether it is the first and the last stage:
+    the first holds the token embedding, the last the final norm and the LM head (with a tied head,
+    its own copy of the embedding). The defaults (every layer, first and last) are the whole model.
     """
     f = find_serving_format(fmt) if isinstance(fmt, str) else fmt
     vocab_rows = cdiv(cdiv(arch.n_vocab, VLLM_VOCAB_PADDING) * VLLM_VOCAB_PADDING, tp)
     total = 0.0
     for t in tensor_layout(arch):
+        if not _holds(arch, t.name, layers, first_stage, last_stage):
+            continue
         if t.name in ("token_embd.weight", "output.weight"):
             total += vocab_rows * arch.n_embd * 2
         elif len(t.shape) < 2 or t.keep_f32:
@@ -160,15 +196,17 @@ def kv_dtype_bytes(kv_cache_dtype: str) -> int:
         ) from None
 
 
-def vllm_kv_bytes_per_token(arch: Architecture, tp: int, dtype_bytes: int) -> int:
+def vllm_kv_bytes_per_token(arch: Architecture, tp: int, dtype_bytes: int, *, layers: range | None = None) -> int:
     """KV-cache bytes one token takes on each GPU: 2 (K and V) x layers x max(1, n_head_kv / TP)
     x head_dim x dtype bytes. MLA keeps one latent row (kv_lora_rank + rope dims) per layer, the
-    same on every GPU (vLLM does not shard it). Sliding-window layers count at full length."""
+    same on every GPU (vLLM does not shard it). Sliding-window layers count at full length.
+    ``layers``: a pipeline stage's decoder layers (default: all of them)."""
+    held = range(arch.n_layer) if layers is None else layers
     if arch.mla is not None:
         width = arch.mla.kv_lora_rank + arch.mla.qk_rope_head_dim
-        return sum(width for i in range(arch.n_layer) if arch.is_attention_layer(i)) * dtype_bytes
+        return sum(width for i in held if arch.is_attention_layer(i)) * dtype_bytes
     total = 0
-    for i in range(arch.n_layer):
+    for i in held:
         kv = arch.kv_heads(i)
         if kv:
             total += max(kv // tp, 1) * (arch.head_dim_k_eff + arch.head_dim_v_eff)
@@ -183,7 +221,22 @@ def _widest_ffn_per_gpu(arch: Architecture, tp: int) -> int:
     return cdiv(max(dense, routed), tp)
 
 
-def vllm_activation_bytes(arch: Architecture, tp: int, max_num_batched_tokens: int, max_num_seqs: int) -> int:
+def vllm_pipeline_state_bytes(arch: Architecture, tokens: int) -> int:
+    """Bytes one pipeline stage hands the next for ``tokens`` tokens: vLLM's decoder models pass
+    ``IntermediateTensors`` of two hidden-state-wide tensors, ``hidden_states`` and ``residual``
+    (``LlamaModel.forward`` and its kin), in the 16-bit model dtype."""
+    return 2 * tokens * arch.n_embd * VLLM_ACTIVATION_DTYPE_BYTES
+
+
+def vllm_activation_bytes(
+    arch: Architecture,
+    tp: int,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    *,
+    first_stage: bool = True,
+    last_stage: bool = True,
+) -> int:
     """Peak of vLLM's profiling run on each GPU: the larger of the forward pass over
     ``max_num_batched_tokens`` tokens and the sampler over min(max_num_seqs, tokens) sequences.
 
@@ -191,15 +244,21 @@ def vllm_activation_bytes(arch: Architecture, tp: int, max_num_batched_tokens: i
     (gate+up output and the activated half); sampler = sequences x n_vocab x
     VLLM_SAMPLER_BYTES_PER_LOGIT + the tokens' hidden states. Every GPU samples the full
     vocabulary (logits are gathered), so the sampler term does not shrink with TP.
+
+    Under pipeline parallelism only the last stage samples (``GPUModelRunner.profile_run`` runs the
+    dummy sampler when ``get_pp_group().is_last_rank``), and every stage but the first keeps a
+    buffer for the hidden state it receives, sized for ``max_num_batched_tokens``
+    (``GPUModelRunner._dummy_run``: ``make_empty_intermediate_tensors``), on top of its peak.
     """
     t = max_num_batched_tokens
     seqs = min(max_num_seqs, t)
     hidden = t * arch.n_embd * VLLM_ACTIVATION_DTYPE_BYTES
-    sampler = int(seqs * arch.n_vocab * VLLM_SAMPLER_BYTES_PER_LOGIT) + hidden
+    sampler = int(seqs * arch.n_vocab * VLLM_SAMPLER_BYTES_PER_LOGIT) + hidden if last_stage else 0
     forward = (
         t * VLLM_ACTIVATION_DTYPE_BYTES * (VLLM_FORWARD_HIDDEN_COPIES * arch.n_embd + 3 * _widest_ffn_per_gpu(arch, tp))
     )
-    return max(forward, sampler)
+    received = 0 if first_stage else vllm_pipeline_state_bytes(arch, t)
+    return max(forward, sampler) + received
 
 
 @dataclass(frozen=True)
@@ -254,6 +313,43 @@ class VllmGpu:
         }
 
 
+def kv_blocks(kv_budget_bytes: int, block_bytes: int) -> int:
+    """Whole KV-cache blocks of ``block_bytes`` in a KV budget (0 when the budget is negative)."""
+    return max(kv_budget_bytes, 0) // block_bytes if block_bytes else 0
+
+
+def vllm_gpu(
+    capacity_bytes: int,
+    gpu_memory_utilization: float,
+    *,
+    weights_bytes: int,
+    activation_bytes: int,
+    non_torch_bytes: int,
+    block_bytes: int,
+    name: str = "",
+) -> VllmGpu:
+    """One GPU of ``capacity_bytes`` (the memory sold) under vLLM: CUDA reports
+    VLLM_CUDA_VISIBLE_FRACTION of it, the budget is ``gpu_memory_utilization`` of that, and what the
+    weights, the activation peak and non-torch memory leave of the budget becomes whole KV blocks
+    of ``block_bytes``; the CUDA context and graphs come on top."""
+    visible = int(capacity_bytes * VLLM_CUDA_VISIBLE_FRACTION)
+    budget = int(visible * gpu_memory_utilization)
+    kv_budget = budget - weights_bytes - activation_bytes - non_torch_bytes
+    return VllmGpu(
+        name=name,
+        capacity_bytes=capacity_bytes,
+        visible_bytes=visible,
+        budget_bytes=budget,
+        weights_bytes=weights_bytes,
+        activation_bytes=activation_bytes,
+        non_torch_bytes=non_torch_bytes,
+        kv_budget_bytes=kv_budget,
+        kv_cache_bytes=kv_blocks(kv_budget, block_bytes) * block_bytes,
+        cuda_graph_bytes=VLLM_CUDA_GRAPH_BYTES,
+        cuda_context_bytes=VLLM_CUDA_CONTEXT_BYTES,
+    )
+
+
 def check_quantized_shapes(arch: Architecture, fmt: ServingFormat, tp: int) -> None:
     """Raise EstimateError, in vLLM's words, when an AWQ/GPTQ format's weight groups do not divide
     the input rows each of ``tp`` GPUs gets."""
@@ -280,8 +376,9 @@ def start_problems(
     blocks: int,
     utilization: float,
 ) -> list[str]:
-    """Why vLLM would not start with one GPU like ``g`` (every GPU of the plan holds the same), in the
-    order it meets the failures and in its own words; empty when it starts."""
+    """Why vLLM would not start with one GPU like ``g`` (every GPU of the plan, or of a pipeline
+    stage, holds the same; ``block_bytes`` and ``blocks`` are that GPU's), in the order it meets the
+    failures and in its own words; empty when it starts."""
     out: list[str] = []
     if max_model_len > arch.n_ctx_train:
         out.append(

@@ -36,6 +36,9 @@ from app.ui.panels import fill_table, readonly_table
 LoadSource = tuple[str, Callable[[], BatchProfile | None], Callable[[], BatchProfile], Callable[[int], int]]
 
 
+_NONE_YET = 1 << 62  # above any job id: no simulation's result is wanted until one is asked for
+
+
 class LoadPanel(QWidget):
     simulated = Signal(object)  # list[LoadResult]
     error_shown = Signal(str)
@@ -47,7 +50,7 @@ class LoadPanel(QWidget):
         self.results: list[LoadResult] = []
         self.max_slots: int | None = None
         self._job = JobRunner("load", self)
-        self._latest_simulation = 0
+        self._latest_simulation = _NONE_YET
         self._job.finished.connect(self._on_done)
         self._job.failed.connect(self._on_failed)
         self._job.running_changed.connect(lambda _running: self._update_buttons())
@@ -196,6 +199,9 @@ class LoadPanel(QWidget):
         if source is not None and self._source is not None and source[0] == self._source[0]:
             return
         self._source = source
+        # A simulation of the previous file still under way is not this file's: it is dropped.
+        self._latest_simulation = _NONE_YET
+        self.results = []
         self.profile = source[1]() if source is not None else None
         self.model_label.setText(source[0].rsplit("/", 1)[-1] if source is not None else reason)
         self.status.setText(

@@ -1,0 +1,345 @@
+"""``fitscope estimate`` and ``fitscope demo``: memory and speed for a model, llama.cpp's settings
+and hardware (catalog devices, this machine's GPUs or its CPU), as a table or JSON, with the
+llama-server command that runs it.
+
+A cold catalog estimate is the command people run most and wait for: the estimator and what it
+needs are imported inside the functions, under ``_long_lived_imports``, and this machine's
+hardware is probed only when it is asked about.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import sys
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from app.cli.parser import build_parser
+from app.core.errors import FitScopeError
+from app.core.units import GIB, MIB
+
+if TYPE_CHECKING:
+    from app.core.devices import DeviceSpec
+    from app.core.estimate import Target
+    from app.core.hardware import GpuSnapshot, HostSnapshot
+
+
+def _int_option(flag: str, value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise FitScopeError(f"Invalid {flag}: '{value}' is not a whole number (or 'auto').") from None
+
+
+def _settings(args: argparse.Namespace, host_profile: str):
+    from pydantic import ValidationError
+
+    from app.core.estimate import Settings
+
+    try:
+        return Settings(
+            context_tokens=args.ctx_size,
+            batch_tokens=args.batch_size,
+            ubatch_tokens=args.ubatch_size,
+            flash_attn=args.flash_attn == "on",
+            cache_type_k=args.cache_type_k,
+            cache_type_v=args.cache_type_v,
+            parallel_sequences=args.parallel,
+            kv_unified=args.kv_unified,
+            swa_full=args.swa_full if args.swa_full is not None else args.consumer != "llama-server",
+            gpu_layers=None if args.n_gpu_layers in (None, "auto") else _int_option("-ngl", args.n_gpu_layers),
+            repack=host_profile,  # type: ignore[arg-type]
+            backend=args.backend,
+            consumer=args.consumer,
+            mmap=not args.no_mmap,
+            n_cpu_moe=(1 << 20) if args.cpu_moe else (args.n_cpu_moe or 0),
+            mmproj=_projector(args),
+            mmproj_offload=args.mmproj_offload,
+        )
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = {
+            "context_tokens": "-c",
+            "batch_tokens": "-b",
+            "ubatch_tokens": "-ub",
+            "parallel_sequences": "-np",
+            "gpu_layers": "-ngl",
+        }.get(str(first["loc"][0]) if first["loc"] else "", "a setting")
+        raise FitScopeError(f"Invalid {field}: {first['msg']}.") from exc
+
+
+def _projector(args: argparse.Namespace):
+    """The projector --mmproj or --projector names, or None."""
+    if args.mmproj and args.projector:
+        raise FitScopeError("Choose --mmproj PATH or --projector, not both.")
+    if args.mmproj:
+        from app.core.projector import read_projector
+
+        return read_projector(args.mmproj)
+    if not args.projector:
+        return None
+    from app.core.catalog import find_projector
+
+    if not args.model:
+        raise FitScopeError("--projector adds a catalog model's own projector: use it with --model, or give --mmproj.")
+    entry = find_projector(args.model)
+    if entry is None:
+        raise FitScopeError(f"The catalog model '{args.model}' has no vision projector (it reads text only).")
+    return entry.spec()
+
+
+def _model(args: argparse.Namespace):
+    from app.core import fit
+
+    chosen = [x for x in (args.gguf, args.hf_config, args.model) if x]
+    if len(chosen) != 1:
+        raise FitScopeError("Name one model: --gguf PATH, --hf-config PATH or --model CATALOG_ID.")
+    if args.gguf:
+        return fit.model_from_gguf(args.gguf)
+    if args.hf_config:
+        return fit.model_from_hf_config(args.hf_config, args.quant or "Q4_K_M")
+    from app.core.catalog import find_model
+
+    return fit.model_from_catalog(args.model, args.quant or find_model(args.model).default_quant or "Q4_K_M")
+
+
+def _targets(args: argparse.Namespace):
+    """The estimator's targets for --gpu/--cpu, and this machine's host (its CPU flags choose the
+    repacking). Raises FitScopeError for --cpu with --gpu, for 'local' without an NVIDIA driver, and
+    for a catalog CPU machine named beside other hardware; CatalogError for an unknown id.
+
+    This machine (--cpu, or --gpu local, or neither) resolves as in the window
+    (``resolve_targets``): its NVIDIA GPUs matched to their catalog entries, or its CPU, and its
+    measured memory bandwidth. Catalog ids may be several and different, and 'local' may join them,
+    which the window's one device times a count cannot say: those stay here, built from the same
+    targets. A catalog-only estimate does not import the window's scenario module (a quick start)."""
+    from app.adapters.host import detect_host
+    from app.core.catalog import find_device
+    from app.core.fit import target_from_device
+
+    host = detect_host(measure_bandwidth=False)
+    gpu_args = args.gpu or []
+    if args.cpu and gpu_args:
+        raise FitScopeError("Choose --cpu or --gpu, not both.")
+    here = args.cpu or not gpu_args or "local" in gpu_args
+    local_gpus = () if args.cpu or not here else _local_gpus(required="local" in gpu_args)
+    devices: list[DeviceSpec] = []
+    for gid in gpu_args:
+        if gid == "local":
+            continue
+        device = find_device(gid)
+        if not device.is_gpu and len(gpu_args) > 1:
+            raise FitScopeError(f"{device.name} is a CPU machine; estimate it alone (one --gpu {gid}).")
+        devices.append(device)
+    if not here:
+        return _catalog_targets(args, devices, host), host
+    targets = _this_machine_targets(args, host, local_gpus)
+    if devices:  # this machine's GPUs, then the catalog's, then host RAM
+        *gpus, host_ram = targets
+        targets = [*gpus, *map(target_from_device, devices), host_ram]
+    return targets, host
+
+
+def _local_gpus(required: bool) -> tuple[GpuSnapshot, ...]:
+    """This machine's NVIDIA GPUs; none without a driver, unless ``required`` (then FitScopeError)."""
+    from app.adapters.nvml import NvmlMonitor  # pynvml only for this machine's own GPUs
+
+    status = NvmlMonitor().status()
+    if not status.available and required:
+        raise FitScopeError(f"{status.message} Use --cpu, or --gpu CATALOG_ID for hardware you do not own.")
+    return status.gpus if status.available else ()
+
+
+def _this_machine_targets(args: argparse.Namespace, host: HostSnapshot, gpus: tuple[GpuSnapshot, ...]) -> list[Target]:
+    """This machine's GPUs (if any) and host RAM, or its CPU with --cpu or without GPUs, as the
+    window resolves them; --host-ram-gib replaces the RAM beside the GPUs."""
+    from app.adapters.host import measure_read_bandwidth_gb_s
+    from app.core.scenario import HardwareChoice, Machine, resolve_targets
+
+    update = {"measured_read_bandwidth_gb_s": measure_read_bandwidth_gb_s(budget_s=0.3)}
+    if args.host_ram_gib:
+        # The RAM beside the GPUs; a CPU target counts the available RAM, left as detected.
+        update["ram_total_bytes"] = int(args.host_ram_gib * GIB)
+    machine = Machine(gpus=gpus, host=host.model_copy(update=update))
+    return resolve_targets(HardwareChoice(kind="cpu" if args.cpu else "local"), machine)
+
+
+def _catalog_targets(args: argparse.Namespace, devices: list[DeviceSpec], host: HostSnapshot) -> list[Target]:
+    """Catalog hardware: a CPU machine alone, or the GPUs beside host RAM (--host-ram-gib, default
+    this machine's, at the bandwidth of --host-memory)."""
+    from app.core.fit import host_ram_target, target_from_device
+
+    if not devices[0].is_gpu:
+        return [target_from_device(devices[0])]
+    ram = int(args.host_ram_gib * GIB) if args.host_ram_gib else host.ram_total_bytes
+    return [*map(target_from_device, devices), host_ram_target(ram, host_memory=args.host_memory)]
+
+
+@contextlib.contextmanager
+def _long_lived_imports() -> Iterator[None]:
+    """Runs the block's imports with the cyclic garbage collector paused and, when they imported
+    anything new, freezes what is alive (gc.freeze).
+
+    A command that estimates once imports far more than it computes: tens of thousands of modules,
+    classes and validators that live as long as the process. Unfrozen, the collector walks them again
+    and again while they are made and once more at exit: about a tenth of a cold ``fitscope estimate``.
+    """
+    imported = len(sys.modules)
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if len(sys.modules) > imported:
+            gc.freeze()
+        if was_enabled:
+            gc.enable()
+
+
+def cmd_estimate(args: argparse.Namespace) -> int:
+    with _long_lived_imports():
+        import app.adapters.host  # noqa: F401 - host detection runs on every estimate (in _targets)
+        from app.core import fit
+        from app.core.commands import server_command
+
+    model = _model(args)
+    targets, host = _targets(args)
+    settings = _settings(args, fit.repack_profile(host))
+    _check_projector_width(settings, model.arch)
+    plan = None
+    if args.n_gpu_layers == "auto":
+        from app.core.autofit import auto_fit
+
+        fixed = settings.n_cpu_moe if (args.cpu_moe or args.n_cpu_moe is not None) else None
+        plan = auto_fit(model.arch, model.tensors, settings, targets, args.fit_target * MIB, fixed_cpu_moe=fixed)
+        settings = plan.estimate.settings
+        if plan.gpus_hidden:
+            targets = [t for t in targets if t.kind == "cpu"]
+    result = fit.fit(model, settings, targets, prompt_tokens=args.prompt_tokens)
+    gpu_layers = result.estimate.gpu_layers if any(t.kind == "gpu" for t in targets) else 0
+    command = server_command(
+        result.estimate,
+        args.gguf or "MODEL.gguf",
+        gpu_layers,
+        model.arch.sliding_window is not None,
+        plan is not None and plan.gpus_hidden,
+    )
+    if args.json:
+        out = result.to_json() | {"llama_server_command": command}
+        if plan is not None:
+            out["auto_fit"] = {
+                "gpu_layers": plan.gpu_layers,
+                "n_cpu_moe": plan.n_cpu_moe,
+                "margin_bytes": plan.margin_bytes,
+                "gpus_hidden": plan.gpus_hidden,
+                "steps": list(plan.steps),
+            }
+        print(json.dumps(out, indent=2))
+    else:
+        print(format_result(result))
+        if plan is not None:
+            print("\nAuto fit (as llama.cpp's --fit): " + " ".join(plan.steps))
+        print(f"\nllama-server command:\n  {command}")
+    return 0
+
+
+def _check_projector_width(settings, arch) -> None:
+    p = settings.mmproj
+    if p is not None and p.n_embd_text != arch.n_embd:
+        # mtmd refuses it too: "mismatch between text model (n_embd = ...) and mmproj".
+        raise FitScopeError(
+            f"The projector {p.name} outputs width {p.n_embd_text}, but {arch.name} takes {arch.n_embd}: "
+            "it belongs to another model (llama-server would refuse it)."
+        )
+
+
+def format_result(result) -> str:
+    e = result.estimate
+    lines = [
+        f"{result.model.label} ({result.model.arch.arch}, {result.model.quant}) at {e.settings.context_tokens:,} "
+        f"tokens of context, {e.settings.parallel_sequences} sequence(s)"
+    ]
+    vision = e.projector is not None
+    header = (
+        f"{'device':38s} {'weights':>9s} {'repack':>8s} {'KV':>8s} {'state':>7s} {'compute':>8s} "
+        f"{'output':>7s} {'overhd':>7s} "
+        + (f"{'vision':>8s} " if vision else "")
+        + f"{'total':>9s} {'capacity':>9s}  verdict"
+    )
+    lines += ["", header]
+    for d in e.devices:
+        lines.append(
+            f"{d.name[:38]:38s} {d.weights_bytes / GIB:8.2f}G {d.repack_bytes / GIB:7.2f}G "
+            f"{d.kv_cache_bytes / GIB:7.2f}G "
+            f"{d.recurrent_state_bytes / MIB:6.0f}M {d.compute_bytes / MIB:7.0f}M {d.output_bytes / MIB:6.1f}M "
+            f"{d.overhead_bytes / MIB:6.0f}M "
+            + (f"{d.projector_bytes / MIB:7.0f}M " if vision else "")
+            + f"{d.total_bytes / GIB:8.2f}G {d.capacity_bytes / GIB:8.2f}G  "
+            + (
+                f"fits ({d.free_bytes / GIB:.2f} GiB free)"
+                if d.fits
+                else f"DOES NOT FIT ({-d.free_bytes / GIB:.2f} GiB over)"
+            )
+        )
+    s = result.speed
+    from app.core.coverage import APPROXIMATE_NOTE
+    from app.core.fit import placement_of
+
+    placement = {
+        "gpu": "fits on the GPU",
+        "partial": f"runs partly in system memory ({e.gpu_layers} of {e.n_layer + 1} layers on the GPU"
+        + (f", experts of {e.cpu_moe_layers} layers in RAM" if e.cpu_moe_layers else "")
+        + ")",
+        "cpu": "runs on the CPU",
+        "none": "does not fit",
+    }[placement_of(e)]
+    build = e.backend.upper() if e.backend != "cpu" else "CPU"
+    if e.projector is not None and e.projector_device is not None:
+        p = e.projector
+        lines += [
+            "",
+            f"Vision projector ({p.spec.name}) on {e.devices[e.projector_device].name}: "
+            f"{p.total_bytes / MIB:,.0f} MiB = weights {p.weights_bytes / MIB:,.0f} MiB + compute "
+            f"{p.compute_bytes / MIB:,.0f} MiB" + (" (approximate)" if p.approximate else "") + ".",
+        ]
+    lines += [
+        "",
+        f"llama.cpp build: {build}, as {e.settings.consumer} runs it; "
+        f"repacked weights: {e.repack_bytes / GIB:.2f} GiB.",
+        f"Verdict: {placement}"
+        + (f" ({APPROXIMATE_NOTE})" if e.approximate else "")
+        + f". Largest context that fits: {result.max_context:,} tokens; "
+        f"concurrent users at {e.settings.context_tokens:,} tokens each: {result.max_users}"
+        + (
+            f"; GPU layers that fit with no margin: {result.max_gpu_layers} of {e.n_layer + 1}."
+            if result.max_gpu_layers is not None
+            else "."
+        ),
+        f"Decode: {s.decode_tokens_per_s.low:.1f}-{s.decode_tokens_per_s.high:.1f} tokens/s"
+        + (
+            f" per user ({s.users} at once: {s.decode_total_tokens_per_s.low:.0f}-"
+            f"{s.decode_total_tokens_per_s.high:.0f} in total)"
+            if s.users > 1
+            else ""
+        )
+        + "; "
+        f"prefill: {s.prefill_tokens_per_s.low:.0f}-{s.prefill_tokens_per_s.high:.0f} tokens/s; "
+        f"time to first token ({s.prompt_tokens} tokens): {s.ttft_s.low:.2f}-{s.ttft_s.high:.2f} s.",
+        "",
+        "Assumptions:",
+    ]
+    lines += [f"  - {a}" for a in list(e.assumptions) + list(s.assumptions)]
+    return "\n".join(lines)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from app.adapters.demo_model import demo_model_path
+
+    path = demo_model_path()
+    ns = build_parser().parse_args(["estimate", "--gguf", str(path)] + (["--json"] if args.json else []))
+    if not args.json:
+        print(f"Demo model: {path}\n")
+    return cmd_estimate(ns)

@@ -1,0 +1,88 @@
+"""The listings: ``fitscope models``, ``architectures`` and ``gpus`` (the catalogs FitScope
+estimates from) and ``hw`` (what this machine has: its NVIDIA GPUs, CPU and RAM), as tables or JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from app.core.units import GIB
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from app.core.catalog import load_models
+
+    models = load_models()
+    if args.json:
+        print(json.dumps([m.model_dump() for m in models], indent=2))
+        return 0
+    print(f"{'id':24s} {'arch':10s} {'params':>8s} {'layers':>6s} {'ctx':>8s}  name")
+    for m in models:
+        size = f"{m.params_billions:g}B" if m.params_billions else "?"
+        print(f"{m.id:24s} {m.arch:10s} {size:>8s} {m.n_layer:6d} {m.n_ctx_train:8d}  {m.name}")
+    return 0
+
+
+def cmd_architectures(args: argparse.Namespace) -> int:
+    from app.core.coverage import coverage_table, llamacpp_architectures
+
+    version, known = llamacpp_architectures()
+    rows = coverage_table()
+    if args.json:
+        out = {"llama_cpp_python": version, "architectures": [vars(r) for r in rows]}
+        print(json.dumps(out, indent=2))
+        return 0
+    width = max(len(r.arch) for r in rows)
+    for r in rows:
+        print(f"{r.arch:<{width}}  {r.label:<16}  {r.detail if r.status != 'approximate' else ''}".rstrip())
+    exact = sum(r.status == "exact" for r in rows)
+    print(
+        f"\nllama-cpp-python {version} loads {len(known)} architectures: {exact} with exact (proven) rules, "
+        f"the rest approximate (weights exact, the rest from generic rules)."
+    )
+    return 0
+
+
+def cmd_gpus(args: argparse.Namespace) -> int:
+    from app.core.catalog import load_devices
+
+    devices = load_devices()
+    if args.json:
+        print(json.dumps([d.model_dump() | {"capacity_bytes": d.capacity_bytes} for d in devices], indent=2))
+        return 0
+    print(f"{'id':22s} {'memory':>8s} {'GB/s':>7s} {'TFLOPS':>7s} {'price':>8s}  name")
+    for d in devices:
+        price = f"${d.price_usd:,.0f}" if d.price_usd else "-"
+        print(f"{d.id:22s} {d.memory_gib:6.0f}GB {d.bandwidth_gb_s:7.0f} {d.fp16_tflops:7.1f} {price:>8s}  {d.name}")
+    return 0
+
+
+def cmd_hw(args: argparse.Namespace) -> int:
+    from app.adapters.host import detect_host
+    from app.adapters.nvml import NvmlMonitor
+
+    status = NvmlMonitor().status()
+    host = detect_host(measure_bandwidth=True)
+    if args.json:
+        print(json.dumps({"nvml": status.model_dump(), "host": host.model_dump()}, indent=2))
+        return 0
+    if status.available:
+        for g in status.gpus:
+            print(
+                f"GPU {g.index}: {g.name}  {g.memory_used_bytes / GIB:.1f}/{g.memory_total_bytes / GIB:.1f} GiB used, "
+                f"{g.bandwidth_gb_s or 0:.0f} GB/s, driver {g.driver_version}, CUDA {g.cuda_version}"
+            )
+    else:
+        print(status.message)
+    bw = (
+        f"{host.measured_read_bandwidth_gb_s:.1f} GB/s measured"
+        if host.measured_read_bandwidth_gb_s
+        else "not measured"
+    )
+    print(
+        f"CPU: {host.cpu_model}, {host.physical_cores or '?'} cores / {host.logical_cores} threads; "
+        f"RAM {host.ram_available_bytes / GIB:.1f} of {host.ram_total_bytes / GIB:.1f} GiB available; "
+        f"memory read bandwidth {bw}"
+    )
+    return 0

@@ -1,0 +1,192 @@
+"""The Hardware box at the top of the main window's controls: this machine's devices (memory bars,
+CPU and RAM), what to estimate for (this machine, its CPU only, or catalog hardware with a GPU
+count, the host RAM beside it and its memory type) and up to three more to compare with.
+
+Edits are emitted as the new choice (``hardware_edited``, ``compare_edited``); ``show_choices``
+puts saved choices on the widgets without emitting either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.core.devices import DeviceSpec
+from app.core.hardware import DEFAULT_HOST_MEMORY, HOST_MEMORY
+from app.core.prefs import MAX_COMPARED
+from app.core.scenario import HardwareChoice
+from app.ui.panels import DeviceCombo, HardwareView, device_label
+
+
+def select_combo(combo: QComboBox, data: Any) -> None:
+    """Show the item whose data is ``data`` (the first item when none has it)."""
+    index = next((i for i in range(combo.count()) if combo.itemData(i) == data), 0)
+    combo.setCurrentIndex(index)
+    line = combo.lineEdit()
+    if line is not None:
+        line.setCursorPosition(0)  # show the start of a long name
+
+
+def hardware_key(choice: HardwareChoice) -> str:
+    """The hardware combo boxes' item data: "local", "cpu" or "catalog:<device id>"."""
+    return f"catalog:{choice.device_id}" if choice.kind == "catalog" else choice.kind
+
+
+class HardwareBox(QGroupBox):
+    """This machine, the hardware to estimate for, and the hardware to compare with."""
+
+    hardware_edited = Signal(object)  # HardwareChoice
+    compare_edited = Signal(object)  # tuple[HardwareChoice, ...]
+
+    def __init__(self, devices: Iterable[DeviceSpec], parent: QWidget | None = None) -> None:
+        super().__init__("&Hardware", parent)
+        self._devices = {d.id: d for d in devices}
+        self._updating = False  # True while choices are put on the widgets: no edits are emitted
+        hw_layout = QVBoxLayout(self)
+        self.hardware_view = HardwareView()
+        hw_layout.addWidget(self.hardware_view)
+        form = QFormLayout()
+        form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapAllRows)
+        self.target_combo = self._device_combo(include_local=True)
+        self.target_combo.setAccessibleName("Hardware to estimate for")
+        self.count_spin = QSpinBox()
+        self.count_spin.setRange(1, 8)
+        self.count_spin.setSuffix(" GPU(s)")
+        self.host_ram_spin = QDoubleSpinBox()
+        self.host_ram_spin.setRange(0, 65536)
+        self.host_ram_spin.setDecimals(0)
+        self.host_ram_spin.setSuffix(" GiB")
+        self.host_ram_spin.setSpecialValueText("this machine's")
+        self.host_ram_spin.setToolTip(
+            "System memory beside the GPUs (holds the token embedding and any layers left on the CPU)"
+        )
+        row = QHBoxLayout()
+        row.addWidget(self.count_spin)
+        row.addWidget(QLabel("host RAM"))
+        row.addWidget(self.host_ram_spin)
+        self.host_memory_combo = QComboBox()
+        for key, (memory_label, peak) in HOST_MEMORY.items():
+            # The kind of machine it belongs to goes in the item's tooltip, so the choice reads whole.
+            self.host_memory_combo.addItem(f"{memory_label.split(' (')[0]}, {peak:.0f} GB/s", key)
+            self.host_memory_combo.setItemData(
+                self.host_memory_combo.count() - 1, f"{memory_label}: {peak:.0f} GB/s", Qt.ItemDataRole.ToolTipRole
+            )
+        self.host_memory_combo.setAccessibleName("Host memory type")
+        self.host_memory_combo.setToolTip(
+            "The system memory of the box: how fast layers and experts left in system memory are read"
+        )
+        form.addRow("Estimate &for", self.target_combo)
+        form.addRow("", row)
+        form.addRow("", self.host_memory_combo)
+        self.compare_combos: list[QComboBox] = []
+        self.compare_counts: list[QSpinBox] = []
+        self.compare_box = QWidget()
+        compare_form = QFormLayout(self.compare_box)
+        compare_form.setContentsMargins(0, 0, 0, 0)
+        # Each label above its list, so a device's name has the panel's whole width.
+        compare_form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapAllRows)
+        for i in range(MAX_COMPARED - 1):
+            combo = self._device_combo(include_local=True, include_none=True)
+            combo.setAccessibleName(f"Compare with, choice {i + 1}")
+            count = QSpinBox()
+            count.setRange(1, 8)
+            count.setSuffix("x")
+            line = QHBoxLayout()
+            line.addWidget(combo, 1)
+            line.addWidget(count)
+            label = QLabel(f"Compare with &{i + 1}")
+            label.setBuddy(combo)
+            compare_form.addRow(label, line)
+            self.compare_combos.append(combo)
+            self.compare_counts.append(count)
+        hw_layout.addLayout(form)
+        hw_layout.addWidget(self.compare_box)
+
+        self.target_combo.activated.connect(self._hardware_edited)
+        self.count_spin.valueChanged.connect(self._hardware_edited)
+        self.host_ram_spin.valueChanged.connect(self._hardware_edited)
+        for combo, count in zip(self.compare_combos, self.compare_counts, strict=True):
+            combo.activated.connect(self._compare_edited)
+            count.valueChanged.connect(self._compare_edited)
+        self.host_memory_combo.activated.connect(self._hardware_edited)
+
+    def _device_combo(self, include_local: bool, include_none: bool = False) -> QComboBox:
+        combo = DeviceCombo()
+        if include_none:
+            combo.addItem("(nothing)", "")
+        if include_local:
+            combo.addItem("This machine", "local")
+            combo.addItem("This machine's CPU only", "cpu")
+        for d in self._devices.values():
+            combo.addItem(device_label(d.name, d.memory_gib, d.price_usd), f"catalog:{d.id}")
+            price = f", ${d.price_usd:,.0f}" if d.price_usd else ""
+            combo.setItemData(combo.count() - 1, f"{d.name}: {d.memory_gib:g} GiB{price}", Qt.ItemDataRole.ToolTipRole)
+        return combo
+
+    def show_choices(self, hardware: HardwareChoice, compare: Sequence[HardwareChoice]) -> None:
+        """Put the hardware to estimate for and to compare with on the widgets."""
+        self._updating = True
+        try:
+            select_combo(self.target_combo, hardware_key(hardware))
+            self.count_spin.setValue(hardware.count)
+            self.host_ram_spin.setValue(hardware.host_ram_gib or 0)
+            for i, combo in enumerate(self.compare_combos):
+                choice = compare[i] if i < len(compare) else None
+                select_combo(combo, hardware_key(choice) if choice else "")
+                self.compare_counts[i].setValue(choice.count if choice else 1)
+            select_combo(self.host_memory_combo, hardware.host_memory or DEFAULT_HOST_MEMORY)
+        finally:
+            self._updating = False
+
+    def update_widgets(self, hardware: HardwareChoice) -> None:
+        """GPU count, host RAM and host memory type apply to catalog GPUs only (not to this machine,
+        nor to unified-memory machines)."""
+        device = self._devices.get(hardware.device_id or "")
+        multi = hardware.kind == "catalog" and device is not None and device.memory_kind != "unified"
+        self.count_spin.setEnabled(multi)
+        self.host_ram_spin.setEnabled(multi)
+        self.host_memory_combo.setEnabled(multi)
+
+    def _hardware_edited(self, *_args: Any) -> None:
+        if self._updating:
+            return
+        data = self.target_combo.currentData()
+        if not data:
+            return
+        line = self.target_combo.lineEdit()
+        if line is not None:
+            line.setCursorPosition(0)
+        kind, _, device_id = data.partition(":")
+        ram = self.host_ram_spin.value() or None
+        choice = HardwareChoice(
+            kind=kind,
+            device_id=device_id or None,
+            count=self.count_spin.value(),
+            host_ram_gib=ram,
+            host_memory=self.host_memory_combo.currentData(),
+        )
+        self.hardware_edited.emit(choice)
+
+    def _compare_edited(self, *_args: Any) -> None:
+        if self._updating:
+            return
+        choices = []
+        for combo, count in zip(self.compare_combos, self.compare_counts, strict=True):
+            data = combo.currentData()
+            if data:
+                kind, _, device_id = data.partition(":")
+                choices.append(HardwareChoice(kind=kind, device_id=device_id or None, count=count.value()))
+        self.compare_edited.emit(tuple(choices))

@@ -1,0 +1,223 @@
+"""The main window's tabs that go beyond the estimate: Run (a live llama.cpp run held against the
+estimate), Quantization A/B, Load, Scale out, Which machine? and History.
+
+``ToolTabs`` builds these panels into the window's tab widget and keeps them pointed at what the
+window shows: ``show_view`` gives the Run, A/B and Load tabs the current model file and settings.
+It reads the window's state through the small ``Workspace`` protocol and reports back by signals
+(``error_shown``, ``run_saved``, ``quality_measured``). Finished runs go through
+``app.services.runs`` (the flow the command line runs too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Protocol
+
+from PySide6.QtCore import QObject, Signal
+from PySide6.QtWidgets import QScrollArea, QTabWidget, QWidget
+
+from app.adapters.demo_model import DEMO_MODEL_NAME
+from app.adapters.history import RunHistory
+from app.adapters.load_profile import cached_profile, measure_profile, memory_slots
+from app.core import fit
+from app.core.errors import FitScopeError
+from app.core.estimate import Settings, Target
+from app.core.hardware import machine_key
+from app.core.measure import RunResult, SweepRow
+from app.core.prefs import Preferences
+from app.core.run_vs_estimate import RunReport
+from app.core.scenario import Controls, HardwareChoice, Machine, ModelChoice, View, load_model, resolve_targets
+from app.core.units import GIB
+from app.services.runs import finish_run, save_run
+from app.ui.ab_panel import AbPanel
+from app.ui.advisor_panel import AdvisorPanel, OpenConfiguration
+from app.ui.charts import Chart
+from app.ui.history_panel import HistoryPanel
+from app.ui.load_panel import LoadPanel
+from app.ui.run_panel import RunContext, RunPanel, demo_or_path
+from app.ui.scale_panel import ScalePanel
+
+
+class Workspace(Protocol):
+    """What the tool tabs read from the window: this machine now, the choices, the view on screen."""
+
+    @property
+    def machine(self) -> Machine: ...
+
+    @property
+    def view(self) -> View | None: ...
+
+    @property
+    def preferences(self) -> Preferences: ...
+
+
+class ToolTabs(QObject):
+    """The six tool panels, added to ``tabs`` in order, and their wiring to the window."""
+
+    error_shown = Signal(str)
+    run_saved = Signal(object)  # RunReport, kept in the history: its measured efficiency is now known
+    quality_measured = Signal()  # an A/B comparison finished: the ladder can show measured quality
+
+    def __init__(
+        self,
+        tabs: QTabWidget,
+        workspace: Workspace,
+        demo_path: Callable[[], Path],
+        history: RunHistory | None,
+        open_configuration: OpenConfiguration,
+        parent: QObject | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self._workspace = workspace
+        self._demo_path = demo_path
+        self._history = history
+        self.run_panel = RunPanel(self._finish_run, self._save_run, self._gpu_memory_of)
+        tabs.addTab(_scrolled(self.run_panel), "&Run")
+        self.ab_panel = AbPanel(self._ab_hardware)
+        tabs.addTab(_scrolled(self.ab_panel), "Quantization &A/B")
+        self.ab_panel.error_shown.connect(self.error_shown)
+        self.ab_panel.comparison_finished.connect(lambda _c: self.quality_measured.emit())
+        self.load_panel = LoadPanel()
+        tabs.addTab(_scrolled(self.load_panel), "&Load")
+        self.load_panel.error_shown.connect(self.error_shown)
+        self.scale_panel = ScalePanel(self._scale_model)
+        tabs.addTab(_scrolled(self.scale_panel), "Scale &out")
+        self.advisor_panel = AdvisorPanel(self._current_model, open_configuration)
+        tabs.addTab(_scrolled(self.advisor_panel), "Which &machine?")
+        self.advisor_panel.error_shown.connect(self.error_shown)
+        self.history_panel = HistoryPanel(history)
+        tabs.addTab(_scrolled(self.history_panel), "H&istory")
+        self.run_panel.run_failed.connect(self.error_shown)
+        self.history_panel.error_shown.connect(self.error_shown)
+
+    @property
+    def charts(self) -> tuple[Chart, ...]:
+        return (*self.run_panel.charts, *self.load_panel.charts, self.ab_panel.chart, self.advisor_panel.chart)
+
+    def show_view(self, view: View) -> None:
+        """Point the Run, A/B and Load tabs at the view's model file (or say why they cannot run it)."""
+        self._update_run_context(view)
+        self.ab_panel.set_source(str(view.model.path) if view.model is not None and view.model.path else None)
+        self._update_load_source(view)
+
+    def shutdown(self) -> None:
+        """Stop whatever the tabs are running (the window is closing)."""
+        self.run_panel.shutdown()
+        self.ab_panel.shutdown()
+        self.advisor_panel.shutdown()
+        self.scale_panel.shutdown()
+
+    # -- Run ----------------------------------------------------------------------------------
+
+    def _update_run_context(self, view: View) -> None:
+        choice = view.request.model
+        if choice.kind not in ("demo", "gguf") or view.model is None:
+            label = view.model.label if view.model is not None else "This model"
+            self.run_panel.set_context(
+                None,
+                f"{label} is an estimate from the catalog: live runs need a GGUF file. Open one (Ctrl+O) or "
+                "choose the demo model.",
+            )
+            return
+        c = view.request.controls
+        self.run_panel.set_context(
+            RunContext(
+                gguf_path=demo_or_path(choice.ref if choice.kind == "gguf" else None, self._demo_path),
+                model_label=DEMO_MODEL_NAME if choice.kind == "demo" else view.model.label,
+                is_demo=choice.kind == "demo",
+                n_ctx=c.context_tokens,
+                flash_attn=c.flash_attn,
+                cache_type_k=c.cache_type_k,
+                cache_type_v=c.cache_type_v,
+            )
+        )
+
+    def _finish_run(self, result: RunResult, sweep: Sequence[SweepRow]) -> RunReport:
+        """On the run's thread: the report against the estimate for the run's own settings."""
+        return finish_run(result, self._workspace.machine, sweep)
+
+    def _save_run(self, report: RunReport) -> RunReport:
+        """On the GUI thread (the history's connection lives here): keep the run, then say so, so
+        that the next estimates use the efficiency it measured."""
+        saved = save_run(report, self._workspace.machine, self._history)
+        if saved.save_message:
+            self.error_shown.emit(saved.save_message)
+            return saved
+        self.history_panel.refresh()
+        self.run_saved.emit(saved)
+        return saved
+
+    def _gpu_memory_of(self, pid: int) -> tuple[int, int] | None:
+        for gpu in self._workspace.machine.gpus:
+            for process in gpu.processes:
+                if process.pid == pid:
+                    return process.used_memory_bytes or 0, gpu.memory_used_bytes
+        return None
+
+    # -- A/B, Load, Scale out, Which machine? -------------------------------------------------
+
+    def _ab_hardware(self) -> tuple[list[Target], str, str]:
+        """What the A/B advice must fit: the hardware chosen on the left."""
+        hardware = self._workspace.preferences.hardware
+        machine = self._workspace.machine
+        return resolve_targets(hardware, machine), hardware.label(machine), fit.repack_profile(machine.host)
+
+    def _update_load_source(self, view: View) -> None:
+        path = view.model.path if view.model is not None else None
+        if path is None or view.request.model.kind == "hf_config":
+            self.load_panel.set_source(
+                None,
+                "The load simulation measures the model on this machine: open a GGUF file or choose the demo model.",
+            )
+            return
+        machine = self._workspace.machine
+        key = machine_key(machine.host)
+        targets = resolve_targets(HardwareChoice(kind="cpu"), machine)
+        repack = fit.repack_profile(machine.host)
+        self.load_panel.set_source(
+            (
+                str(path),
+                lambda: cached_profile(path, key),
+                lambda: measure_profile(path, key),
+                lambda tokens: memory_slots(path, tokens, targets, repack),
+            )
+        )
+
+    def _scale_model(self) -> tuple[fit.ModelSource, Settings, int, int, int]:
+        """The current model with its tensors (read again: views carry none), for the Scale out tab."""
+        prefs, view, machine = self._workspace.preferences, self._workspace.view, self._workspace.machine
+        choice, c = prefs.model, prefs.controls
+        path = view.model.path if view is not None and view.model is not None else None
+        if choice.kind in ("gguf", "demo") and path is None:
+            raise FitScopeError("The model is still loading; try again in a moment.")
+        model = load_model(choice, path)
+        settings = c.settings(fit.repack_profile(machine.host))
+        host = machine.host.ram_total_bytes if machine.host else 64 * GIB
+        return model, settings, c.context_tokens, c.users, host
+
+    def _current_model(self) -> tuple[ModelChoice, Controls]:
+        """The main view's model and settings, where the advisor's workload starts."""
+        prefs = self._workspace.preferences
+        return prefs.model, prefs.controls
+
+
+def gpu_offload_supported() -> bool:
+    """Whether the installed llama-cpp-python can offload layers to a GPU (loads the library: run
+    it off the GUI thread). The Run tab says so when it cannot."""
+    try:
+        import llama_cpp
+    except ImportError:
+        return False
+    from app.adapters.rpc_servers import offloads_to_local_gpu
+
+    return offloads_to_local_gpu(llama_cpp)
+
+
+def _scrolled(widget: QWidget) -> QScrollArea:
+    """A page that scrolls when the window is smaller than its controls need."""
+    area = QScrollArea()
+    area.setWidget(widget)
+    area.setWidgetResizable(True)
+    area.setFrameShape(QScrollArea.Shape.NoFrame)
+    return area
