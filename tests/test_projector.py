@@ -264,3 +264,26 @@ def test_projector_estimate_matches_llama_cpp(label, model_id, update, flash_att
     assert abs(est.warmup_compute_bytes - measured.compute_bytes) <= bound, (
         f"{label}: estimated {est.warmup_compute_bytes / MIB:.2f} MiB, llama.cpp {measured.compute_bytes / MIB:.2f} MiB"
     )
+
+
+def test_the_projector_file_button_opens_a_dialog_and_loads_the_chosen_file(
+    qtbot, tmp_path, gemma_mmproj: Path, monkeypatch
+) -> None:
+    # The button passed Qt's "checked" flag as the path: the click raised and no dialog opened.
+    from PySide6.QtWidgets import QFileDialog
+
+    from app.core.scenario import HardwareChoice, ModelChoice
+    from tests.test_window import make_services, open_window, settle
+
+    asked = []
+    monkeypatch.setattr(
+        QFileDialog, "getOpenFileName", lambda *a, **k: (asked.append(a[1]) or str(gemma_mmproj), "GGUF files")
+    )
+    window = open_window(qtbot, make_services(tmp_path))
+    window.choose_hardware(HardwareChoice(kind="catalog", device_id="rtx-4060", host_ram_gib=32))
+    window.choose_model(ModelChoice(kind="catalog", ref="gemma-3-4b", quant="Q4_K_M"))
+    settle(qtbot, window, lambda v: v.request.model.ref == "gemma-3-4b" and v.estimate is not None)
+    window.mmproj_button.click()
+    assert asked == ["Choose a vision projector"]
+    view = settle(qtbot, window, lambda v: v.request.controls.projector is not None)
+    assert view.estimate.devices[0].projector_bytes == estimate_projector(read_projector(gemma_mmproj)).total_bytes

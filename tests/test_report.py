@@ -385,3 +385,23 @@ def test_html_comparison_is_the_windows_table_current_hardware_first_no_speed_wh
     table = page[page.index("Comparison") :].split("</table>")[0]
     assert "(current)" in table and "$1,599" in table
     assert small[0] in table
+
+
+def test_html_per_device_table_is_the_windows_details_with_the_projector(evaluator: Evaluator) -> None:
+    from app.core.catalog import find_projector
+    from app.core.projector import estimate_projector
+    from app.core.report import BREAKDOWN_HEADER, breakdown_rows
+
+    view = _view(
+        evaluator,
+        ref="gemma-3-4b",
+        controls=Controls(projector=find_projector("gemma-3-4b").spec()),
+        hardware=HardwareChoice(kind="catalog", device_id="rtx-4060", host_ram_gib=32),
+    )
+    page = report_html(view, {})
+    table = page[page.index("Memory per device") :].split("</table>")[0]
+    assert all(name in table for name in BREAKDOWN_HEADER)
+    extra = estimate_projector(find_projector("gemma-3-4b").spec()).total_bytes
+    row = breakdown_rows(view)[0]
+    assert row[BREAKDOWN_HEADER.index("Vision projector")] == f"{extra / GIB:,.2f}"
+    assert all(cell in table for cell in row)

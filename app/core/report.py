@@ -370,7 +370,7 @@ def breakdown_rows(view: View) -> list[list[str]]:
     return [
         [d.name]
         + [
-            f"{v / GIB:.2f}"
+            f"{v / GIB:,.2f}"
             for v in (
                 d.weights_bytes + d.repack_bytes,
                 d.kv_cache_bytes + d.recurrent_state_bytes,
@@ -458,20 +458,12 @@ def report_html(view: View, images: dict[str, bytes]) -> str:
     parts.append(f'<h2 style="{_CSS_H2}">Settings</h2>' + _kv_table(_settings_rows(view)))
 
     if est is not None:
+        # The window's Details table, with whether each device's share fits.
         rows = [
-            [
-                _e(d.name),
-                _gib2(d.weights_bytes + d.repack_bytes),
-                _gib2(d.kv_cache_bytes + d.recurrent_state_bytes),
-                _gib2(d.compute_bytes + d.output_bytes),
-                _gib2(d.overhead_bytes),
-                _gib2(d.total_bytes),
-                _gib2(d.capacity_bytes),
-                _yes(d.fits),
-            ]
-            for d in est.devices
+            [_e(cell) for cell in row] + [_yes(d.fits)]
+            for row, d in zip(breakdown_rows(view), est.devices, strict=True)
         ]
-        header = ["Device", "Weights", "KV cache", "Compute", "Overhead", "Total", "Capacity", "Fits"]
+        header = [*BREAKDOWN_HEADER, "Fits"]
         parts.append(f'<h2 style="{_CSS_H2}">Memory per device (GiB)</h2>' + _table(header, rows))
 
     if view.speed is not None:
