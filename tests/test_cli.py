@@ -409,3 +409,22 @@ def test_cpu_servers_and_unified_boxes_from_the_catalog(capsys):
     # 12 channels of DDR5 and 96 cores against 2 channels and 16: several times faster.
     assert epyc["decode_tokens_per_s"]["low"] > 3 * desk["decode_tokens_per_s"]["high"]
     assert 2 < spark["decode_tokens_per_s"]["low"] < spark["decode_tokens_per_s"]["high"] < 10
+
+
+def test_a_unified_memory_box_keeps_the_rest_of_its_own_memory_beside_its_gpu(capsys):
+    # The host side of a Mac Studio is the part of its one pool the GPU may not take, as in the
+    # window, not the RAM of the machine FitScope runs on.
+    from app.core.catalog import find_device
+    from app.core.scenario import HardwareChoice, Machine, resolve_targets
+
+    mac = find_device("m2-ultra-192gb")
+    r = run_ok(capsys, "estimate", "--model", "llama-3.3-70b", "-c", "16384", "--gpu", "m2-ultra-192gb", "--json")
+    host = next(d for d in r["devices"] if d["kind"] == "cpu")
+    rest = int(mac.memory_gib * GIB) - mac.capacity_bytes
+    assert host["capacity_bytes"] == rest == 48 * GIB
+    window = resolve_targets(HardwareChoice(kind="catalog", device_id="m2-ultra-192gb"), Machine())
+    assert window[-1].capacity_bytes == rest
+    # --host-ram-gib describes separate host memory: a unified box has none to add.
+    args = ("estimate", "--model", "llama-3.3-70b", "--gpu", "m2-ultra-192gb", "--host-ram-gib", "8", "--json")
+    r = run_ok(capsys, *args)
+    assert next(d for d in r["devices"] if d["kind"] == "cpu")["capacity_bytes"] == rest

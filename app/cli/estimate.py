@@ -169,12 +169,14 @@ def _this_machine_targets(args: argparse.Namespace, host: HostSnapshot, gpus: tu
 
 def _catalog_targets(args: argparse.Namespace, devices: list[DeviceSpec], host: HostSnapshot) -> list[Target]:
     """Catalog hardware: a CPU machine alone, or the GPUs beside host RAM (--host-ram-gib, default
-    this machine's, at the bandwidth of --host-memory)."""
-    from app.core.fit import host_ram_target, target_from_device
+    this machine's, at the bandwidth of --host-memory; for a unified-memory box, the rest of its
+    one pool, as the window counts it)."""
+    from app.core.fit import host_ram_beside, host_ram_target, target_from_device
 
     if not devices[0].is_gpu:
         return [target_from_device(devices[0])]
-    ram = int(args.host_ram_gib * GIB) if args.host_ram_gib else host.ram_total_bytes
+    asked = int(args.host_ram_gib * GIB) if args.host_ram_gib else None
+    ram = host_ram_beside(devices[0], asked, host.ram_total_bytes)
     return [*map(target_from_device, devices), host_ram_target(ram, host_memory=args.host_memory)]
 
 

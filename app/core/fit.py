@@ -27,6 +27,7 @@ from app.core.host_memory import DEFAULT_HOST_MEMORY, HOST_MEMORY
 from app.core.quant import find_preset, preset_for_ftype, quantize_layout
 from app.core.speed import SpeedEstimate, estimate_speed
 from app.core.tensors import TensorInfo
+from app.core.units import GIB
 
 if TYPE_CHECKING:
     from app.core.hardware import GpuSnapshot, HostSnapshot
@@ -165,6 +166,15 @@ def host_ram_target(capacity_bytes: int, bandwidth_gb_s: float | None = None, ho
         fp16_tflops=1.0,
         efficiency_class="host-spec",
     )
+
+
+def host_ram_beside(device: DeviceSpec, host_ram_bytes: int | None, fallback_bytes: int) -> int:
+    """The host memory beside catalog GPU ``device``: for a unified-memory device, what its GPU may
+    not take of the one pool (the rest of the box); otherwise ``host_ram_bytes`` when given, else
+    ``fallback_bytes``."""
+    if device.memory_kind == "unified":
+        return int(device.memory_gib * GIB) - device.capacity_bytes
+    return host_ram_bytes if host_ram_bytes is not None else fallback_bytes
 
 
 # -- the answer ----------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from app.core.estimate import (
 from app.core.fit import (
     ModelSource,
     cpu_target,
+    host_ram_beside,
     host_ram_target,
     model_from_catalog,
     model_from_gguf,
@@ -223,13 +224,11 @@ def resolve_targets(choice: HardwareChoice, machine: Machine) -> list[Target]:
         base.model_copy(update={"name": f"{base.name} #{i + 1}"}) if choice.count > 1 else base
         for i in range(choice.count)
     ]
-    if device.memory_kind == "unified":
-        # One memory pool: what the GPU may not take is what the host side has.
-        host_bytes = int(device.memory_gib * GIB) - device.capacity_bytes
-    elif choice.host_ram_gib is not None:
-        host_bytes = int(choice.host_ram_gib * GIB)
-    else:
-        host_bytes = host.ram_total_bytes if host else 64 * GIB
+    host_bytes = host_ram_beside(
+        device,
+        int(choice.host_ram_gib * GIB) if choice.host_ram_gib is not None else None,
+        host.ram_total_bytes if host else 64 * GIB,
+    )
     return [*gpus, host_ram_target(host_bytes, host_memory=choice.host_memory)]
 
 
