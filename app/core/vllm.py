@@ -70,16 +70,33 @@ def _sm(gpu: DeviceSpec) -> tuple[int, int] | None:
         return None
 
 
-class VllmKvCapacity:
-    """What ``num_gpu_blocks`` KV blocks of ``block_size`` tokens hold at ``max_model_len`` tokens per
-    request, in the terms of vLLM's start-up log, and whether vLLM starts (``problems``). Shared by
-    the single-node and multi-node plans."""
+@dataclass(frozen=True)
+class VllmServing:
+    """What every vLLM plan reports: the model and GPU, the resolved ``vllm serve`` settings, the KV
+    cache the engine allocates (``num_gpu_blocks`` blocks of ``block_size`` tokens) and what it holds
+    at ``max_model_len`` tokens per request in the terms of vLLM's start-up log, why it would not
+    start, notes and the command. Filled from a :class:`VllmRequest` (:meth:`VllmRequest.plan_fields`)."""
 
-    num_gpu_blocks: int
-    block_size: int
+    model_id: str
+    model_name: str
+    gpu_name: str
+    tensor_parallel_size: int
+    serving_format: str
+    quantization: str | None
+    dtype_flag: str
+    kv_cache_dtype: str
     max_model_len: int
     max_num_seqs: int
+    max_num_batched_tokens: int
+    gpu_memory_utilization: float
+    block_size: int
+    total_weights_bytes: int
+    """Every GPU's weights together (replicated parts counted on each)."""
+    num_gpu_blocks: int
     problems: tuple[str, ...]
+    """Why vLLM would not start, first reason first, each in vLLM's words; empty when it starts."""
+    notes: tuple[str, ...]
+    command: str
 
     @property
     def starts(self) -> bool:
@@ -125,44 +142,16 @@ class VllmKvCapacity:
             "(more when they are shorter)."
         )
 
-
-@dataclass(frozen=True)
-class VllmPlan(VllmKvCapacity):
-    """vLLM serving ``model_id`` with tensor parallelism over ``tensor_parallel_size`` identical GPUs."""
-
-    model_id: str
-    model_name: str
-    gpu_name: str
-    tensor_parallel_size: int
-    serving_format: str
-    quantization: str | None
-    dtype_flag: str
-    kv_cache_dtype: str
-    max_model_len: int
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    gpu_memory_utilization: float
-    block_size: int
-    total_weights_bytes: int
-    """Every GPU's weights together (replicated parts counted on each)."""
-    kv_bytes_per_token: int
-    """On each GPU."""
-    block_bytes: int
-    """One block of ``block_size`` tokens over every layer, on each GPU."""
-    num_gpu_blocks: int
-    gpus: tuple[VllmGpu, ...]
-    problems: tuple[str, ...]
-    """Why vLLM would not start, first reason first, each in vLLM's words; empty when it starts."""
-    notes: tuple[str, ...]
-    command: str
-
-    def to_json(self) -> dict[str, Any]:
+    def _settings_json(self, parallel: dict[str, Any]) -> dict[str, Any]:
+        """The model, the GPU, the parallel sizes (``tensor_parallel_size`` then ``parallel``) and
+        the serve settings, in the order every plan's JSON starts with."""
         return {
             "engine": "vllm",
             "model": self.model_id,
             "model_name": self.model_name,
             "gpu": self.gpu_name,
             "tensor_parallel_size": self.tensor_parallel_size,
+            **parallel,
             "serving_format": self.serving_format,
             "quantization": self.quantization,
             "dtype": self.dtype_flag,
@@ -173,15 +162,37 @@ class VllmPlan(VllmKvCapacity):
             "gpu_memory_utilization": self.gpu_memory_utilization,
             "block_size": self.block_size,
             "total_weights_bytes": self.total_weights_bytes,
-            "kv_bytes_per_token": self.kv_bytes_per_token,
-            "block_bytes": self.block_bytes,
-            "num_gpu_blocks": self.num_gpu_blocks,
+        }
+
+    def _capacity_json(self) -> dict[str, Any]:
+        """What the KV cache holds and whether vLLM starts."""
+        return {
             "kv_cache_tokens": self.kv_cache_tokens,
             "max_concurrency": self.max_concurrency,
             "max_concurrent_sequences": self.max_concurrent_sequences,
             "estimated_max_model_len": self.estimated_max_model_len,
             "starts": self.starts,
             "problems": list(self.problems),
+        }
+
+
+@dataclass(frozen=True)
+class VllmPlan(VllmServing):
+    """vLLM serving ``model_id`` with tensor parallelism over ``tensor_parallel_size`` identical GPUs."""
+
+    kv_bytes_per_token: int
+    """On each GPU."""
+    block_bytes: int
+    """One block of ``block_size`` tokens over every layer, on each GPU."""
+    gpus: tuple[VllmGpu, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self._settings_json({}),
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "block_bytes": self.block_bytes,
+            "num_gpu_blocks": self.num_gpu_blocks,
+            **self._capacity_json(),
             "gpus": [g.to_json() for g in self.gpus],
             "notes": list(self.notes),
             "command": self.command,
@@ -241,6 +252,21 @@ class VllmRequest:
     """max_num_batched_tokens is vllm serve's default for this GPU (the caller gave none)."""
     gpu_memory_utilization: float
     block_size: int
+
+    def plan_fields(self) -> dict[str, Any]:
+        """The :class:`VllmServing` fields these settings fill, for a plan's constructor."""
+        return {
+            "model_id": self.model_id,
+            "serving_format": self.serving_format.name,
+            "quantization": self.quantization,
+            "dtype_flag": self.dtype_flag,
+            "kv_cache_dtype": self.kv_cache_dtype,
+            "max_model_len": self.max_model_len,
+            "max_num_seqs": self.max_num_seqs,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+            "block_size": self.block_size,
+        }
 
     def serve_command(self, tensor_parallel_size: int, pipeline_parallel_size: int = 1) -> str:
         """The ``vllm serve`` command line. With pipeline parallelism it adds
@@ -387,19 +413,10 @@ def vllm_plan(
     gpus = tuple(replace(line, name=f"GPU {i}") for i in range(count))
     problems = start_problems(arch, line, max_model_len, block_size, block_bytes, blocks, gpu_memory_utilization)
     return VllmPlan(
-        model_id=request.model_id,
+        **request.plan_fields(),
         model_name=arch.name,
         gpu_name=gpu.name,
         tensor_parallel_size=tp,
-        serving_format=fmt.name,
-        quantization=request.quantization,
-        dtype_flag=request.dtype_flag,
-        kv_cache_dtype=request.kv_cache_dtype,
-        max_model_len=max_model_len,
-        max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=request.max_num_batched_tokens,
-        gpu_memory_utilization=gpu_memory_utilization,
-        block_size=block_size,
         total_weights_bytes=weights * tp,
         kv_bytes_per_token=per_token,
         block_bytes=block_bytes,

@@ -47,7 +47,7 @@ from app.core.devices import DeviceSpec
 from app.core.errors import EstimateError
 from app.core.rpc import NetworkLink
 from app.core.units import KIB, MIB
-from app.core.vllm import VllmKvCapacity, VllmRequest, vllm_notes, vllm_request
+from app.core.vllm import VllmRequest, VllmServing, vllm_notes, vllm_request
 from app.core.vllm_memory import (
     VllmGpu,
     gib_figure,
@@ -132,38 +132,18 @@ class VllmStage:
 
 
 @dataclass(frozen=True)
-class VllmMultinodePlan(VllmKvCapacity):
+class VllmMultinodePlan(VllmServing):
     """vLLM serving ``model_id`` on ``pipeline_parallel_size`` nodes of ``tensor_parallel_size``
-    identical GPUs: tensor parallelism inside each node, one pipeline stage per node."""
+    identical GPUs: tensor parallelism inside each node, one pipeline stage per node.
+    ``num_gpu_blocks`` is the smallest of the stages' block counts: what every worker allocates;
+    ``command`` is ``vllm serve`` on the head node."""
 
-    model_id: str
-    model_name: str
-    gpu_name: str
-    tensor_parallel_size: int
     pipeline_parallel_size: int
-    serving_format: str
-    quantization: str | None
-    dtype_flag: str
-    kv_cache_dtype: str
-    max_model_len: int
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    gpu_memory_utilization: float
-    block_size: int
-    total_weights_bytes: int
-    """Every GPU's weights together (replicated parts counted on each)."""
-    num_gpu_blocks: int
-    """The smallest of the stages' block counts: what every worker allocates."""
     stages: tuple[VllmStage, ...]
-    problems: tuple[str, ...]
-    """Why vLLM would not start, first reason first, each in vLLM's words; empty when it starts."""
-    notes: tuple[str, ...]
     ray_head_command: str | None
     """On the head node, before ``command``; None with one node (no Ray cluster needed)."""
     ray_worker_command: str | None
     """On every other node."""
-    command: str
-    """``vllm serve`` on the head node."""
     link: NetworkLink
     state_bytes_per_token: int
     """What one token's hidden state takes from one stage to the next (hidden_states + residual)."""
@@ -213,30 +193,10 @@ class VllmMultinodePlan(VllmKvCapacity):
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "engine": "vllm",
-            "model": self.model_id,
-            "model_name": self.model_name,
-            "gpu": self.gpu_name,
-            "tensor_parallel_size": self.tensor_parallel_size,
-            "pipeline_parallel_size": self.pipeline_parallel_size,
-            "serving_format": self.serving_format,
-            "quantization": self.quantization,
-            "dtype": self.dtype_flag,
-            "kv_cache_dtype": self.kv_cache_dtype,
-            "max_model_len": self.max_model_len,
-            "max_num_seqs": self.max_num_seqs,
-            "max_num_batched_tokens": self.max_num_batched_tokens,
-            "gpu_memory_utilization": self.gpu_memory_utilization,
-            "block_size": self.block_size,
-            "total_weights_bytes": self.total_weights_bytes,
+            **self._settings_json({"pipeline_parallel_size": self.pipeline_parallel_size}),
             "num_gpu_blocks": self.num_gpu_blocks,
             "limiting_stage": self.limiting_stage.index,
-            "kv_cache_tokens": self.kv_cache_tokens,
-            "max_concurrency": self.max_concurrency,
-            "max_concurrent_sequences": self.max_concurrent_sequences,
-            "estimated_max_model_len": self.estimated_max_model_len,
-            "starts": self.starts,
-            "problems": list(self.problems),
+            **self._capacity_json(),
             "stages": [s.to_json() for s in self.stages],
             "network": {
                 "link": self.link.model_dump(),
@@ -365,20 +325,11 @@ def vllm_multinode_plan(
     bandwidth = gpu.bandwidth_gb_s * 1e9
     head = f"{head_address.strip()}:{RAY_HEAD_PORT}"
     plan = VllmMultinodePlan(
-        model_id=request.model_id,
+        **request.plan_fields(),
         model_name=arch.name,
         gpu_name=gpu.name,
         tensor_parallel_size=tp,
         pipeline_parallel_size=nodes,
-        serving_format=request.serving_format.name,
-        quantization=request.quantization,
-        dtype_flag=request.dtype_flag,
-        kv_cache_dtype=request.kv_cache_dtype,
-        max_model_len=max_model_len,
-        max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=request.max_num_batched_tokens,
-        gpu_memory_utilization=gpu_memory_utilization,
-        block_size=block_size,
         total_weights_bytes=sum(s.weights_bytes for s in stages) * tp,
         num_gpu_blocks=blocks,
         stages=tuple(stages),
