@@ -173,3 +173,32 @@ def test_a_model_path_relative_to_the_working_folder_runs_whatever_that_folder_h
     monkeypatch.chdir(tmp_path)
     result = run_live(RunSettings(gguf_path="model.gguf", prompt=TINY_PROMPT, max_tokens=4, n_ctx=256))
     assert result.runs[0].generated_tokens > 0 and result.settings.gguf_path == "model.gguf"
+
+
+def test_a_cpu_run_on_a_machine_with_gpus_calibrates_that_machine(tiny, monkeypatch, capsys):
+    # `fitscope run` on the CPU of a machine with an NVIDIA GPU keeps its efficiency under the
+    # machine's own key (its CPU and GPUs), where the window looks for it.
+    from app.adapters.cpu_topology import llama_math_threads
+    from app.cli.parser import build_parser
+    from app.cli.runs import _report_run
+    from app.core.hardware import GpuSnapshot, machine_key
+    from app.core.scenario import Machine
+
+    gpu = GpuSnapshot(
+        index=0,
+        name="NVIDIA GeForce RTX 4090",
+        memory_total_bytes=24_564 * MIB,
+        memory_used_bytes=512 * MIB,
+        memory_free_bytes=24_052 * MIB,
+        timestamp=time.time(),
+    )
+    machine = Machine(gpus=(gpu,), host=detect_host(measure_bandwidth=False))
+    monkeypatch.setattr("app.adapters.host.measure_read_bandwidth_gb_s", lambda budget_s=0.3: 20.0)
+    result = run_live(RunSettings(gguf_path=str(tiny), prompt=TINY_PROMPT, max_tokens=8, n_ctx=256))
+    args = build_parser().parse_args(["run", "--gguf", str(tiny), "--json"])
+    assert _report_run(args, result, machine, None) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["measured_efficiency"]["target"]
+    with RunHistory() as history:
+        found = history.efficiencies(machine_key(machine.host, machine.gpus), llama_math_threads())
+    assert found[report["measured_efficiency"]["target"]] == pytest.approx(report["measured_efficiency"]["value"])

@@ -165,7 +165,6 @@ def test_the_window_and_fitscope_run_report_the_same_figures_for_the_same_run(qt
 
     from app.cli.parser import build_parser
     from app.cli.runs import _report_run
-    from app.core.hardware import NvmlStatus
 
     window = open_window(qtbot, make_services(tmp_path))
     window.open_gguf(str(tiny))
@@ -181,10 +180,9 @@ def test_the_window_and_fitscope_run_report_the_same_figures_for_the_same_run(qt
     bandwidth = machine.host.measured_read_bandwidth_gb_s
     monkeypatch.setattr("app.adapters.host.measure_read_bandwidth_gb_s", lambda budget_s=0.3: bandwidth)
     args = build_parser().parse_args(["run", "--gguf", str(tiny), "--json", "--no-save"])
-    status = NvmlStatus(available=False, message=machine.gpu_message)
     printed = []
     monkeypatch.setattr("builtins.print", lambda *a, **k: printed.append(a[0]) if not k.get("file") else None)
-    assert _report_run(args, result, None, machine.host, status, None) == 0
+    assert _report_run(args, result, machine, None) == 0
     monkeypatch.undo()
     from_cli = json.loads(printed[-1])
     from_window = json.loads(json.dumps(shown.to_json()))

@@ -68,18 +68,17 @@ def _run_settings(args: argparse.Namespace, mode: str):
 
 def _measure_and_report(args: argparse.Namespace, mode: str) -> int:
     from app.adapters.child_protocol import ChildEvent
-    from app.adapters.host import detect_host
     from app.adapters.llamacpp_runner import LiveLoaded, RunDone, run_live
-    from app.adapters.nvml import NvmlMonitor
     from app.core import fit
+    from app.services.runs import detect_machine
 
     settings = _run_settings(args, mode)
     model = fit.model_from_gguf(settings.gguf_path)
-    host = detect_host(measure_bandwidth=False)
-    status = NvmlMonitor().status()
-    hardware = {"label": host.cpu_model, "cpu": host.cpu_model}
-    if status.available:
-        hardware["gpus"] = ", ".join(g.name for g in status.gpus)
+    machine = detect_machine(measure_bandwidth=False)
+    assert machine.host is not None
+    hardware = {"label": machine.host.cpu_model, "cpu": machine.host.cpu_model}
+    if machine.gpus:
+        hardware["gpus"] = ", ".join(g.name for g in machine.gpus)
         hardware["label"] = hardware["gpus"]
 
     def progress(event: ChildEvent) -> None:
@@ -117,18 +116,22 @@ def _measure_and_report(args: argparse.Namespace, mode: str) -> int:
     else:
         result = run_live(settings, on_event=progress, hardware=hardware)
     with _signals_deferred():  # the run is finished: report and save it before any interrupt
-        return _report_run(args, result, model, host, status, sweep)
+        return _report_run(args, result, machine, sweep)
 
 
-def _report_run(args, result, model, host, status, sweep) -> int:
+def _report_run(args, result, machine, sweep) -> int:
+    """Hold the finished run against the estimate on ``machine``, save it (unless --no-save) and print it."""
+    import dataclasses
+
     from app.adapters.host import measure_read_bandwidth_gb_s
-    from app.core.scenario import Machine
     from app.services.runs import finish_run, ran_on_gpu, save_run
 
-    machine = Machine(gpus=status.gpus if status.available else (), host=host, gpu_message=status.message)
-    if not ran_on_gpu(result, machine):
-        bw = measure_read_bandwidth_gb_s(budget_s=0.3)
-        machine = Machine(host=host.model_copy(update={"measured_read_bandwidth_gb_s": bw}))
+    if not ran_on_gpu(result, machine) and machine.host is not None:
+        # On the CPU: its memory bandwidth, measured now, sets the estimate; the GPUs still name the
+        # machine its calibration is kept for.
+        bandwidth = measure_read_bandwidth_gb_s(budget_s=0.3)
+        host = machine.host.model_copy(update={"measured_read_bandwidth_gb_s": bandwidth})
+        machine = dataclasses.replace(machine, host=host)
     report = finish_run(result, machine, sweep or ())
     if not args.no_save:
         report = save_run(report, machine)
