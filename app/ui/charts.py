@@ -425,7 +425,7 @@ class ContextChart(Chart):
         self.largest.setVisible(curve.max_context_tokens > 0)
         if curve.max_context_tokens > 0:
             self.largest.setValue(math.log2(curve.max_context_tokens))
-        self.set_chosen(chosen_tokens)
+        self._move_chosen(chosen_tokens)
         self._ticks("bottom", _log2_ticks(curve.contexts[0], curve.contexts[-1]))
         top = max(max(acc, default=0.0), _gib(curve.capacity_bytes))
         self._range("y", 0, nice_ceiling(top * 1.05))
@@ -433,9 +433,13 @@ class ContextChart(Chart):
         self._fit_texts()
 
     def set_chosen(self, chosen_tokens: int) -> None:
+        self._move_chosen(chosen_tokens)
+        self._fit_texts()
+
+    def _move_chosen(self, chosen_tokens: int) -> None:
+        """The chosen context's marker, its label placed by the caller (once the ranges are set)."""
         self.chosen_tokens = chosen_tokens
         self.chosen.setValue(math.log2(max(chosen_tokens, 1)))
-        self._fit_texts()
 
     def _fit_texts(self) -> None:
         """The capacity's label at the left; each vertical marker's at the highest of a few heights
