@@ -32,7 +32,7 @@ def test_results_arrive_on_the_gui_thread_and_waiting_jobs_coalesce(qtbot):
     first = runner.submit(lambda: slow_square(2, 0.2))
     runner.submit(lambda: slow_square(3))
     last = runner.submit(lambda: slow_square(4))
-    qtbot.waitUntil(lambda: not runner.busy, timeout=5000)
+    qtbot.waitUntil(lambda: not runner.running, timeout=5000)
     # The running job finished; of the two waiting, only the newest ran.
     assert results == [(first, 4), (last, 16)]
     assert set(threads) == {threading.get_ident()}

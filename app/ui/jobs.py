@@ -104,8 +104,6 @@ class JobRunner(QObject):
         """A job is running or waiting."""
         return bool(self._running) or self._pending is not None
 
-    busy = running
-
     def tag_of(self, job_id: int) -> Any:
         """What ``submit`` or ``start`` kept with the job, until its ending has been delivered."""
         return self._tags.get(job_id)

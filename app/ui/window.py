@@ -434,7 +434,7 @@ class MainWindow(QMainWindow):
 
     @property
     def busy(self) -> bool:
-        return self._estimates.busy
+        return self._estimates.running
 
     def _on_view(self, job_id: int, view: View) -> None:
         if job_id < self._applied_job:
@@ -468,7 +468,7 @@ class MainWindow(QMainWindow):
     # -- hardware polling ---------------------------------------------------------------------
 
     def _poll_gpus(self) -> None:
-        if not self._hardware.busy:
+        if not self._hardware.running:
             self._hardware.submit(self._services.nvml_status)
 
     def _on_nvml(self, _job_id: int, status: NvmlStatus | bool) -> None:
