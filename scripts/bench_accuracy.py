@@ -20,10 +20,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.core.catalog import find_device, find_model  # noqa: E402
-from app.core.estimate import Settings, estimate  # noqa: E402
-from app.core.fit import host_ram_target, target_from_device  # noqa: E402
-from app.core.quant import quantize_layout  # noqa: E402
+from app.core.memory.estimate import estimate  # noqa: E402
+from app.core.memory.records import Settings  # noqa: E402
+from app.core.memory.targets import host_ram_target, target_from_device  # noqa: E402
+from app.core.model.catalog import find_device, find_model  # noqa: E402
+from app.core.model.quant import quantize_layout  # noqa: E402
 from tests.support.proof import CASES, run_case  # noqa: E402
 
 MIB = 1024**2

@@ -16,8 +16,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.core.advisor import Workload, advise  # noqa: E402
-from app.core.scenario import ModelChoice  # noqa: E402
+from app.core.advisor.advise import advise
+from app.core.advisor.records import Workload
+from app.core.report.choices import ModelChoice
 
 TARGET_S = 2.0
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.core.errors import ModelFileError  # noqa: E402
-from app.core.gguf_reader import read_gguf  # noqa: E402
+from app.core.common.errors import ModelFileError
+from app.core.model.gguf_model import read_gguf
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,7 +20,7 @@ from app.adapters.batch_probe import measure_batching  # noqa: E402
 from app.adapters.cpu_topology import llama_math_threads  # noqa: E402
 from app.adapters.demo_model import demo_model_path  # noqa: E402
 from app.adapters.llamacpp_runner import run_live  # noqa: E402
-from app.core.measure import RunSettings, summary  # noqa: E402
+from app.core.speed.measure import RunSettings, summary
 
 
 def main() -> int:

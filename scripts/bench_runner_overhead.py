@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from app.adapters.cpu_topology import llama_math_threads  # noqa: E402
 from app.adapters.demo_model import demo_model_path  # noqa: E402
 from app.adapters.llamacpp_runner import run_live  # noqa: E402
-from app.core.measure import RunSettings  # noqa: E402
+from app.core.speed.measure import RunSettings
 
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 

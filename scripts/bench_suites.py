@@ -30,9 +30,9 @@ def main() -> int:
     from app.adapters.ab_compare import prompt_jobs
     from app.adapters.demo_model import demo_model_path
     from app.adapters.suite_runner import SuiteRunSettings, run_suite
-    from app.core.evidence import wilson_interval
-    from app.core.quant_compare import score
-    from app.core.suites import builtin_suites, find_suite
+    from app.core.quality.evidence import wilson_interval
+    from app.core.quality.quant_compare import score
+    from app.core.quality.suite_reading import builtin_suites, find_suite
 
     gguf = args.gguf or str(demo_model_path())
     suites = [find_suite(s) for s in args.suite] if args.suite else list(builtin_suites().values())

@@ -97,7 +97,7 @@ def main() -> int:
     args = parser.parse_args()
 
     qt_app = QApplication.instance() or QApplication([])
-    from app.core.scenario import Controls, HardwareChoice, ModelChoice
+    from app.core.report.choices import Controls, HardwareChoice, ModelChoice
     from app.ui.app import create_window, real_services
 
     services = real_services()

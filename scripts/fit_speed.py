@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.core.speed_model import SPEED_MODEL_PATH  # noqa: E402
+from app.core.speed.model import SPEED_MODEL_PATH  # noqa: E402
 from tests.speed_data import GROUP_FALLBACK, cross_validate, fit, held_out_intervals, load_rows  # noqa: E402
 
 

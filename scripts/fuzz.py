@@ -38,7 +38,7 @@ def _seeds(folder: Path) -> list[bytes]:
     seeds = small_seeds(folder)
     try:
         from app.adapters.demo_model import demo_model_path
-        from app.core.gguf_reader import read_gguf
+        from app.core.model.gguf_model import read_gguf
 
         demo = demo_model_path()
         header = read_gguf(demo).data_offset

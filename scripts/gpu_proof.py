@@ -21,10 +21,12 @@ sys.path.insert(0, str(ROOT))
 
 from app.adapters.llamacpp_probe import dry_run  # noqa: E402
 from app.adapters.nvml import NvmlMonitor  # noqa: E402
-from app.core import fit  # noqa: E402
-from app.core.catalog import find_model  # noqa: E402
-from app.core.estimate import Settings, estimate  # noqa: E402
-from app.core.quant import find_preset, quantize_layout  # noqa: E402
+from app.core.memory.estimate import estimate  # noqa: E402
+from app.core.memory.records import Settings  # noqa: E402
+from app.core.memory.targets import host_ram_target, target_from_gpu  # noqa: E402
+from app.core.model.catalog import find_model  # noqa: E402
+from app.core.model.quant import find_preset, quantize_layout  # noqa: E402
+from app.core.model.source import model_from_gguf  # noqa: E402
 from tests.support.synthetic_gguf import write_sparse_gguf  # noqa: E402
 
 MIB = 1024**2
@@ -56,8 +58,8 @@ def main() -> int:
     if not status.available or not llama_cpp.llama_supports_gpu_offload():
         print("needs an NVIDIA GPU and a CUDA build of llama-cpp-python (scripts/gpu_proof.sh builds one)")
         return 1
-    gpus = [fit.target_from_gpu(g) for g in status.gpus]
-    targets = [*gpus, fit.host_ram_target(64 * 1024**3, 50.0)]
+    gpus = [target_from_gpu(g) for g in status.gpus]
+    targets = [*gpus, host_ram_target(64 * 1024**3, 50.0)]
     print(f"GPUs: {', '.join(g.name for g in status.gpus)}; llama-cpp-python {llama_cpp.__version__}\n")
     work = Path(tempfile.mkdtemp())
     for model_id, preset, n_ctx, fa, kv, ngl in CASES:
@@ -86,12 +88,12 @@ def main() -> int:
 
     from app.adapters.demo_model import demo_model_path
     from app.adapters.llamacpp_runner import run_live
-    from app.core.measure import RunSettings
-    from app.core.run_vs_estimate import compare_buffers, estimate_for_run
+    from app.core.report.run_vs_estimate import compare_buffers, estimate_for_run
+    from app.core.speed.measure import RunSettings
 
     demo = str(demo_model_path())
     result = run_live(RunSettings(gguf_path=demo, n_gpu_layers=-1, prompt="Hello", max_tokens=64, ignore_eos=True))
-    model = fit.model_from_gguf(demo)
+    model = model_from_gguf(demo)
     run_est = estimate_for_run(result, model.arch, model.tensors, targets, "x86-avx2")
     rate = result.runs[0].decode_tokens_per_s_llama
     print(f"Live run of the demo model, every layer on the GPU: decode {rate} tok/s")

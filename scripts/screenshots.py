@@ -45,7 +45,7 @@ def main() -> int:
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/screenshots")
     out.mkdir(parents=True, exist_ok=True)
     qt_app = QApplication.instance() or QApplication(sys.argv[:1])
-    from app.core.scenario import Controls, HardwareChoice, ModelChoice
+    from app.core.report.choices import Controls, HardwareChoice, ModelChoice
     from app.ui.app import create_window, real_services
 
     services = real_services()

@@ -25,7 +25,7 @@ def _private_folders(tmp_path_factory: pytest.TempPathFactory):
 def demo_gguf() -> Path:
     """The real demo model (Gemma 3 270M Q4_K_M), assembled from its PyPI package."""
     from app.adapters.demo_model import demo_model_path
-    from app.core.errors import FitScopeError
+    from app.core.common.errors import FitScopeError
 
     try:
         return demo_model_path()

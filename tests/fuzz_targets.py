@@ -30,10 +30,11 @@ from typing import Any
 import numpy as np
 
 from app import cli
-from app.core.errors import FitScopeError
-from app.core.estimate import MAX_CONTEXT_TOKENS, Settings, Target, estimate
-from app.core.gguf_reader import read_gguf
-from app.core.hf_config import read_hf_config
+from app.core.common.errors import FitScopeError
+from app.core.memory.estimate import estimate
+from app.core.memory.records import MAX_CONTEXT_TOKENS, Settings, Target
+from app.core.model.gguf_model import read_gguf
+from app.core.model.hf_config import read_hf_config
 
 HANG_S = 5.0
 MEMORY_LIMIT_BYTES = 300 * 1024**2
@@ -171,7 +172,7 @@ def config_case(config: Any) -> Outcome:
     def work() -> str:
         try:
             arch = read_hf_config(config if isinstance(config, dict) else {"model_type": config})
-            from app.core.quant import find_preset, quantize_layout
+            from app.core.model.quant import find_preset, quantize_layout
 
             _estimate_small(arch, quantize_layout(arch, find_preset("Q4_K_M")))
         except FitScopeError:

@@ -17,9 +17,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from app.core.catalog import find_model
-from app.core.estimate import Estimate, Settings, Target, estimate, mask_bytes
-from app.core.quant import find_preset, quantize_layout
+from app.core.memory.estimate import estimate
+from app.core.memory.kv import mask_bytes
+from app.core.memory.records import Estimate, Settings, Target
+from app.core.model.catalog import find_model
+from app.core.model.quant import find_preset, quantize_layout
 
 MIB = 1024**2
 GIB = 1024**3

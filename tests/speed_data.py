@@ -5,7 +5,7 @@ test (pp/tg, tokens, depth) and the published tokens/s. Used by scripts/fit_spee
 Device figures come from the catalog (resources/catalog/devices.json) where the device is in it,
 else from the devices files collected with the rows; Apple GPU variants scale their generation's
 catalog figure by GPU cores; CPUs' FP32 rate is cores x 3 GHz x SIMD lanes x 2 (FMA) x 2 (units),
-the estimator's own rule (app.core.fit.cpu_flops_tflops).
+the estimator's own rule (app.core.memory.targets.cpu_flops_tflops).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from app.core.catalog import load_devices
-from app.core.speed_model import FamilyConstants, decode_seconds_per_token, prefill_tokens_per_s, speed_family
+from app.core.model.catalog import load_devices
+from app.core.speed.model import FamilyConstants, decode_seconds_per_token, prefill_tokens_per_s, speed_family
 
 DATA = Path(__file__).parent / "data"
 

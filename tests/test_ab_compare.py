@@ -12,11 +12,12 @@ import pytest
 
 from app.adapters.ab_compare import compare_variants
 from app.adapters.quantizer import default_variant_path, quantize
-from app.core import fit
-from app.core.catalog import find_device
-from app.core.errors import FitScopeError
-from app.core.quant_compare import VariantResult, advise, routing_config, to_toml
-from app.core.suites import CheckResult, parse_suite
+from app.core.common.errors import FitScopeError
+from app.core.memory.targets import cpu_target
+from app.core.model.catalog import find_device
+from app.core.quality.quant_compare import VariantResult, advise, routing_config, to_toml
+from app.core.quality.suite_checks import CheckResult
+from app.core.quality.suite_reading import parse_suite
 from tests.support.tiny_gguf import write_tiny_llama
 
 pytestmark = pytest.mark.llamacpp
@@ -51,7 +52,7 @@ def variants(tmp_path_factory):
 def cpu_targets():
     from app.adapters.host import detect_host
 
-    return [fit.cpu_target(detect_host(measure_bandwidth=False))]
+    return [cpu_target(detect_host(measure_bandwidth=False))]
 
 
 def test_variants_are_scored_and_compared_with_the_highest_precision_one(variants):
@@ -159,7 +160,7 @@ def test_fitscope_compare_json_and_routing_file(variants, tmp_path, capsys):
 
 def test_one_prompt_in_ten_is_not_a_winner():
     # 9/10 against 8/10 on the same prompts: the advice must not pretend the difference is real.
-    from app.core.quant_compare import Answer
+    from app.core.quality.quant_compare import Answer
 
     def variant(label, memory_gib, failed):
         answers = tuple(Answer("smoke", f"p{i}", "", CheckResult(f"p{i}" not in failed, "")) for i in range(10))

@@ -1,4 +1,4 @@
-"""The hardware advisor (app.core.advisor), `fitscope advise`, and the RPC plan (app.core.rpc)."""
+"""The hardware advisor (app.core.advisor.advise), `fitscope advise`, and the RPC plan (app.core.plans.rpc)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,18 @@ import json
 import pytest
 
 from app.cli import main
-from app.core import fit
-from app.core.advisor import Workload, advise, presets_for
-from app.core.catalog import find_device, find_model
-from app.core.errors import EstimateError
-from app.core.estimate import Settings, estimate
-from app.core.rpc import NetworkLink, RpcHost, parse_host, rpc_plan
-from app.core.scenario import Controls, ModelChoice
-from app.core.units import GIB
+from app.core.advisor.advise import advise
+from app.core.advisor.configs import presets_for
+from app.core.advisor.records import Workload
+from app.core.common.errors import EstimateError
+from app.core.common.units import GIB
+from app.core.memory.estimate import estimate
+from app.core.memory.records import Settings
+from app.core.memory.targets import host_ram_target, target_from_device
+from app.core.model.catalog import find_device, find_model
+from app.core.model.source import model_from_catalog
+from app.core.plans.rpc import NetworkLink, RpcHost, parse_host, rpc_plan
+from app.core.report.choices import Controls, ModelChoice
 
 LLAMA_70B = ModelChoice(kind="catalog", ref="llama-3.3-70b")
 
@@ -139,14 +143,14 @@ def _settings(ctx: int = 8192) -> Settings:
 
 
 def test_rpc_hosts_add_up_to_one_machine_plus_each_hosts_own_buffers():
-    model = fit.model_from_catalog("llama-3.1-8b", "Q4_K_M")
+    model = model_from_catalog("llama-3.1-8b", "Q4_K_M")
     hosts = [RpcHost(address="10.0.0.2", device_id="rtx-4090"), RpcHost(address="10.0.0.3", device_id="rtx-4090")]
     plan = rpc_plan(model.arch, model.tensors, _settings(), hosts, 32 * GIB)
     one = estimate(
         model.arch,
         model.tensors,
         _settings(),
-        [fit.target_from_device(find_device("rtx-4090")), fit.host_ram_target(32 * GIB)],
+        [target_from_device(find_device("rtx-4090")), host_ram_target(32 * GIB)],
     )
     parts = [*plan.hosts, plan.client]
     # The weights and the KV cache are split, not copied: they add up to the one-machine figures.
@@ -162,7 +166,7 @@ def test_rpc_hosts_add_up_to_one_machine_plus_each_hosts_own_buffers():
 
 
 def test_rpc_plan_commands_and_network_cost():
-    model = fit.model_from_catalog("llama-3.3-70b", "Q4_K_M")
+    model = model_from_catalog("llama-3.3-70b", "Q4_K_M")
     hosts = [parse_host("10.0.0.2=rtx-4090"), parse_host("10.0.0.3:50053=rtx-3090x2")]
     fast = rpc_plan(model.arch, model.tensors, _settings(), hosts, 64 * GIB, link=NetworkLink(gbit_s=100, rtt_ms=0.05))
     slow = rpc_plan(model.arch, model.tensors, _settings(), hosts, 64 * GIB, link=NetworkLink(gbit_s=1, rtt_ms=2))

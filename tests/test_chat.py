@@ -6,7 +6,7 @@ import ctypes
 
 import pytest
 
-from app.core.chat import ChatTemplateError, messages_for, render_chat
+from app.core.quality.chat import ChatTemplateError, messages_for, render_chat
 
 # Templates written for these tests in the two formats llama.cpp knows by name ("chatml", "gemma").
 CHATML = (

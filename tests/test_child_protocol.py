@@ -35,7 +35,7 @@ from app.adapters.child_protocol import (
     parse_event,
 )
 from app.adapters.llamacpp_runner import LiveLoaded, RunError, run_live
-from app.core.measure import MeasuredBuffers, RunSettings
+from app.core.speed.measure import MeasuredBuffers, RunSettings
 from tests.support.protocol_worker import ASSERT_LINE, MODULE, Script
 
 REPO = Path(__file__).resolve().parents[1]

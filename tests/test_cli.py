@@ -224,7 +224,7 @@ def test_this_machines_gpus_resolve_as_in_the_window(capsys, monkeypatch):
     from types import SimpleNamespace
 
     from app.adapters import nvml
-    from app.core.hardware import GpuSnapshot, NvmlStatus
+    from app.core.hardware.snapshots import GpuSnapshot, NvmlStatus
 
     gpu = GpuSnapshot(
         index=0,
@@ -302,7 +302,7 @@ def test_hw_json_without_a_driver(capsys):
 @pytest.fixture(scope="module")
 def demo_path() -> Path:
     from app.adapters.demo_model import demo_model_path
-    from app.core.errors import FitScopeError
+    from app.core.common.errors import FitScopeError
 
     try:
         return demo_model_path()
@@ -414,8 +414,8 @@ def test_cpu_servers_and_unified_boxes_from_the_catalog(capsys):
 def test_a_unified_memory_box_keeps_the_rest_of_its_own_memory_beside_its_gpu(capsys):
     # The host side of a Mac Studio is the part of its one pool the GPU may not take, as in the
     # window, not the RAM of the machine FitScope runs on.
-    from app.core.catalog import find_device
-    from app.core.scenario import HardwareChoice, Machine, resolve_targets
+    from app.core.model.catalog import find_device
+    from app.core.report.choices import HardwareChoice, Machine, resolve_targets
 
     mac = find_device("m2-ultra-192gb")
     r = run_ok(capsys, "estimate", "--model", "llama-3.3-70b", "-c", "16384", "--gpu", "m2-ultra-192gb", "--json")

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from app.cli import main
-from app.core.catalog import find_model
-from app.core.coverage import PROVEN, coverage, coverage_table, llamacpp_architectures
-from app.core.quant import quantize_layout
-from app.core.scenario import Controls, HardwareChoice, ModelChoice
+from app.core.model.catalog import find_model
+from app.core.model.coverage import PROVEN, coverage, coverage_table, llamacpp_architectures
+from app.core.model.quant import quantize_layout
+from app.core.report.choices import Controls, HardwareChoice, ModelChoice
 from tests.support.synthetic_gguf import write_sparse_gguf
 from tests.test_scenario import view_of
 
@@ -36,7 +36,7 @@ def test_every_proven_architecture_is_one_llama_cpp_loads() -> None:
 
 
 def test_catalog_models_are_all_proven() -> None:
-    from app.core.catalog import load_models
+    from app.core.model.catalog import load_models
 
     assert {m.arch for m in load_models()} <= set(PROVEN)
 
@@ -101,7 +101,7 @@ def test_coverage_report_matches_the_installed_llama_cpp() -> None:
 
 
 def _one_model_per_architecture() -> list[str]:
-    from app.core.catalog import load_models
+    from app.core.model.catalog import load_models
 
     seen: dict[str, str] = {}
     for m in load_models():
@@ -113,8 +113,9 @@ def _one_model_per_architecture() -> list[str]:
 def test_a_gguf_of_each_proven_architecture_reads_back_to_the_same_estimate(model_id: str, tmp_path: Path) -> None:
     """The file path (a user's GGUF) and the catalog path give the same bytes for every part: the
     reader recovers hybrid layouts, NextN layers, MoE interleaving and short convolutions."""
-    from app.core.estimate import Settings, estimate
-    from app.core.gguf_reader import read_gguf
+    from app.core.memory.estimate import estimate
+    from app.core.memory.records import Settings
+    from app.core.model.gguf_model import read_gguf
     from tests.support.proof import CPU_HOST
 
     arch = find_model(model_id)

@@ -18,14 +18,14 @@ from app.adapters.divergence_runner import (
     measured_quality,
 )
 from app.adapters.quantizer import default_variant_path, quantize
-from app.core.divergence import (
+from app.core.common.errors import FitScopeError
+from app.core.quality.divergence import (
     delta_perplexity,
     divergence_figures,
     mean_interval,
     paired_kl_difference,
     quantile_interval,
 )
-from app.core.errors import FitScopeError
 from tests.support.tiny_gguf import write_tiny_llama
 
 # -- statistics ------------------------------------------------------------------------------------
@@ -188,12 +188,12 @@ def test_the_ab_tab_shows_the_figures_in_plain_words(qtbot, tiny_variants):
     from PySide6.QtCore import Qt
 
     from app.adapters.host import detect_host
-    from app.core import fit
-    from app.core.suites import parse_suite
+    from app.core.memory.targets import cpu_target
+    from app.core.quality.suite_reading import parse_suite
     from app.ui.ab_panel import AbPanel
 
     source, q8, _ = tiny_variants
-    targets = [fit.cpu_target(detect_host(measure_bandwidth=False))]
+    targets = [cpu_target(detect_host(measure_bandwidth=False))]
     panel = AbPanel(lambda: (targets, "this CPU", "x86-avx2"))
     qtbot.addWidget(panel)
     panel.add_variant(source)
@@ -228,7 +228,7 @@ def test_the_ab_tab_shows_the_figures_in_plain_words(qtbot, tiny_variants):
 
 
 def test_students_t_for_a_few_chunks_and_its_approximation_beyond_the_table():
-    from app.core.divergence import t_95
+    from app.core.quality.divergence import t_95
 
     assert t_95(1) == 12.706 and t_95(7) == 2.365 and t_95(30) == 2.042
     assert abs(t_95(60) - 2.000) < 0.002 and abs(t_95(120) - 1.980) < 0.002
@@ -268,7 +268,7 @@ def test_independent_positions_keep_about_the_same_interval():
 
 
 def test_delta_perplexity_and_same_top_widen_for_a_text_of_few_correlated_chunks():
-    from app.core.divergence import share_interval
+    from app.core.quality.divergence import share_interval
 
     rng = random.Random(11)
     offsets = _correlated_text(rng, chunks=6, per_chunk=100, rho=0.95)

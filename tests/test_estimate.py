@@ -4,21 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from app.core.catalog import find_device, find_model, load_models
-from app.core.errors import EstimateError
-from app.core.estimate import (
-    Settings,
-    Target,
-    estimate,
-    max_context_tokens,
-    max_gpu_layers,
-    max_parallel_sequences,
-)
-from app.core.fit import host_ram_target, target_from_device
-from app.core.quant import PRESETS, quantize_layout
-from app.core.speed import estimate_speed
-from app.core.tensors import GGMLType
-from app.core.units import GIB, MIB
+from app.core.common.errors import EstimateError
+from app.core.common.units import GIB, MIB
+from app.core.memory.estimate import estimate
+from app.core.memory.limits import max_context_tokens, max_gpu_layers, max_parallel_sequences
+from app.core.memory.records import Settings, Target
+from app.core.memory.targets import host_ram_target, target_from_device
+from app.core.model.catalog import find_device, find_model, load_models
+from app.core.model.quant import PRESETS, quantize_layout
+from app.core.model.tensors import GGMLType
+from app.core.speed.predict import estimate_speed
 
 CPU = Target(name="CPU", kind="cpu", capacity_bytes=64 * GIB, bandwidth_gb_s=50, fp16_tflops=2, efficiency_class="cpu")
 
@@ -54,7 +49,7 @@ def test_q4_k_m_mixture_follows_llama_quant() -> None:
 
 
 def test_demo_model_types_reproduced_tensor_by_tensor(demo_gguf) -> None:
-    from app.core.gguf_reader import read_gguf
+    from app.core.model.gguf_model import read_gguf
 
     real = read_gguf(demo_gguf)
     mine = quantize_layout(find_model("gemma-3-270m"), "Q4_K_M")
@@ -215,7 +210,7 @@ def test_settings_validation() -> None:
 
 
 def test_serving_formats_carry_their_group_overhead() -> None:
-    from app.core.quant import find_serving_format, serving_weights_bytes
+    from app.core.model.quant import find_serving_format, serving_weights_bytes
 
     arch = find_model("llama-3.1-8b")
     fp16 = serving_weights_bytes(arch, find_serving_format("FP16"))
@@ -228,7 +223,8 @@ def test_serving_formats_carry_their_group_overhead() -> None:
 
 
 def test_fit_reports_limits() -> None:
-    from app.core.fit import fit, model_from_catalog
+    from app.core.model.source import model_from_catalog
+    from app.core.report.fit import fit
 
     model = model_from_catalog("llama-3.1-70b", "Q4_K_M")
     targets = [_gpu("rtx-4090"), host_ram_target(128 * GIB)]
@@ -241,7 +237,8 @@ def test_fit_reports_limits() -> None:
 
 
 def test_demo_model_repack_matches_a_real_load(demo_gguf) -> None:
-    from app.core.fit import cpu_target, model_from_gguf
+    from app.core.memory.targets import cpu_target
+    from app.core.model.source import model_from_gguf
 
     model = model_from_gguf(demo_gguf)
     est = estimate(model.arch, list(model.tensors), Settings(repack="x86-avx2"), [cpu_target(None)])

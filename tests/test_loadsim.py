@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from app.core.loadsim import (
+from app.core.speed.loadsim import (
     ClosedLoop,
     Lengths,
     LoadResult,
@@ -266,7 +266,7 @@ def test_measured_batching_on_a_tiny_model_is_plausible_and_the_simulation_repro
 @pytest.mark.llamacpp
 def test_the_probe_explains_what_it_cannot_measure(tmp_path):
     from app.adapters.batch_probe import BatchProbeError, measure_batching
-    from app.core.errors import FitScopeError
+    from app.core.common.errors import FitScopeError
     from tests.support.tiny_gguf import write_tiny_llama
 
     with pytest.raises(BatchProbeError, match="does not exist"):

@@ -6,15 +6,15 @@ import json
 
 import pytest
 
-from app.core.catalog import find_device, find_model
-from app.core.errors import EstimateError
-from app.core.estimate import Settings
-from app.core.fit import model_from_catalog
-from app.core.layer_split import llama_split_plan
-from app.core.quant import find_serving_format, serving_weights_bytes
-from app.core.units import GIB
-from app.core.vllm import hf_model_id, vllm_plan
-from app.core.vllm_memory import (
+from app.core.common.errors import EstimateError
+from app.core.common.units import GIB
+from app.core.memory.records import Settings
+from app.core.model.catalog import find_device, find_model
+from app.core.model.quant import find_serving_format, serving_weights_bytes
+from app.core.model.source import model_from_catalog
+from app.core.plans.layer_split import llama_split_plan
+from app.core.plans.vllm import hf_model_id, vllm_plan
+from app.core.plans.vllm_memory import (
     VLLM_CUDA_CONTEXT_BYTES,
     VLLM_CUDA_GRAPH_BYTES,
     VLLM_CUDA_VISIBLE_FRACTION,

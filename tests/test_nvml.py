@@ -15,7 +15,7 @@ import pynvml
 import pytest
 
 from app.adapters.nvml import NvmlMonitor
-from app.core.hardware import NO_DRIVER_MESSAGE, cuda_version_string, memory_bandwidth_gb_s
+from app.core.hardware.snapshots import NO_DRIVER_MESSAGE, cuda_version_string, memory_bandwidth_gb_s
 
 MIB = 1024**2
 GIB = 1024**3

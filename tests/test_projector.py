@@ -15,13 +15,14 @@ from pathlib import Path
 import pytest
 
 from app import cli
-from app.core.catalog import find_model, find_projector, load_projectors
-from app.core.errors import CatalogError, ModelFileError
-from app.core.estimate import Settings, Target, estimate
-from app.core.fit import host_ram_target
-from app.core.gguf_reader import read_gguf
-from app.core.projector import estimate_projector, read_projector, spec_from_layout
-from app.core.quant import quantize_layout
+from app.core.common.errors import CatalogError, ModelFileError
+from app.core.memory.estimate import estimate
+from app.core.memory.records import Settings, Target
+from app.core.memory.targets import host_ram_target
+from app.core.model.catalog import find_model, find_projector, load_projectors
+from app.core.model.gguf_model import read_gguf
+from app.core.model.projector import estimate_projector, read_projector, spec_from_layout
+from app.core.model.quant import quantize_layout
 from tests.support.synthetic_gguf import write_sparse_gguf
 from tests.support.synthetic_mmproj import write_sparse_mmproj
 
@@ -49,7 +50,7 @@ def test_a_projector_for_the_wrong_model_is_refused_on_load(tmp_path: Path) -> N
     entry = find_projector("gemma-3-4b").model_dump() | {"n_embd_text": 4096}
     bad = tmp_path / "projectors.json"
     bad.write_text(json.dumps([entry]))
-    from app.core.catalog import load_projectors as load
+    from app.core.model.catalog import load_projectors as load
 
     with pytest.raises(CatalogError, match="outputs width 4096, but Gemma 3 4B takes 2560"):
         load.__wrapped__(bad)
@@ -188,7 +189,7 @@ def test_cli_refuses_a_projector_of_another_model(capsys, gemma_mmproj: Path) ->
 
 
 def test_window_includes_the_projector_as_its_own_segment(qtbot, tmp_path) -> None:
-    from app.core.scenario import HardwareChoice, ModelChoice
+    from app.core.report.choices import HardwareChoice, ModelChoice
     from tests.test_window import make_services, open_window, settle
 
     window = open_window(qtbot, make_services(tmp_path))
@@ -272,7 +273,7 @@ def test_the_projector_file_button_opens_a_dialog_and_loads_the_chosen_file(
     # The button passed Qt's "checked" flag as the path: the click raised and no dialog opened.
     from PySide6.QtWidgets import QFileDialog
 
-    from app.core.scenario import HardwareChoice, ModelChoice
+    from app.core.report.choices import HardwareChoice, ModelChoice
     from tests.test_window import make_services, open_window, settle
 
     asked = []

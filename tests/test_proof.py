@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from app.core.coverage import PROVEN
-from app.core.estimate import Settings, estimate
-from app.core.gguf_reader import read_gguf
+from app.core.memory.estimate import estimate
+from app.core.memory.records import Settings
+from app.core.model.coverage import PROVEN
+from app.core.model.gguf_model import read_gguf
 from tests.support.proof import CASES, CPU_HOST, KNOWN_COMPUTE_GAPS, Case, compare_files, measure, run_case
 
 pytestmark = pytest.mark.llamacpp
@@ -40,7 +41,7 @@ def test_estimate_matches_llama_cpp(case: Case, synthetic_dir: Path) -> None:
 
 
 def test_cases_cover_the_required_shapes() -> None:
-    from app.core.catalog import find_model
+    from app.core.model.catalog import find_model
 
     archs = {find_model(c.model_id).arch for c in CASES}
     assert {"llama", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3", "deepseek2", "gpt-oss", "mamba"} <= archs

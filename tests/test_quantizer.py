@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from app.adapters.quantizer import QuantizeError, default_variant_path, quantize
-from app.core import fit
-from app.core.gguf_reader import read_gguf
-from app.core.quant import find_preset, quantize_layout
+from app.core.model.gguf_model import read_gguf
+from app.core.model.quant import find_preset, quantize_layout
+from app.core.model.source import model_from_gguf
 from tests.support.tiny_gguf import write_tiny_llama
 
 pytestmark = pytest.mark.llamacpp
@@ -31,7 +31,7 @@ def test_variants_have_the_preset_and_the_estimators_size(source, preset, ftype)
     assert g.file_type == ftype
     total = progress[-1][1]
     assert progress[-1] == (total, total) and total == len(g.tensors)
-    model = fit.model_from_gguf(out)
+    model = model_from_gguf(out)
     assert model.quant == preset
     # The estimator's port of llama.cpp's quantizer rules predicts every tensor's type.
     predicted = {t.name: t.ggml_type for t in quantize_layout(model.arch, find_preset(preset))}

@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from app.core.errors import EstimateError
-from app.core.fit import fit
-from app.core.report import (
+from app.core.common.errors import EstimateError
+from app.core.common.units import GIB
+from app.core.model.tensors import CACHE_TYPES, GGMLType
+from app.core.report.choices import Controls, HardwareChoice, Machine, ModelChoice
+from app.core.report.exports import (
     copy_command_text,
     llama_cpp_python_snippet,
     llama_server_command,
@@ -23,9 +25,8 @@ from app.core.report import (
     report_html,
     report_json,
 )
-from app.core.scenario import Controls, Evaluator, HardwareChoice, Machine, ModelChoice, Request, View
-from app.core.tensors import CACHE_TYPES, GGMLType
-from app.core.units import GIB
+from app.core.report.fit import fit
+from app.core.report.scenario import Evaluator, Request, View
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(40))
 
@@ -366,7 +367,7 @@ def test_commands_refuse_impossible_settings(impossible_view: View) -> None:
 def test_html_comparison_is_the_windows_table_current_hardware_first_no_speed_where_it_cannot_run(
     evaluator: Evaluator,
 ) -> None:
-    from app.core.report import compare_cells, comparison_rows
+    from app.core.report.exports import compare_cells, comparison_rows
 
     compare = (
         HardwareChoice(kind="catalog", device_id="rtx-3060-12gb"),
@@ -388,9 +389,9 @@ def test_html_comparison_is_the_windows_table_current_hardware_first_no_speed_wh
 
 
 def test_html_per_device_table_is_the_windows_details_with_the_projector(evaluator: Evaluator) -> None:
-    from app.core.catalog import find_projector
-    from app.core.projector import estimate_projector
-    from app.core.report import BREAKDOWN_HEADER, breakdown_rows
+    from app.core.model.catalog import find_projector
+    from app.core.model.projector import estimate_projector
+    from app.core.report.exports import BREAKDOWN_HEADER, breakdown_rows
 
     view = _view(
         evaluator,

@@ -18,10 +18,11 @@ import pytest
 
 from app import cli
 from app.adapters.history import RunHistory, keep_unsaved, record_run
-from app.core.errors import FitScopeError, ModelFileError
-from app.core.gguf_reader import read_gguf
-from app.core.hf_config import read_hf_config
-from app.core.suites import SuiteError, load_suite
+from app.core.common.errors import FitScopeError, ModelFileError
+from app.core.model.gguf_model import read_gguf
+from app.core.model.hf_config import read_hf_config
+from app.core.quality.suite import SuiteError
+from app.core.quality.suite_reading import load_suite
 from tests.test_gguf_reader import MINIMAL_KVS, raw_gguf, write_gguf
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -275,7 +276,7 @@ def test_a_run_whose_model_file_is_deleted_meanwhile_still_reports(tmp_path):
     # (4) The child hashed the file after the run: a deleted file threw the finished run away.
     from app.adapters.child_protocol import Loaded
     from app.adapters.llamacpp_runner import run_live
-    from app.core.measure import RunSettings
+    from app.core.speed.measure import RunSettings
     from tests.support.tiny_gguf import TINY_PROMPT, write_tiny_llama
 
     tiny = write_tiny_llama(tmp_path / "tiny.gguf", n_layer=2, n_embd=64, n_ff=128)

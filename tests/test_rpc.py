@@ -21,18 +21,19 @@ from app.adapters.rpc_servers import (
     rpc_backend_problem,
     run_across_rpc,
 )
-from app.core import fit
-from app.core.estimate import Settings
-from app.core.measure import MeasuredBuffers, RunSettings
-from app.core.rpc import PRINT_PRECISION_BYTES, cpu_servers_plan, rpc_buffer_checks
-from app.core.units import GIB, MIB
+from app.core.common.units import GIB, MIB
+from app.core.memory.records import Settings
+from app.core.memory.targets import host_ram_target
+from app.core.model.source import model_from_gguf
+from app.core.plans.rpc import PRINT_PRECISION_BYTES, cpu_servers_plan, rpc_buffer_checks
+from app.core.speed.measure import MeasuredBuffers, RunSettings
 
 RPC_MISSING = rpc_backend_problem()
 needs_rpc = pytest.mark.skipif(RPC_MISSING is not None, reason=RPC_MISSING or "")
 
 
 def _cpu(capacity: int = 16 * GIB):
-    return fit.host_ram_target(capacity).model_copy(update={"efficiency_class": "cpu"})
+    return host_ram_target(capacity).model_copy(update={"efficiency_class": "cpu"})
 
 
 def test_endpoints_are_parsed_as_llama_cpp_takes_them():
@@ -59,7 +60,7 @@ def test_a_missing_rpc_backend_says_how_to_rebuild(monkeypatch):
 
 
 def test_servers_sharing_one_machine_split_the_layers_evenly_with_the_memory(demo_gguf):
-    model = fit.model_from_gguf(demo_gguf)
+    model = model_from_gguf(demo_gguf)
     endpoints = ("127.0.0.1:50052", "127.0.0.1:50053")
     plan = cpu_servers_plan(
         model.arch, model.tensors, Settings(context_tokens=2048), endpoints, _cpu(), 16 * GIB, shared_memory=True
@@ -76,7 +77,7 @@ def test_servers_sharing_one_machine_split_the_layers_evenly_with_the_memory(dem
 
 
 def test_buffer_checks_pair_each_server_by_its_endpoint_and_allow_print_rounding(demo_gguf):
-    model = fit.model_from_gguf(demo_gguf)
+    model = model_from_gguf(demo_gguf)
     endpoints = ("127.0.0.1:1", "127.0.0.1:2")
     plan = cpu_servers_plan(model.arch, model.tensors, Settings(), endpoints, _cpu(), 16 * GIB, shared_memory=True)
     h0, h1 = plan.hosts
@@ -226,7 +227,7 @@ def test_the_run_tab_splits_across_two_local_servers_and_compares_each_buffer(qt
 @needs_rpc
 def test_the_dry_run_proof_splits_over_rpc_devices_and_a_real_load_equals_the_plan(demo_gguf):
     from app.adapters.llamacpp_probe import dry_run
-    from app.core.run_vs_estimate import estimate_settings
+    from app.core.report.run_vs_estimate import estimate_settings
 
     with LocalRpcServers(2) as servers:
         endpoints = servers.endpoints
@@ -239,7 +240,7 @@ def test_the_dry_run_proof_splits_over_rpc_devices_and_a_real_load_equals_the_pl
             tensor_split=(1, 1),
             real_load=True,
         )
-    model = fit.model_from_gguf(demo_gguf)
+    model = model_from_gguf(demo_gguf)
     settings = estimate_settings(RunSettings(gguf_path=str(demo_gguf), n_ctx=2048, n_gpu_layers=-1), "x86-avx2")
     plan = cpu_servers_plan(model.arch, model.tensors, settings, endpoints, _cpu(), 16 * GIB, shared_memory=True)
     assert probe.layers_offloaded == 19

@@ -15,9 +15,10 @@ from app.adapters.child_protocol import Token
 from app.adapters.history import RunHistory
 from app.adapters.host import detect_host
 from app.adapters.llamacpp_runner import RunError, run_live
-from app.core import fit
-from app.core.measure import RunSettings, summary
-from app.core.run_vs_estimate import compare_buffers, estimate_for_run
+from app.core.memory.targets import cpu_target, repack_profile
+from app.core.model.source import model_from_gguf
+from app.core.report.run_vs_estimate import compare_buffers, estimate_for_run
+from app.core.speed.measure import RunSettings, summary
 from tests.support.tiny_gguf import TINY_PROMPT, write_tiny_llama
 
 pytestmark = pytest.mark.llamacpp
@@ -30,10 +31,10 @@ def tiny(tmp_path_factory):
 
 
 def cpu_run_estimate(result, path):
-    model = fit.model_from_gguf(path)
+    model = model_from_gguf(path)
     host = detect_host(measure_bandwidth=False)
-    targets = [fit.cpu_target(host)]
-    return estimate_for_run(result, model.arch, model.tensors, targets, fit.repack_profile(host))
+    targets = [cpu_target(host)]
+    return estimate_for_run(result, model.arch, model.tensors, targets, repack_profile(host))
 
 
 def test_a_run_reports_every_figure_and_llama_cpp_buffers_match_the_estimate(tiny):
@@ -181,8 +182,8 @@ def test_a_cpu_run_on_a_machine_with_gpus_calibrates_that_machine(tiny, monkeypa
     from app.adapters.cpu_topology import llama_math_threads
     from app.cli.parser import build_parser
     from app.cli.runs import _report_run
-    from app.core.hardware import GpuSnapshot, machine_key
-    from app.core.scenario import Machine
+    from app.core.hardware.snapshots import GpuSnapshot, machine_key
+    from app.core.report.choices import Machine
 
     gpu = GpuSnapshot(
         index=0,

@@ -8,25 +8,25 @@ import time
 
 import pytest
 
-from app.core import fit
-from app.core.catalog import find_device
-from app.core.errors import CatalogError, EstimateError
-from app.core.estimate import MAX_CONTEXT_TOKENS, estimate, max_context_tokens
-from app.core.hardware import GpuSnapshot, HostSnapshot
-from app.core.prefs import SCHEMA_VERSION, Preferences, load_preferences, save_preferences
-from app.core.quant import find_preset, quality_words, quantize_layout
-from app.core.scenario import (
+from app.core.common.errors import CatalogError, EstimateError
+from app.core.common.units import GIB
+from app.core.hardware.snapshots import GpuSnapshot, HostSnapshot
+from app.core.memory.estimate import estimate
+from app.core.memory.limits import max_context_tokens
+from app.core.memory.records import MAX_CONTEXT_TOKENS
+from app.core.model.catalog import find_device
+from app.core.model.quant import find_preset, quality_words, quantize_layout
+from app.core.model.source import model_from_catalog
+from app.core.report.choices import (
     Controls,
-    Evaluator,
     HardwareChoice,
     Machine,
     ModelChoice,
-    Request,
-    context_grid,
     match_catalog_device,
     resolve_targets,
 )
-from app.core.units import GIB
+from app.core.report.prefs import SCHEMA_VERSION, Preferences, load_preferences, save_preferences
+from app.core.report.scenario import Evaluator, Request, context_grid
 
 HOST = HostSnapshot(
     cpu_model="AMD Ryzen 9 7950X",
@@ -188,7 +188,7 @@ def test_impossible_settings_are_explained():
 def test_context_curve_and_largest_context_agree_with_the_estimator():
     hw = HardwareChoice(kind="catalog", device_id="rtx-4090")
     view = view_of(LLAMA_8B, hw, Controls(context_tokens=8192))
-    model = fit.model_from_catalog("llama-3.1-8b", "Q4_K_M")
+    model = model_from_catalog("llama-3.1-8b", "Q4_K_M")
     targets = resolve_targets(hw, Machine(host=HOST))
     settings = Controls(context_tokens=8192).settings("x86-avx512")
     curve = view.context_curve
@@ -207,7 +207,7 @@ def test_context_curve_and_largest_context_agree_with_the_estimator():
 def test_ladder_rows_are_the_presets_own_estimates():
     hw = HardwareChoice(kind="catalog", device_id="rtx-4090")
     view = view_of(LLAMA_8B, hw, Controls(context_tokens=8192))
-    model = fit.model_from_catalog("llama-3.1-8b", "Q4_K_M")
+    model = model_from_catalog("llama-3.1-8b", "Q4_K_M")
     targets = resolve_targets(hw, Machine(host=HOST))
     q8 = next(r for r in view.ladder if r.preset == "Q8_0")
     tensors = quantize_layout(model.arch, find_preset("Q8_0"))
@@ -319,7 +319,7 @@ def test_a_measured_efficiency_replaces_the_prior_and_says_so():
 
 
 def test_quality_in_words_follows_the_published_perplexity_order():
-    from app.core.quant import find_preset
+    from app.core.model.quant import find_preset
 
     words = {name: quality_words(find_preset(name).ppl_increase) for name in ("Q8_0", "Q4_K_M", "Q3_K_M", "Q2_K")}
     assert words == {

@@ -8,9 +8,9 @@ import re
 
 from test_window import make_services, open_window, settle
 
-from app.core.catalog import find_device
-from app.core.scenario import Controls, HardwareChoice, ModelChoice
-from app.core.units import GIB
+from app.core.common.units import GIB
+from app.core.model.catalog import find_device
+from app.core.report.choices import Controls, HardwareChoice, ModelChoice
 
 
 def _words(window) -> str:

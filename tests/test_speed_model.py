@@ -7,7 +7,7 @@ import statistics
 import numpy as np
 import pytest
 
-from app.core.speed_model import FAMILIES, load_speed_model, speed_family
+from app.core.speed.model import FAMILIES, load_speed_model, speed_family
 from tests.speed_data import cross_validate, fit, load_rows
 
 

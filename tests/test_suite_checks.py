@@ -10,19 +10,11 @@ import pytest
 
 from app.adapters.user_suites import EXAMPLES_SUITE, add_example, load_user_suites
 from app.cli import main
-from app.core.suites import (
-    DEFAULT_SIMILARITY,
-    Check,
-    SuiteError,
-    builtin_suites,
-    check_answer,
-    check_prompt,
-    example_prompt,
-    find_suite,
-    parse_suite,
-    similarity,
-    suite_to_yaml,
-)
+from app.core.quality.suite import DEFAULT_SIMILARITY, Check, SuiteError
+from app.core.quality.suite_checks import check_answer, check_prompt
+from app.core.quality.suite_reading import builtin_suites, find_suite, parse_suite
+from app.core.quality.suite_similarity import similarity
+from app.core.quality.suite_writing import example_prompt, suite_to_yaml
 
 LIBRARY = "The council is closing the unsafe Main Street library, and a new library opens next year by the station."
 

@@ -10,22 +10,11 @@ from pathlib import Path
 import pytest
 from jsonschema.validators import validator_for
 
-from app.core.errors import FitScopeError
-from app.core.suites import (
-    Check,
-    CheckResult,
-    Suite,
-    SuiteError,
-    SuitePrompt,
-    builtin_suites,
-    check_answer,
-    check_prompt,
-    find_suite,
-    load_suite,
-    parse_suite,
-    pass_rate,
-    suite_to_yaml,
-)
+from app.core.common.errors import FitScopeError
+from app.core.quality.suite import Check, Suite, SuiteError, SuitePrompt
+from app.core.quality.suite_checks import CheckResult, check_answer, check_prompt, pass_rate
+from app.core.quality.suite_reading import builtin_suites, find_suite, load_suite, parse_suite
+from app.core.quality.suite_writing import suite_to_yaml
 
 FLOORS = {"chat": 0.6, "summarization": 0.7, "extraction": 0.9, "tool_call": 0.95}
 

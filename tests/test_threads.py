@@ -9,10 +9,10 @@ import pytest
 
 from app.adapters.cpu_topology import linux_math_threads, llama_math_threads, with_llama_threads
 from app.adapters.llamacpp_runner import LiveLoaded, run_live, sweep_threads
-from app.core import fit
-from app.core.llama_defaults import choose_threads, thread_sweep
-from app.core.measure import RunSettings, sweep_rows
-from app.core.run_vs_estimate import make_run_report
+from app.core.model.source import model_from_gguf
+from app.core.report.run_vs_estimate import make_run_report
+from app.core.speed.llama_defaults import choose_threads, thread_sweep
+from app.core.speed.measure import RunSettings, sweep_rows
 from tests.support.tiny_gguf import TINY_PROMPT, write_tiny_llama
 from tests.test_runner import cpu_run_estimate
 
@@ -72,7 +72,7 @@ def tiny(tmp_path_factory):
 
 
 def _report(result, path):
-    model = fit.model_from_gguf(path)
+    model = model_from_gguf(path)
     return make_run_report(result, model.label, cpu_run_estimate(result, path)).to_json()
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from app.core.gguf_reader import read_gguf
+from app.core.model.gguf_model import read_gguf
 from tests.support.tiny_gguf import MODEL_NAME, TINY_PROMPT, WEIGHT_TYPES, n_params, tiny_vocab, write_tiny_llama
 
 if TYPE_CHECKING:

@@ -6,14 +6,14 @@ import json
 
 import pytest
 
-from app.core.catalog import find_device, find_model
-from app.core.errors import EstimateError
-from app.core.quant import find_serving_format, serving_weights_bytes
-from app.core.rpc import NetworkLink
-from app.core.units import GIB, MIB
-from app.core.vllm import vllm_plan
-from app.core.vllm_memory import vllm_activation_bytes, vllm_weights_per_gpu
-from app.core.vllm_pipeline import NETWORK_NEGLIGIBLE_SHARE, pipeline_layer_partition, vllm_multinode_plan
+from app.core.common.errors import EstimateError
+from app.core.common.units import GIB, MIB
+from app.core.model.catalog import find_device, find_model
+from app.core.model.quant import find_serving_format, serving_weights_bytes
+from app.core.plans.rpc import NetworkLink
+from app.core.plans.vllm import vllm_plan
+from app.core.plans.vllm_memory import vllm_activation_bytes, vllm_weights_per_gpu
+from app.core.plans.vllm_pipeline import NETWORK_NEGLIGIBLE_SHARE, pipeline_layer_partition, vllm_multinode_plan
 
 H100 = find_device("h100-sxm")
 A100 = find_device("a100-80gb")

@@ -24,13 +24,15 @@ from test_nvml import FakeNvml, rtx_4090
 from app.adapters.demo_model import demo_model_path
 from app.adapters.host import detect_host
 from app.adapters.nvml import NvmlMonitor
-from app.core import fit
-from app.core.catalog import find_device
-from app.core.estimate import Settings, estimate
-from app.core.prefs import Preferences, load_preferences
-from app.core.quant import find_preset, quantize_layout
-from app.core.scenario import Controls, HardwareChoice, ModelChoice
-from app.core.units import GIB
+from app.core.common.units import GIB
+from app.core.memory.estimate import estimate
+from app.core.memory.records import Settings
+from app.core.memory.targets import host_ram_target, target_from_device
+from app.core.model.catalog import find_device
+from app.core.model.quant import find_preset, quantize_layout
+from app.core.model.source import model_from_catalog, model_from_gguf
+from app.core.report.choices import Controls, HardwareChoice, ModelChoice
+from app.core.report.prefs import Preferences, load_preferences
 from app.ui.app import create_window
 from app.ui.jobs import process_pool
 from app.ui.window import MainWindow, Services
@@ -114,7 +116,7 @@ def bar_heights_gib(window: MainWindow, index: int) -> float:
 
 
 def catalog_targets(device_id: str, host_bytes: int) -> list:
-    return [fit.target_from_device(find_device(device_id)), fit.host_ram_target(host_bytes)]
+    return [target_from_device(find_device(device_id)), host_ram_target(host_bytes)]
 
 
 # -- start-up --------------------------------------------------------------------------------
@@ -129,7 +131,7 @@ def test_first_launch_opens_on_the_demo_model_on_this_cpu(qtbot, tmp_path, demo_
     assert "No NVIDIA" in window.hardware_view.gpu_message.text()
     assert [t.kind for t in view.targets] == ["cpu"]
     # The split chart holds the estimator's numbers for the real file.
-    model = fit.model_from_gguf(demo_gguf)
+    model = model_from_gguf(demo_gguf)
     est = estimate(
         model.arch,
         model.tensors,
@@ -168,7 +170,7 @@ def test_context_slider_moves_every_chart_and_the_verdict(qtbot, tmp_path):
     assert window.context_control.spin.value() == 16384
     arch = view.model.arch
     targets = catalog_targets("rtx-4090", 64 * GIB)
-    tensors = fit.model_from_catalog("llama-3.1-8b", "Q4_K_M").tensors
+    tensors = model_from_catalog("llama-3.1-8b", "Q4_K_M").tensors
     est = estimate(arch, tensors, Controls(context_tokens=16384).settings(view.estimate.settings.repack), targets)
     # Llama 3.1 8B, f16 cache: 32 layers x 2 x 1024 x 2 bytes x 16384 cells = 2 GiB exactly.
     assert est.kv_cache_bytes == 2 * GIB
@@ -200,7 +202,7 @@ def test_users_cache_types_quantization_and_gpu_layers(qtbot, tmp_path):
     view = settle(qtbot, window, lambda v: v.request.model.ref == "qwen2.5-7b" and v.estimate is not None)
     targets = catalog_targets("rtx-4090", 64 * GIB)
     repack = view.estimate.settings.repack
-    tensors = fit.model_from_catalog("qwen2.5-7b", "Q4_K_M").tensors
+    tensors = model_from_catalog("qwen2.5-7b", "Q4_K_M").tensors
     arch = view.model.arch
 
     window.users_spin.setValue(4)
@@ -468,7 +470,7 @@ def test_exports_hold_the_numbers_on_screen(qtbot, tmp_path):
 
 def test_export_to_an_unwritable_place_says_so(qtbot, tmp_path):
     window = open_window(qtbot, make_services(tmp_path))
-    from app.core.errors import FitScopeError
+    from app.core.common.errors import FitScopeError
 
     with pytest.raises(FitScopeError, match="Could not write"):
         window.export("json", tmp_path / "no-such-dir" / "e.json")

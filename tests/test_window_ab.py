@@ -9,7 +9,7 @@ import pytest
 from test_window import make_services, open_window, settle
 
 from app.adapters.cpu_topology import llama_math_threads
-from app.core.scenario import ModelChoice
+from app.core.report.choices import ModelChoice
 from tests.support.tiny_gguf import write_tiny_llama
 
 pytestmark = pytest.mark.llamacpp

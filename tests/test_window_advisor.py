@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from test_window import make_services, open_window, settle
 
-from app.core.scenario import Controls, ModelChoice
+from app.core.report.choices import Controls, ModelChoice
 from app.ui.advisor_panel import pareto_front
 
 pytestmark = pytest.mark.usefixtures("demo_gguf")

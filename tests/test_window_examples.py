@@ -8,7 +8,7 @@ from pathlib import Path
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QDialogButtonBox
 
-from app.core.suites import load_suite
+from app.core.quality.suite_reading import load_suite
 
 
 def _panel(qtbot, folder: Path):

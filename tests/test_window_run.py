@@ -9,8 +9,8 @@ import psutil
 import pytest
 from test_window import make_services, open_window, settle
 
-from app.core.measure import summary
-from app.core.scenario import ModelChoice
+from app.core.report.choices import ModelChoice
+from app.core.speed.measure import summary
 from tests.support.tiny_gguf import write_tiny_llama
 
 pytestmark = pytest.mark.llamacpp

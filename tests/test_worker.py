@@ -8,7 +8,7 @@ import signal
 import threading
 import time
 
-from app.core.errors import ModelFileError
+from app.core.common.errors import ModelFileError
 from app.ui.jobs import JobRunner, process_pool
 
 

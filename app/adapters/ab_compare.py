@@ -19,13 +19,14 @@ from app.adapters.divergence_runner import (
     record_measured_quality,
 )
 from app.adapters.suite_runner import Agreement, PromptDone, PromptJob, SuiteRun, SuiteRunSettings, run_suite
-from app.core import fit
-from app.core.divergence import MeasuredQuality, quality_key
-from app.core.errors import FitScopeError
-from app.core.estimate import Settings, Target, estimate
-from app.core.quant_compare import Comparison, VariantResult, advise, median_or_none, score
-from app.core.scenario import budget_of
-from app.core.suites import Suite
+from app.core.common.errors import FitScopeError
+from app.core.memory.estimate import estimate
+from app.core.memory.records import Settings, Target
+from app.core.model.source import model_from_gguf
+from app.core.quality.divergence import MeasuredQuality, quality_key
+from app.core.quality.quant_compare import Comparison, VariantResult, advise, median_or_none, score
+from app.core.quality.suite import Suite
+from app.core.report.verdict import budget_of
 
 MAX_VARIANTS = 4
 Progress = Callable[[float, str], None]
@@ -56,7 +57,7 @@ def compare_variants(
     than 4 variants, a file that cannot be read or loaded, or a stop."""
     if not 2 <= len(paths) <= MAX_VARIANTS:
         raise FitScopeError(f"Compare 2 to {MAX_VARIANTS} variants of one model (got {len(paths)}).")
-    models = [fit.model_from_gguf(p) for p in paths]
+    models = [model_from_gguf(p) for p in paths]
     archs = {(m.arch.arch, m.arch.n_layer, m.arch.n_embd, m.arch.n_vocab) for m in models}
     if len(archs) > 1:
         raise FitScopeError("These files are not variants of one model (their architectures differ).")

@@ -51,9 +51,9 @@ from app.adapters.child_protocol import (
     serve_child,
 )
 from app.adapters.cpu_topology import llama_math_threads
-from app.core import llama_defaults
-from app.core.errors import FitScopeError
-from app.core.units import Frozen
+from app.core.common.errors import FitScopeError
+from app.core.common.units import Frozen
+from app.core.speed import llama_defaults
 
 MAX_STEP_SAMPLES = 16  # decode steps timed per P and repetition: enough for a stable median, cheap
 

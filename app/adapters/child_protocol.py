@@ -40,8 +40,8 @@ from typing import Any, Literal, TextIO, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from app.adapters.child import start_child
-from app.core.errors import FitScopeError
-from app.core.units import Frozen
+from app.core.common.errors import FitScopeError
+from app.core.common.units import Frozen
 
 STOP_GRACE_S = 1.0
 """After ``stop``: how long a child has to finish on its own before it is ended."""

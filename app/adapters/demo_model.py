@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.core.errors import FitScopeError
+from app.core.common.errors import FitScopeError
 
 DEMO_MODEL_NAME = "Gemma 3 270M (Q4_K_M)"
 DEMO_LICENSE = "Gemma Terms of Use: https://ai.google.dev/gemma/terms"

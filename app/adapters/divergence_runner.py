@@ -64,16 +64,16 @@ from app.adapters.child_protocol import (
 from app.adapters.cpu_topology import with_llama_threads
 from app.adapters.llamacpp_runner import RunError, open_model
 from app.adapters.paths import data_dir
-from app.core.catalog import RESOURCES_DIR
-from app.core.divergence import (
+from app.core.common.errors import FitScopeError
+from app.core.common.units import Frozen
+from app.core.model.catalog import RESOURCES_DIR
+from app.core.quality.divergence import (
     DivergenceFigures,
     MeasuredQuality,
     divergence_figures,
     paired_kl_difference,
     reference_figures,
 )
-from app.core.errors import FitScopeError
-from app.core.units import Frozen
 
 SCORE_BATCH = 128
 BUILTIN_TEXT = RESOURCES_DIR / "texts" / "pride-and-prejudice-1-3.txt"

@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from app.adapters.paths import data_dir
-from app.core import measure
-from app.core.errors import FitScopeError
-from app.core.measure import RunResult
+from app.core.common.errors import FitScopeError
+from app.core.speed import measure
+from app.core.speed.measure import RunResult
 
 __all__ = [
     "BUFFER_KINDS",

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import psutil
 
-from app.core.hardware import HostSnapshot
+from app.core.hardware.snapshots import HostSnapshot
 
 if TYPE_CHECKING:
     import logging

@@ -68,9 +68,9 @@ from app.adapters.child_protocol import (
     reserve_stdout,
 )
 from app.adapters.cpu_topology import llama_math_threads
-from app.core.errors import FitScopeError
-from app.core.tensors import CACHE_TYPES
-from app.core.units import MIB, Frozen
+from app.core.common.errors import FitScopeError
+from app.core.common.units import MIB, Frozen
+from app.core.model.tensors import CACHE_TYPES
 
 MIB_PRECISION_BYTES = round(0.005 * MIB)
 """Largest rounding error of one ``%.2f MiB`` figure, in bytes (5243)."""

@@ -2,7 +2,7 @@
 
 The parent (:func:`run_live`) starts ``python -m app.adapters.llamacpp_runner`` through
 :class:`~app.adapters.child_protocol.WorkerProcess`, sends it the
-:class:`~app.core.measure.RunSettings` and reads its events: :class:`LiveLoaded` (load time,
+:class:`~app.core.speed.measure.RunSettings` and reads its events: :class:`LiveLoaded` (load time,
 llama.cpp's buffer report), :class:`~app.adapters.child_protocol.Token` (text, time since the
 prompt was sent), :class:`RunDone` (one repetition's figures), :class:`LiveDone` (the file's hash,
 peak memory) or :class:`~app.adapters.child_protocol.Failed`. An abort inside llama.cpp therefore
@@ -44,10 +44,10 @@ from app.adapters.child_protocol import (
 from app.adapters.cpu_topology import llama_math_threads, with_llama_threads
 from app.adapters.llamacpp_probe import GGML_TYPE_IDS, parse_llama_log
 from app.adapters.rpc_servers import offloads_to_local_gpu
-from app.core import llama_defaults
-from app.core.chat import ChatTemplateError, messages_for, render_chat
-from app.core.errors import FitScopeError
-from app.core.measure import MeasuredBuffers, RunFigures, RunResult, RunSettings, figures_from_times
+from app.core.common.errors import FitScopeError
+from app.core.quality.chat import ChatTemplateError, messages_for, render_chat
+from app.core.speed import llama_defaults
+from app.core.speed.measure import MeasuredBuffers, RunFigures, RunResult, RunSettings, figures_from_times
 
 HashKind = Literal["sha256", "sha256-head-tail", "unavailable"]
 FULL_HASH_LIMIT_BYTES = 2 * 1024**3
@@ -376,7 +376,7 @@ def _bench(child: ChildChannel, llama_cpp: Any, llm: Any, settings: RunSettings,
 def open_model(llama_cpp: Any, settings: Any) -> Any:
     """``llama_cpp.Llama`` for a worker's settings (any record with the RunSettings field names;
     batch, ubatch, swa_full and seed default to llama-server's defaults when absent, threads to
-    llama-server's count: :mod:`app.core.llama_defaults`). Raises ValueError or RuntimeError when
+    llama-server's count: :mod:`app.core.speed.llama_defaults`). Raises ValueError or RuntimeError when
     llama.cpp refuses the file."""
     n_threads = settings.n_threads or llama_math_threads()
     return llama_cpp.Llama(

@@ -14,8 +14,9 @@ from app.adapters.batch_probe import BatchProfile, measure_batching
 from app.adapters.child_protocol import ChildEvent
 from app.adapters.cpu_topology import llama_math_threads
 from app.adapters.paths import data_dir
-from app.core.estimate import MAX_CONTEXT_TOKENS, Settings, Target, max_parallel_sequences
-from app.core.fit import model_from_gguf
+from app.core.memory.limits import max_parallel_sequences
+from app.core.memory.records import MAX_CONTEXT_TOKENS, Settings, Target
+from app.core.model.source import model_from_gguf
 
 PARALLEL = (1, 2, 4)
 

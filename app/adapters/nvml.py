@@ -19,7 +19,7 @@ from typing import Any, Protocol, TypeVar
 import psutil
 import pynvml
 
-from app.core.hardware import (
+from app.core.hardware.snapshots import (
     NO_DRIVER_MESSAGE,
     GpuProcess,
     GpuSnapshot,

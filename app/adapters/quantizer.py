@@ -29,9 +29,9 @@ from app.adapters.child_protocol import (
     require_file,
     serve_child,
 )
-from app.core.errors import FitScopeError
-from app.core.quant import find_preset
-from app.core.units import Frozen
+from app.core.common.errors import FitScopeError
+from app.core.common.units import Frozen
+from app.core.model.quant import find_preset
 
 _PROGRESS = re.compile(r"\[\s*(\d+)\s*/\s*(\d+)\s*\]")
 _SOURCE_NOT_LOADED = "failed to load model"  # llama_model_quantize's error when the source is unreadable

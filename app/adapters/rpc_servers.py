@@ -44,10 +44,10 @@ from typing import Any
 
 from app.adapters.child import child_env, module_command
 from app.adapters.child_protocol import ChildEvent
-from app.core.errors import FitScopeError
-from app.core.measure import RunResult, RunSettings
-from app.core.rpc import RpcBufferCheck, RpcPlan
-from app.core.units import MIB
+from app.core.common.errors import FitScopeError
+from app.core.common.units import MIB
+from app.core.plans.rpc import RpcBufferCheck, RpcPlan
+from app.core.speed.measure import RunResult, RunSettings
 
 RPC_REBUILD_COMMAND = 'CMAKE_ARGS="-DGGML_RPC=ON" pip install --force-reinstall --no-cache-dir llama-cpp-python==0.3.36'
 """Add the platform's other flags to CMAKE_ARGS (scripts/bootstrap.sh sets them)."""
@@ -351,14 +351,15 @@ def run_across_rpc(
     """
     from app.adapters.host import detect_host
     from app.adapters.llamacpp_runner import run_live
-    from app.core import fit
-    from app.core.rpc import cpu_servers_plan, rpc_buffer_checks
-    from app.core.run_vs_estimate import estimate_settings
+    from app.core.memory.targets import cpu_target, repack_profile
+    from app.core.model.source import model_from_gguf
+    from app.core.plans.rpc import cpu_servers_plan, rpc_buffer_checks
+    from app.core.report.run_vs_estimate import estimate_settings
 
     require_rpc_backend()
     if settings.n_gpu_layers == 0:
         settings = settings.model_copy(update={"n_gpu_layers": -1})
-    model = fit.model_from_gguf(settings.gguf_path)
+    model = model_from_gguf(settings.gguf_path)
     host = detect_host(measure_bandwidth=False)
     with contextlib.ExitStack() as stack:
         if local_servers:
@@ -373,9 +374,9 @@ def run_across_rpc(
         plan = cpu_servers_plan(
             model.arch,
             model.tensors,
-            estimate_settings(settings, fit.repack_profile(host)),
+            estimate_settings(settings, repack_profile(host)),
             names,
-            fit.cpu_target(host),
+            cpu_target(host),
             host.ram_total_bytes,
             shared_memory=bool(local_servers),
             model_path=settings.gguf_path,

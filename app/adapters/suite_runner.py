@@ -43,8 +43,8 @@ from app.adapters.child_protocol import (
 from app.adapters.cpu_topology import with_llama_threads
 from app.adapters.llamacpp_probe import parse_llama_log
 from app.adapters.llamacpp_runner import PromptRenderer, RunError, open_model
-from app.core.errors import FitScopeError
-from app.core.units import Frozen
+from app.core.common.errors import FitScopeError
+from app.core.common.units import Frozen
 
 
 class PromptJob(Frozen):

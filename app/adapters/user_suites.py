@@ -20,18 +20,10 @@ from pathlib import Path
 import yaml
 
 from app.adapters.paths import data_dir
-from app.core.errors import FitScopeError
-from app.core.suites import (
-    Suite,
-    SuiteError,
-    SuitePrompt,
-    builtin_suites,
-    example_prompt,
-    load_suite,
-    parse_suite,
-    suite_to_yaml,
-    with_prompt,
-)
+from app.core.common.errors import FitScopeError
+from app.core.quality.suite import Suite, SuiteError, SuitePrompt
+from app.core.quality.suite_reading import builtin_suites, load_suite, parse_suite
+from app.core.quality.suite_writing import example_prompt, suite_to_yaml, with_prompt
 
 EXAMPLES_SUITE = "my-examples"
 SUFFIXES = (".yaml", ".yml", ".json")

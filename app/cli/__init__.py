@@ -27,7 +27,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import NoReturn
 
-from app.core.errors import FitScopeError
+from app.core.common.errors import FitScopeError
 
 # The module (under app.cli) of each command; its function is cmd_<command>.
 COMMAND_MODULES = {

@@ -11,8 +11,8 @@ import json
 import sys
 
 from app.cli import clean_message
-from app.core.errors import FitScopeError
-from app.core.units import GIB, MIB
+from app.core.common.errors import FitScopeError
+from app.core.common.units import GIB, MIB
 
 
 def cmd_quantize(args: argparse.Namespace) -> int:
@@ -36,20 +36,20 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from app.adapters.ab_compare import compare_variants
     from app.adapters.host import detect_host
     from app.adapters.user_suites import load_user_suites
-    from app.core import fit
-    from app.core.catalog import find_device
-    from app.core.quant_compare import routing_config, to_toml
-    from app.core.suites import builtin_suites, find_suite
+    from app.core.memory.targets import cpu_target, host_ram_target, repack_profile, target_from_device
+    from app.core.model.catalog import find_device
+    from app.core.quality.quant_compare import routing_config, to_toml
+    from app.core.quality.suite_reading import builtin_suites, find_suite
 
     yours = [u.suite for u in load_user_suites()[0]]
     suites = [find_suite(s, yours) for s in args.suite] if args.suite else [*builtin_suites().values(), *yours]
     host = detect_host(measure_bandwidth=False)
     if args.gpu:
         device = find_device(args.gpu)
-        targets = [fit.target_from_device(device), fit.host_ram_target(host.ram_total_bytes)]
+        targets = [target_from_device(device), host_ram_target(host.ram_total_bytes)]
         hardware = device.name
     else:
-        targets = [fit.cpu_target(host)]
+        targets = [cpu_target(host)]
         hardware = f"this machine's CPU ({host.cpu_model})"
 
     def progress(fraction: float, message: str) -> None:
@@ -69,7 +69,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         suites,
         targets,
         hardware,
-        repack=fit.repack_profile(host),
+        repack=repack_profile(host),
         n_ctx=args.ctx_size,
         n_gpu_layers=args.n_gpu_layers,
         on_progress=progress,
@@ -126,7 +126,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             f"{same:>8s} {top1:>6s}  {rates}"
         )
     if any(v.divergence for v in comparison.variants):
-        from app.core.divergence import meaning
+        from app.core.quality.divergence import meaning
 
         print("\nMeasured on this model (95% intervals):")
         for v in comparison.variants:
@@ -153,7 +153,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_suites(args: argparse.Namespace) -> int:
     from app.adapters.user_suites import add_example, load_user_suites, user_suites_dir
-    from app.core.suites import builtin_suites
+    from app.core.quality.suite_reading import builtin_suites
 
     if args.add is not None:
         if not args.expect:

@@ -18,13 +18,13 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from app.cli.parser import build_parser
-from app.core.errors import FitScopeError
-from app.core.units import GIB, MIB
+from app.core.common.errors import FitScopeError
+from app.core.common.units import GIB, MIB
 
 if TYPE_CHECKING:
-    from app.core.devices import DeviceSpec
-    from app.core.estimate import Target
-    from app.core.hardware import GpuSnapshot, HostSnapshot
+    from app.core.hardware.devices import DeviceSpec
+    from app.core.hardware.snapshots import GpuSnapshot, HostSnapshot
+    from app.core.memory.records import Target
 
 
 def _int_option(flag: str, value: str) -> int:
@@ -37,7 +37,7 @@ def _int_option(flag: str, value: str) -> int:
 def _settings(args: argparse.Namespace, host_profile: str):
     from pydantic import ValidationError
 
-    from app.core.estimate import Settings
+    from app.core.memory.records import Settings
 
     try:
         return Settings(
@@ -76,12 +76,12 @@ def _projector(args: argparse.Namespace):
     if args.mmproj and args.projector:
         raise FitScopeError("Choose --mmproj PATH or --projector, not both.")
     if args.mmproj:
-        from app.core.projector import read_projector
+        from app.core.model.projector import read_projector
 
         return read_projector(args.mmproj)
     if not args.projector:
         return None
-    from app.core.catalog import find_projector
+    from app.core.model.catalog import find_projector
 
     if not args.model:
         raise FitScopeError("--projector adds a catalog model's own projector: use it with --model, or give --mmproj.")
@@ -92,18 +92,18 @@ def _projector(args: argparse.Namespace):
 
 
 def _model(args: argparse.Namespace):
-    from app.core import fit
+    from app.core.model.source import model_from_catalog, model_from_gguf, model_from_hf_config
 
     chosen = [x for x in (args.gguf, args.hf_config, args.model) if x]
     if len(chosen) != 1:
         raise FitScopeError("Name one model: --gguf PATH, --hf-config PATH or --model CATALOG_ID.")
     if args.gguf:
-        return fit.model_from_gguf(args.gguf)
+        return model_from_gguf(args.gguf)
     if args.hf_config:
-        return fit.model_from_hf_config(args.hf_config, args.quant or "Q4_K_M")
-    from app.core.catalog import find_model
+        return model_from_hf_config(args.hf_config, args.quant or "Q4_K_M")
+    from app.core.model.catalog import find_model
 
-    return fit.model_from_catalog(args.model, args.quant or find_model(args.model).default_quant or "Q4_K_M")
+    return model_from_catalog(args.model, args.quant or find_model(args.model).default_quant or "Q4_K_M")
 
 
 def _targets(args: argparse.Namespace):
@@ -117,8 +117,8 @@ def _targets(args: argparse.Namespace):
     which the window's one device times a count cannot say: those stay here, built from the same
     targets. A catalog-only estimate does not import the window's scenario module (a quick start)."""
     from app.adapters.host import detect_host
-    from app.core.catalog import find_device
-    from app.core.fit import target_from_device
+    from app.core.memory.targets import target_from_device
+    from app.core.model.catalog import find_device
 
     host = detect_host(measure_bandwidth=False)
     gpu_args = args.gpu or []
@@ -157,7 +157,7 @@ def _this_machine_targets(args: argparse.Namespace, host: HostSnapshot, gpus: tu
     """This machine's GPUs (if any) and host RAM, or its CPU with --cpu or without GPUs, as the
     window resolves them; --host-ram-gib replaces the RAM beside the GPUs."""
     from app.adapters.host import measure_read_bandwidth_gb_s
-    from app.core.scenario import HardwareChoice, Machine, resolve_targets
+    from app.core.report.choices import HardwareChoice, Machine, resolve_targets
 
     update = {"measured_read_bandwidth_gb_s": measure_read_bandwidth_gb_s(budget_s=0.3)}
     if args.host_ram_gib:
@@ -171,7 +171,7 @@ def _catalog_targets(args: argparse.Namespace, devices: list[DeviceSpec], host: 
     """Catalog hardware: a CPU machine alone, or the GPUs beside host RAM (--host-ram-gib, default
     this machine's, at the bandwidth of --host-memory; for a unified-memory box, the rest of its
     one pool, as the window counts it)."""
-    from app.core.fit import host_ram_beside, host_ram_target, target_from_device
+    from app.core.memory.targets import host_ram_beside, host_ram_target, target_from_device
 
     if not devices[0].is_gpu:
         return [target_from_device(devices[0])]
@@ -204,16 +204,17 @@ def _long_lived_imports() -> Iterator[None]:
 def cmd_estimate(args: argparse.Namespace) -> int:
     with _long_lived_imports():
         import app.adapters.host  # noqa: F401 - host detection runs on every estimate (in _targets)
-        from app.core import fit
-        from app.core.commands import server_command
+        from app.core.memory.commands import server_command
+        from app.core.memory.targets import repack_profile
+        from app.core.report import fit
 
     model = _model(args)
     targets, host = _targets(args)
-    settings = _settings(args, fit.repack_profile(host))
+    settings = _settings(args, repack_profile(host))
     _check_projector_width(settings, model.arch)
     plan = None
     if args.n_gpu_layers == "auto":
-        from app.core.autofit import auto_fit
+        from app.core.memory.autofit import auto_fit
 
         fixed = settings.n_cpu_moe if (args.cpu_moe or args.n_cpu_moe is not None) else None
         plan = auto_fit(model.arch, model.tensors, settings, targets, args.fit_target * MIB, fixed_cpu_moe=fixed)
@@ -287,8 +288,8 @@ def format_result(result) -> str:
             )
         )
     s = result.speed
-    from app.core.coverage import APPROXIMATE_NOTE
-    from app.core.fit import placement_of
+    from app.core.model.coverage import APPROXIMATE_NOTE
+    from app.core.report.fit import placement_of
 
     placement = {
         "gpu": "fits on the GPU",

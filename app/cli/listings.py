@@ -7,11 +7,11 @@ from __future__ import annotations
 import argparse
 import json
 
-from app.core.units import GIB
+from app.core.common.units import GIB
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from app.core.catalog import load_models
+    from app.core.model.catalog import load_models
 
     models = load_models()
     if args.json:
@@ -25,7 +25,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_architectures(args: argparse.Namespace) -> int:
-    from app.core.coverage import coverage_table, llamacpp_architectures
+    from app.core.model.coverage import coverage_table, llamacpp_architectures
 
     version, known = llamacpp_architectures()
     rows = coverage_table()
@@ -45,7 +45,7 @@ def cmd_architectures(args: argparse.Namespace) -> int:
 
 
 def cmd_gpus(args: argparse.Namespace) -> int:
-    from app.core.catalog import load_devices
+    from app.core.model.catalog import load_devices
 
     devices = load_devices()
     if args.json:

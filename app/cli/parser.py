@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 
 from app.cli import _Parser
-from app.core.host_memory import HOST_MEMORY
-from app.core.tensors import CACHE_TYPES
+from app.core.hardware.host_memory import HOST_MEMORY
+from app.core.model.tensors import CACHE_TYPES
 
 CACHE_TYPE_NAMES = list(CACHE_TYPES)
 

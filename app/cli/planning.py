@@ -11,24 +11,25 @@ import json
 import sys
 from pathlib import Path
 
-from app.core.errors import FitScopeError
-from app.core.units import GIB
+from app.core.common.errors import FitScopeError
+from app.core.common.units import GIB
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from app.adapters.host import detect_host
-    from app.core import fit
-    from app.core.catalog import find_device
-    from app.core.estimate import Settings
+    from app.core.memory.records import Settings
+    from app.core.memory.targets import repack_profile
+    from app.core.model.catalog import find_device
+    from app.core.model.source import model_from_catalog
     from app.services.plans import scale_out
 
     if not 1 <= args.count <= 16:
         raise FitScopeError("--count must be 1 to 16 GPUs.")
-    model = fit.model_from_catalog(args.model, args.quant)
+    model = model_from_catalog(args.model, args.quant)
     host = detect_host(measure_bandwidth=False)
     ram = int(args.host_ram_gib * GIB) if args.host_ram_gib else host.ram_total_bytes
     settings = Settings(
-        context_tokens=args.ctx_size * args.parallel, parallel_sequences=args.parallel, repack=fit.repack_profile(host)
+        context_tokens=args.ctx_size * args.parallel, parallel_sequences=args.parallel, repack=repack_profile(host)
     )
     if args.rpc_host:
         return _plan_rpc(args, model, settings, ram)
@@ -69,8 +70,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def _plan_nodes(args: argparse.Namespace, model, gpu) -> int:
     """``--nodes N``: vLLM with tensor parallelism over ``--count`` GPUs in each of N nodes and
     pipeline parallelism across them, with the Ray and vllm serve commands for each node."""
-    from app.core.rpc import NetworkLink
-    from app.core.vllm_pipeline import vllm_multinode_plan
+    from app.core.plans.rpc import NetworkLink
+    from app.core.plans.vllm_pipeline import vllm_multinode_plan
 
     if not 1 <= args.nodes <= 64:
         raise FitScopeError("--nodes must be 1 to 64.")
@@ -101,7 +102,7 @@ def _plan_nodes(args: argparse.Namespace, model, gpu) -> int:
 
 
 def _plan_rpc(args: argparse.Namespace, model, settings, ram: int) -> int:
-    from app.core.rpc import NetworkLink, parse_host, rpc_plan
+    from app.core.plans.rpc import NetworkLink, parse_host, rpc_plan
 
     settings = settings.model_copy(update={"consumer": "llama-server", "swa_full": False})
     plan = rpc_plan(
@@ -133,9 +134,10 @@ def _plan_rpc(args: argparse.Namespace, model, settings, ram: int) -> int:
 def cmd_advise(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from app.core.advisor import Workload, advise, format_advice, words_to_tokens
-    from app.core.catalog import find_device
-    from app.core.scenario import ModelChoice
+    from app.core.advisor.advise import advise, format_advice, words_to_tokens
+    from app.core.advisor.records import Workload
+    from app.core.model.catalog import find_device
+    from app.core.report.choices import ModelChoice
 
     if args.gguf:
         model = ModelChoice(kind="gguf", ref=args.gguf)
@@ -172,8 +174,8 @@ def cmd_advise(args: argparse.Namespace) -> int:
 def cmd_load(args: argparse.Namespace) -> int:
     from app.adapters.host import detect_host
     from app.adapters.load_profile import cached_profile, measure_profile, memory_slots, profile_json
-    from app.core import fit
-    from app.core.hardware import machine_key
+    from app.core.hardware.snapshots import machine_key
+    from app.core.memory.targets import cpu_target, repack_profile
     from app.services.load import simulate_load
 
     try:
@@ -188,8 +190,8 @@ def cmd_load(args: argparse.Namespace) -> int:
 
         path = str(demo_model_path())
     else:
-        from app.core.errors import ModelFileError
-        from app.core.files import regular_file
+        from app.core.common.errors import ModelFileError
+        from app.core.common.files import regular_file
 
         regular_file(Path(path).expanduser(), "model file", ModelFileError)
     host = detect_host(measure_bandwidth=False)
@@ -207,7 +209,7 @@ def cmd_load(args: argparse.Namespace) -> int:
             raise FitScopeError(f"--rates takes numbers separated by commas, not {args.rates!r}.") from None
         if not rates or min(rates) <= 0:
             raise FitScopeError("--rates needs positive numbers of requests per second.")
-    targets, repack = [fit.cpu_target(host)], fit.repack_profile(host)
+    targets, repack = [cpu_target(host)], repack_profile(host)
     simulation = simulate_load(
         profile,
         lambda tokens: memory_slots(path, tokens, targets, repack),

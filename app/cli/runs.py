@@ -14,14 +14,14 @@ import json
 import sys
 
 from app.cli import _signals_deferred
-from app.core.errors import FitScopeError
-from app.core.units import MIB
+from app.core.common.errors import FitScopeError
+from app.core.common.units import MIB
 
 
 def _run_settings(args: argparse.Namespace, mode: str):
     from pydantic import ValidationError
 
-    from app.core.measure import RunSettings
+    from app.core.speed.measure import RunSettings
 
     path = args.gguf
     if not path:
@@ -69,11 +69,11 @@ def _run_settings(args: argparse.Namespace, mode: str):
 def _measure_and_report(args: argparse.Namespace, mode: str) -> int:
     from app.adapters.child_protocol import ChildEvent
     from app.adapters.llamacpp_runner import LiveLoaded, RunDone, run_live
-    from app.core import fit
+    from app.core.model.source import model_from_gguf
     from app.services.runs import detect_machine
 
     settings = _run_settings(args, mode)
-    model = fit.model_from_gguf(settings.gguf_path)
+    model = model_from_gguf(settings.gguf_path)
     machine = detect_machine(measure_bandwidth=False)
     assert machine.host is not None
     hardware = {"label": machine.host.cpu_model, "cpu": machine.host.cpu_model}
@@ -102,8 +102,8 @@ def _measure_and_report(args: argparse.Namespace, mode: str) -> int:
     if getattr(args, "sweep_threads", False):
         from app.adapters.cpu_topology import llama_math_threads, logical_cpus
         from app.adapters.llamacpp_runner import sweep_threads
-        from app.core.llama_defaults import thread_sweep
-        from app.core.measure import sweep_rows
+        from app.core.speed.llama_defaults import thread_sweep
+        from app.core.speed.measure import sweep_rows
 
         counts = thread_sweep(llama_math_threads(), logical_cpus())
         if not args.json:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from app.core.errors import FitScopeError
+from app.core.common.errors import FitScopeError
 
 
 def cmd_window(args: argparse.Namespace) -> int:

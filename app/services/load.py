@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from app.adapters.batch_probe import BatchProfile
-from app.core.loadsim import Lengths, LoadResult, ServiceModel, sweep, sweep_rates
+from app.core.speed.loadsim import Lengths, LoadResult, ServiceModel, sweep, sweep_rates
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from app.core.devices import DeviceSpec
-from app.core.errors import FitScopeError
-from app.core.estimate import Settings
-from app.core.fit import ModelSource
-from app.core.multigpu import LlamaSplitPlan, VllmPlan, llama_split_plan, vllm_plan
+from app.core.common.errors import FitScopeError
+from app.core.hardware.devices import DeviceSpec
+from app.core.memory.records import Settings
+from app.core.model.source import ModelSource
+from app.core.plans.layer_split import LlamaSplitPlan, llama_split_plan
+from app.core.plans.vllm import VllmPlan, vllm_plan
 
 
 @dataclass(frozen=True)

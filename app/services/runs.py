@@ -11,12 +11,13 @@ from pathlib import Path
 
 from app.adapters.history import RunHistory, record_run
 from app.adapters.rpc_servers import RpcRunOutcome
-from app.core import fit
-from app.core.errors import FitScopeError
-from app.core.hardware import machine_key
-from app.core.measure import RunResult, SweepRow
-from app.core.run_vs_estimate import BufferRow, RunReport, estimate_for_run, make_run_report
-from app.core.scenario import HardwareChoice, Machine, resolve_targets
+from app.core.common.errors import FitScopeError
+from app.core.hardware.snapshots import machine_key
+from app.core.memory.targets import repack_profile
+from app.core.model.source import model_from_gguf
+from app.core.report.choices import HardwareChoice, Machine, resolve_targets
+from app.core.report.run_vs_estimate import BufferRow, RunReport, estimate_for_run, make_run_report
+from app.core.speed.measure import RunResult, SweepRow
 
 
 def detect_machine(measure_bandwidth: bool = True) -> Machine:
@@ -44,9 +45,9 @@ def finish_run(result: RunResult, machine: Machine, thread_sweep: Sequence[Sweep
     estimate can be made (the file was removed after the run, say) the measured figures still stand."""
     hardware = HardwareChoice(kind="local" if ran_on_gpu(result, machine) else "cpu")
     try:
-        model = fit.model_from_gguf(result.settings.gguf_path)
+        model = model_from_gguf(result.settings.gguf_path)
         targets = resolve_targets(hardware, machine)
-        run_estimate = estimate_for_run(result, model.arch, model.tensors, targets, fit.repack_profile(machine.host))
+        run_estimate = estimate_for_run(result, model.arch, model.tensors, targets, repack_profile(machine.host))
     except (FitScopeError, OSError):
         return make_run_report(result, Path(result.settings.gguf_path).name, None, thread_sweep)
     return make_run_report(result, model.label, run_estimate, thread_sweep)

@@ -43,23 +43,15 @@ from app.adapters.divergence_runner import DivergenceSettings, builtin_text, rea
 from app.adapters.llamacpp_runner import LiveRun
 from app.adapters.quantizer import Quantization, default_variant_path, quantize
 from app.adapters.user_suites import UserSuite, add_example, load_user_suites, save_suite, user_suites_dir
-from app.core.divergence import DivergenceFigures, meaning
-from app.core.errors import FitScopeError
-from app.core.estimate import Target
-from app.core.quant import PRESETS
-from app.core.quant_compare import Comparison, routing_config, to_toml
-from app.core.suites import (
-    EXAMPLE_CHECKS,
-    Suite,
-    SuiteError,
-    builtin_suites,
-    example_check_meaning,
-    example_prompt,
-    load_suite,
-    parse_suite,
-    suite_to_yaml,
-)
-from app.core.units import GIB
+from app.core.common.errors import FitScopeError
+from app.core.common.units import GIB
+from app.core.memory.records import Target
+from app.core.model.quant import PRESETS
+from app.core.quality.divergence import DivergenceFigures, meaning
+from app.core.quality.quant_compare import Comparison, routing_config, to_toml
+from app.core.quality.suite import Suite, SuiteError
+from app.core.quality.suite_reading import builtin_suites, load_suite, parse_suite
+from app.core.quality.suite_writing import EXAMPLE_CHECKS, example_check_meaning, example_prompt, suite_to_yaml
 from app.ui.charts import COLORS, Chart
 from app.ui.jobs import JobRunner, Report
 from app.ui.panels import fill_table, readonly_table

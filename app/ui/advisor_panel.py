@@ -26,17 +26,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.advisor import (
-    CATEGORY_WORDS,
-    QUALITY_FLOORS,
-    Advice,
-    Candidate,
-    Workload,
-    advise,
-    words_to_tokens,
-    workload_sentence,
-)
-from app.core.scenario import WORDS_PER_TOKEN, Controls, HardwareChoice, ModelChoice
+from app.core.advisor.advise import advise, words_to_tokens, workload_sentence
+from app.core.advisor.records import CATEGORY_WORDS, QUALITY_FLOORS, Advice, Candidate, Workload
+from app.core.report.choices import Controls, HardwareChoice, ModelChoice
+from app.core.report.verdict import WORDS_PER_TOKEN
 from app.ui.charts import COLORS, Chart
 from app.ui.jobs import JobRunner
 from app.ui.panels import fill_table, readonly_table

@@ -20,10 +20,10 @@ from app.adapters.host import detect_host
 from app.adapters.logs import setup_logging
 from app.adapters.nvml import default_monitor
 from app.adapters.paths import preferences_path
-from app.core.catalog import RESOURCES_DIR
-from app.core.errors import FitScopeError
-from app.core.prefs import load_preferences
-from app.core.scenario import ModelChoice
+from app.core.common.errors import FitScopeError
+from app.core.model.catalog import RESOURCES_DIR
+from app.core.report.choices import ModelChoice
+from app.core.report.prefs import load_preferences
 from app.ui.window import MainWindow, Services
 
 

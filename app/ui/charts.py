@@ -14,9 +14,9 @@ from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QCursor, QFont, QFontMetrics, QPalette
 from PySide6.QtWidgets import QToolTip, QWidget
 
-from app.core.quant import quality_words
-from app.core.scenario import ConcurrencyCurve, ContextCurve, LadderRow
-from app.core.units import GIB
+from app.core.common.units import GIB
+from app.core.model.quant import quality_words
+from app.core.report.scenario import ConcurrencyCurve, ContextCurve, LadderRow
 
 COLORS = {
     "weights": "#4e79a7",

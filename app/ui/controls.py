@@ -37,16 +37,17 @@ from PySide6.QtWidgets import (
 )
 
 from app.adapters.demo_model import DEMO_LICENSE, DEMO_MODEL_NAME
-from app.core import report
-from app.core.architecture import Architecture
-from app.core.catalog import find_model
-from app.core.devices import DeviceSpec
-from app.core.errors import FitScopeError
-from app.core.prefs import Preferences
-from app.core.projector import ProjectorSpec
-from app.core.quant import PRESETS
-from app.core.scenario import MAX_USERS, HardwareChoice, ModelChoice, View
-from app.core.tensors import CACHE_TYPES
+from app.core.common.errors import FitScopeError
+from app.core.hardware.devices import DeviceSpec
+from app.core.model.architecture import Architecture
+from app.core.model.catalog import find_model
+from app.core.model.projector import ProjectorSpec
+from app.core.model.quant import PRESETS
+from app.core.model.tensors import CACHE_TYPES
+from app.core.report import exports as report
+from app.core.report.choices import MAX_USERS, HardwareChoice, ModelChoice
+from app.core.report.prefs import Preferences
+from app.core.report.scenario import View
 from app.ui.hardware_box import HardwareBox, select_combo
 from app.ui.help import term
 from app.ui.panels import ContextControl

@@ -1,7 +1,7 @@
 """Saving what the window shows (File menu): the charts as PNG images, the estimate as JSON, CSV
 or a one-page HTML report with the charts, and the llama.cpp settings on the clipboard.
 
-``app.core.report`` writes the text of every export; these functions add the chart images, the
+``app.core.report.exports`` writes the text of every export; these functions add the chart images, the
 file dialogs and the clipboard, which need Qt.
 """
 
@@ -15,9 +15,9 @@ from PySide6.QtCore import QBuffer, QByteArray, QIODevice
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QFileDialog, QWidget
 
-from app.core import report
-from app.core.errors import FitScopeError
-from app.core.scenario import View
+from app.core.common.errors import FitScopeError
+from app.core.report import exports as report
+from app.core.report.scenario import View
 
 CHART_TITLES = {
     "split": "Where the memory goes",

@@ -24,10 +24,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.devices import DeviceSpec
-from app.core.hardware import DEFAULT_HOST_MEMORY, HOST_MEMORY
-from app.core.prefs import MAX_COMPARED
-from app.core.scenario import HardwareChoice
+from app.core.hardware.devices import DeviceSpec
+from app.core.hardware.host_memory import DEFAULT_HOST_MEMORY, HOST_MEMORY
+from app.core.report.choices import HardwareChoice
+from app.core.report.prefs import MAX_COMPARED
 from app.ui.panels import DeviceCombo, HardwareView, device_label
 
 

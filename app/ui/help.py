@@ -24,10 +24,10 @@ from PySide6.QtWidgets import (
 )
 
 from app import __version__
-from app.core.coverage import coverage_table, llamacpp_architectures
-from app.core.estimate import CPU_RUNTIME_OVERHEAD_BYTES, GPU_RUNTIME_OVERHEAD_BYTES
-from app.core.scenario import Machine
-from app.core.units import MIB
+from app.core.common.units import MIB
+from app.core.memory.records import CPU_RUNTIME_OVERHEAD_BYTES, GPU_RUNTIME_OVERHEAD_BYTES
+from app.core.model.coverage import coverage_table, llamacpp_architectures
+from app.core.report.choices import Machine
 
 HOW_IT_WORKS = f"""
 <h2>How the estimate works</h2>

@@ -17,8 +17,8 @@ from PySide6.QtWidgets import (
 )
 
 from app.adapters.history import HistoryRow, RunHistory
-from app.core.errors import FitScopeError
-from app.core.units import MIB
+from app.core.common.errors import FitScopeError
+from app.core.common.units import MIB
 from app.ui.panels import fill_table, readonly_table
 
 COLUMNS = [

@@ -33,7 +33,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal, Slot
 
-from app.core.errors import FitScopeError
+from app.core.common.errors import FitScopeError
 
 _log = logging.getLogger(__name__)
 Report = Callable[[str, Any], None]

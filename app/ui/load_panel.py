@@ -25,8 +25,8 @@ from PySide6.QtWidgets import (
 
 from app.adapters.batch_probe import BatchProfile
 from app.adapters.cpu_topology import llama_math_threads
-from app.core.errors import FitScopeError
-from app.core.loadsim import Lengths, LoadResult
+from app.core.common.errors import FitScopeError
+from app.core.speed.loadsim import Lengths, LoadResult
 from app.services.load import LoadSimulation, simulate_load
 from app.ui.charts import COLORS, Chart
 from app.ui.jobs import JobRunner

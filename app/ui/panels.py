@@ -25,10 +25,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.estimate import MAX_CONTEXT_TOKENS
-from app.core.hardware import GpuSnapshot, HostSnapshot
-from app.core.scenario import MIN_CONTEXT_TOKENS, Verdict
-from app.core.units import GIB
+from app.core.common.units import GIB
+from app.core.hardware.snapshots import GpuSnapshot, HostSnapshot
+from app.core.memory.records import MAX_CONTEXT_TOKENS
+from app.core.report.choices import MIN_CONTEXT_TOKENS
+from app.core.report.verdict import Verdict
 
 
 def readonly_table(headers: Sequence[str] = (), stretch_last: bool = False) -> QTableWidget:

@@ -2,7 +2,7 @@
 tabs (the charts, the quantization ladder, the hardware comparison and the details).
 
 ``show_view`` puts one evaluated ``View`` on all of them at once. The table rows and texts come
-from ``app.core.report`` (the module that writes the exports); the charts are updated in place.
+from ``app.core.report.exports`` (the module that writes the exports); the charts are updated in place.
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QGridLayout, QLabel, QPlainTextEdit, QTabWidget, QVBoxLayout, QWidget
 
-from app.core import report
-from app.core.errors import FitScopeError
-from app.core.estimate import Estimate
-from app.core.scenario import MAX_USERS, View
+from app.core.common.errors import FitScopeError
+from app.core.memory.records import Estimate
+from app.core.report import exports as report
+from app.core.report.choices import MAX_USERS
+from app.core.report.scenario import View
 from app.ui.charts import ConcurrencyChart, ContextChart, DeviceBar, LadderChart, SplitChart, legend_html
 from app.ui.panels import VerdictBanner, fill_table, readonly_table
 

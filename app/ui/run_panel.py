@@ -39,10 +39,10 @@ from app.adapters.child_protocol import ChildEvent, Token
 from app.adapters.cpu_topology import llama_math_threads, logical_cpus
 from app.adapters.llamacpp_runner import LiveLoaded, LiveRun, RunDone, run_live, sweep_threads
 from app.adapters.rpc_servers import rpc_backend_problem, run_across_rpc
-from app.core.llama_defaults import thread_sweep
-from app.core.measure import RunResult, RunSettings, Spread, SweepRow, summary, sweep_rows
-from app.core.run_vs_estimate import CUDA_INSTALL_HINT, RunReport
-from app.core.units import MIB
+from app.core.common.units import MIB
+from app.core.report.run_vs_estimate import CUDA_INSTALL_HINT, RunReport
+from app.core.speed.llama_defaults import thread_sweep
+from app.core.speed.measure import RunResult, RunSettings, Spread, SweepRow, summary, sweep_rows
 from app.services.runs import rpc_run_report
 from app.ui.charts import COLORS, Chart
 from app.ui.jobs import JobRunner, Report

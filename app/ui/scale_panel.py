@@ -21,11 +21,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.catalog import load_devices
-from app.core.estimate import Settings
-from app.core.fit import ModelSource
-from app.core.multigpu import LlamaSplitPlan, VllmPlan
-from app.core.quant import SERVING_FORMATS
+from app.core.memory.records import Settings
+from app.core.model.catalog import load_devices
+from app.core.model.quant import SERVING_FORMATS
+from app.core.model.source import ModelSource
+from app.core.plans.layer_split import LlamaSplitPlan
+from app.core.plans.vllm import VllmPlan
 from app.services.plans import ScaleOut, scale_out
 from app.ui.jobs import JobRunner, Report
 

@@ -20,15 +20,17 @@ from PySide6.QtWidgets import QScrollArea, QTabWidget, QWidget
 from app.adapters.demo_model import DEMO_MODEL_NAME
 from app.adapters.history import RunHistory
 from app.adapters.load_profile import cached_profile, measure_profile, memory_slots
-from app.core import fit
-from app.core.errors import FitScopeError
-from app.core.estimate import Settings, Target
-from app.core.hardware import machine_key
-from app.core.measure import RunResult, SweepRow
-from app.core.prefs import Preferences
-from app.core.run_vs_estimate import RunReport
-from app.core.scenario import Controls, HardwareChoice, Machine, ModelChoice, View, load_model, resolve_targets
-from app.core.units import GIB
+from app.core.common.errors import FitScopeError
+from app.core.common.units import GIB
+from app.core.hardware.snapshots import machine_key
+from app.core.memory.records import Settings, Target
+from app.core.memory.targets import repack_profile
+from app.core.model.source import ModelSource
+from app.core.report.choices import Controls, HardwareChoice, Machine, ModelChoice, load_model, resolve_targets
+from app.core.report.prefs import Preferences
+from app.core.report.run_vs_estimate import RunReport
+from app.core.report.scenario import View
+from app.core.speed.measure import RunResult, SweepRow
 from app.services.runs import finish_run, save_run
 from app.ui.ab_panel import AbPanel
 from app.ui.advisor_panel import AdvisorPanel, OpenConfiguration
@@ -161,7 +163,7 @@ class ToolTabs(QObject):
         """What the A/B advice must fit: the hardware chosen on the left."""
         hardware = self._workspace.preferences.hardware
         machine = self._workspace.machine
-        return resolve_targets(hardware, machine), hardware.label(machine), fit.repack_profile(machine.host)
+        return resolve_targets(hardware, machine), hardware.label(machine), repack_profile(machine.host)
 
     def _update_load_source(self, view: View) -> None:
         path = view.model.path if view.model is not None else None
@@ -174,7 +176,7 @@ class ToolTabs(QObject):
         machine = self._workspace.machine
         key = machine_key(machine.host)
         targets = resolve_targets(HardwareChoice(kind="cpu"), machine)
-        repack = fit.repack_profile(machine.host)
+        repack = repack_profile(machine.host)
         self.load_panel.set_source(
             (
                 str(path),
@@ -184,7 +186,7 @@ class ToolTabs(QObject):
             )
         )
 
-    def _scale_model(self) -> tuple[fit.ModelSource, Settings, int, int, int]:
+    def _scale_model(self) -> tuple[ModelSource, Settings, int, int, int]:
         """The current model with its tensors (read again: views carry none), for the Scale out tab."""
         prefs, view, machine = self._workspace.preferences, self._workspace.view, self._workspace.machine
         choice, c = prefs.model, prefs.controls
@@ -192,7 +194,7 @@ class ToolTabs(QObject):
         if choice.kind in ("gguf", "demo") and path is None:
             raise FitScopeError("The model is still loading; try again in a moment.")
         model = load_model(choice, path)
-        settings = c.settings(fit.repack_profile(machine.host))
+        settings = c.settings(repack_profile(machine.host))
         host = machine.host.ram_total_bytes if machine.host else 64 * GIB
         return model, settings, c.context_tokens, c.users, host
 

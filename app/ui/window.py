@@ -30,21 +30,13 @@ from app.adapters.demo_model import demo_model_ready
 from app.adapters.divergence_runner import measured_quality
 from app.adapters.history import RunHistory
 from app.adapters.logs import log_path
-from app.core.catalog import load_devices, load_models
-from app.core.errors import FitScopeError
-from app.core.hardware import HostSnapshot, NvmlStatus, machine_key
-from app.core.prefs import Preferences, save_preferences
-from app.core.projector import ProjectorSpec, read_projector
-from app.core.scenario import (
-    Controls,
-    HardwareChoice,
-    Machine,
-    ModelChoice,
-    Request,
-    View,
-    catalog_projector,
-    evaluate_in_worker,
-)
+from app.core.common.errors import FitScopeError
+from app.core.hardware.snapshots import HostSnapshot, NvmlStatus, machine_key
+from app.core.model.catalog import load_devices, load_models
+from app.core.model.projector import ProjectorSpec, read_projector
+from app.core.report.choices import Controls, HardwareChoice, Machine, ModelChoice, catalog_projector
+from app.core.report.prefs import Preferences, save_preferences
+from app.core.report.scenario import Request, View, evaluate_in_worker
 from app.ui import exports
 from app.ui.controls import ControlsPanel
 from app.ui.hardware_box import select_combo

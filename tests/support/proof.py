@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.adapters.llamacpp_probe import DryRunResult, dry_run
-from app.core.catalog import find_model
-from app.core.estimate import Estimate, Settings, Target, estimate
-from app.core.quant import quantize_layout
-from app.core.tensors import TensorInfo
+from app.core.memory.estimate import estimate
+from app.core.memory.records import Estimate, Settings, Target
+from app.core.model.catalog import find_model
+from app.core.model.quant import quantize_layout
+from app.core.model.tensors import TensorInfo
 from tests.support.synthetic_gguf import write_sparse_gguf
 
 MIB = 1024**2

@@ -11,7 +11,7 @@ import time
 from typing import Literal
 
 from app.adapters.child_protocol import ChildChannel, Done, Loaded, Progress, serve_child
-from app.core.units import Frozen
+from app.core.common.units import Frozen
 
 MODULE = "tests.support.protocol_worker"
 ASSERT_LINE = "GGML_ASSERT(n_tokens_all <= cparams.n_batch) failed"

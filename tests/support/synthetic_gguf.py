@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFWriter
 
-from app.core.architecture import Architecture
-from app.core.quant import QuantPreset, find_preset, quantize_layout
-from app.core.tensors import TensorInfo
+from app.core.model.architecture import Architecture
+from app.core.model.quant import QuantPreset, find_preset, quantize_layout
+from app.core.model.tensors import TensorInfo
 
 ALIGNMENT = 32
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFWriter
 
-from app.core.projector import ProjectorSpec, projector_tensors
-from app.core.tensors import TensorInfo
+from app.core.model.projector import ProjectorSpec, projector_tensors
+from app.core.model.tensors import TensorInfo
 
 ALIGNMENT = 32
 

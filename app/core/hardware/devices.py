@@ -1,0 +1,49 @@
+"""Hardware a model can run on: catalog GPUs, Apple machines, and the host CPU."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.core.common.units import GIB
+
+Vendor = Literal["nvidia", "amd", "apple", "intel", "cpu"]
+Segment = Literal["consumer", "workstation", "datacenter", "apple", "cpu"]
+Backend = Literal["cuda", "rocm", "metal", "vulkan", "cpu"]
+
+
+class DeviceSpec(BaseModel):
+    """One device's published figures.
+
+    ``memory_gib`` is what the vendor sells as "24 GB" (GPU memory is binary: 24 GiB).
+    ``gpu_usable_fraction`` is the share of that memory a GPU may allocate: 1.0 for dedicated
+    memory, about 0.67-0.75 for Apple's unified memory (macOS's recommended working set).
+    ``fp16_tflops`` is dense FP16 tensor throughput with FP32 accumulate, no sparsity.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$")
+    name: str
+    vendor: Vendor
+    segment: Segment
+    backend: Backend
+    memory_kind: Literal["dedicated", "unified", "system"] = "dedicated"
+    memory_gib: float = Field(gt=0, le=4096)
+    gpu_usable_fraction: float = Field(default=1.0, gt=0, le=1)
+    bandwidth_gb_s: float = Field(gt=0, le=20000)
+    fp16_tflops: float = Field(gt=0, le=10000)
+    price_usd: float | None = Field(default=None, gt=0)
+    release_year: int | None = Field(default=None, ge=2010, le=2030)
+    compute_capability: str | None = None
+    source: str = ""
+
+    @property
+    def capacity_bytes(self) -> int:
+        """Bytes a llama.cpp backend on this device may allocate."""
+        return int(self.memory_gib * self.gpu_usable_fraction * GIB)
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.backend != "cpu"

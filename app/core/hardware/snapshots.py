@@ -1,0 +1,123 @@
+"""What FitScope detected on this machine: NVIDIA GPUs (through NVML) and the host CPU and RAM.
+
+These records are pure data; the adapters in ``app.adapters.nvml`` and ``app.adapters.host`` fill
+them in. A field is ``None`` when the driver or OS could not tell us, never a made-up default.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# Named here too: the host memory kinds live apart so that the command line's parser reads them without pydantic.
+from app.core.hardware.host_memory import DEFAULT_HOST_MEMORY as DEFAULT_HOST_MEMORY
+from app.core.hardware.host_memory import HOST_MEMORY as HOST_MEMORY
+
+NO_DRIVER_MESSAGE = (
+    "No NVIDIA driver found: FitScope will estimate for the CPU and for hardware picked from the catalog."
+)
+
+
+def memory_bandwidth_gb_s(bus_width_bits: int | None, memory_clock_max_mhz: int | None) -> float | None:
+    """Peak memory bandwidth in GB/s (10^9 bytes/s) from NVML's bus width and maximum memory clock.
+
+    bytes per transfer (bus_width_bits / 8) x memory clock (MHz) x 2 (double data rate) / 1000.
+    NVML reports the memory clock such that this gives the vendor's figure for GDDR6, GDDR6X and
+    HBM alike: RTX 4090 (384 bits, 10501 MHz) -> 1008 GB/s; H100 SXM (5120 bits, 2619 MHz) ->
+    3352 GB/s; A100 80GB (5120 bits, 1593 MHz) -> 2039 GB/s.
+
+    Returns None when either input is unknown or not positive (some virtual GPUs report 0).
+    Never raises.
+    """
+    if not bus_width_bits or not memory_clock_max_mhz or bus_width_bits <= 0 or memory_clock_max_mhz <= 0:
+        return None
+    return bus_width_bits / 8 * memory_clock_max_mhz * 2 / 1000
+
+
+def cuda_version_string(cuda_driver_version: int | None) -> str | None:
+    """``"12.4"`` from NVML's integer CUDA driver version (12040); None when unknown or not positive."""
+    if cuda_driver_version is None or cuda_driver_version <= 0:
+        return None
+    return f"{cuda_driver_version // 1000}.{(cuda_driver_version % 1000) // 10}"
+
+
+class GpuProcess(BaseModel):
+    """A process holding memory on one GPU.
+
+    ``name`` is None when the process is not visible to us (another container, no permission);
+    ``used_memory_bytes`` is None where the driver cannot attribute memory (Windows WDDM).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    pid: int = Field(ge=0)
+    name: str | None = None
+    used_memory_bytes: int | None = Field(default=None, ge=0)
+
+
+class GpuSnapshot(BaseModel):
+    """One NVIDIA GPU as NVML reported it at ``timestamp`` (seconds since the epoch, ``time.time()``).
+
+    Memory figures are bytes as NVML counts them; ``memory_used_bytes`` includes memory the driver
+    reserves, so used + free may differ slightly from total. Power is in watts.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    index: int = Field(ge=0)
+    name: str
+    uuid: str | None = None
+    memory_total_bytes: int = Field(ge=0)
+    memory_used_bytes: int = Field(ge=0)
+    memory_free_bytes: int = Field(ge=0)
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    memory_bus_width_bits: int | None = Field(default=None, gt=0)
+    memory_clock_max_mhz: int | None = Field(default=None, gt=0)
+    bandwidth_gb_s: float | None = Field(default=None, gt=0)
+    compute_capability: str | None = None
+    power_draw_w: float | None = Field(default=None, ge=0)
+    power_limit_w: float | None = Field(default=None, ge=0)
+    processes: tuple[GpuProcess, ...] = ()
+    timestamp: float = Field(ge=0)
+
+
+class NvmlStatus(BaseModel):
+    """Whether NVIDIA GPUs can be queried, and what they are.
+
+    ``available`` is True only when NVML initialised and listed at least one GPU; otherwise
+    ``message`` is a complete sentence for the user saying why and what FitScope does instead.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    available: bool
+    message: str = ""
+    driver_version: str | None = None
+    gpus: tuple[GpuSnapshot, ...] = ()
+
+
+class HostSnapshot(BaseModel):
+    """The CPU and RAM of this machine at ``timestamp`` (seconds since the epoch).
+
+    ``cpu_flags`` lists the SIMD features llama.cpp's CPU backend cares about, lower-case
+    (``avx2``, ``avx512f``, ``fma``, ``f16c``, ``neon``, ``dotprod``...), as far as the OS tells us.
+    ``measured_read_bandwidth_gb_s`` is a short numpy measurement (GB/s = 10^9 bytes/s), None when
+    it was not run or failed.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    cpu_model: str = Field(min_length=1)
+    physical_cores: int | None = Field(default=None, ge=1)
+    logical_cores: int = Field(ge=1)
+    ram_total_bytes: int = Field(ge=0)
+    ram_available_bytes: int = Field(ge=0)
+    cpu_flags: tuple[str, ...] = ()
+    measured_read_bandwidth_gb_s: float | None = Field(default=None, gt=0)
+    timestamp: float = Field(ge=0)
+
+
+def machine_key(host: HostSnapshot | None, gpus: tuple[GpuSnapshot, ...] = ()) -> str:
+    """Names this machine where measured efficiencies are kept: its CPU and its NVIDIA GPUs."""
+    cpu = host.cpu_model if host is not None else "unknown CPU"
+    return f"{cpu}|{','.join(g.name for g in gpus)}"

@@ -1,0 +1,190 @@
+"""Compute buffers: the peak of the worst-case graph's live intermediates as ggml's allocator
+reserves them, on the CPU and on GPUs (op offload of host-resident weights, host staging,
+flash attention's scratch). Each term names the graph or function of the vendored llama.cpp it
+follows."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from app.core.memory import backends
+from app.core.memory.kv import cache_type, kv_widths, memo_per_arch, pad_to
+from app.core.memory.layers import TensorTotals
+from app.core.memory.records import KVCacheDetail, Settings
+from app.core.model.architecture import Architecture
+from app.core.model.tensors import is_quantized
+
+# Architectures whose graph sets res->t_h_nextn (src/models/*.cpp), which llm_graph_result::set_outputs
+# keeps alive as an output.
+_KEEPS_NEXTN_HIDDEN = frozenset(
+    {"deepseek2", "gpt-oss", "glm4moe", "nemotron_h", "nemotron_h_moe", "qwen3next", "qwen35", "qwen35moe"}
+)
+
+
+def compute_bytes(arch: Architecture, settings: Settings, kv_cells: int, swa_cells: int | None) -> int:
+    """Peak of the worst-case graph's live intermediates on one device holding every layer and the
+    output head (see :func:`compute_parts`)."""
+    return max(compute_parts(arch, settings, kv_cells, swa_cells))
+
+
+def compute_parts(arch: Architecture, settings: Settings, kv_cells: int, swa_cells: int | None) -> tuple[int, int]:
+    """(output head peak, repeating layers' peak) of the worst-case graph's live intermediates (one
+    ubatch of min(n_ctx, n_ubatch) tokens against a full KV window), as ggml's allocator reserves
+    them on the CPU backend.
+
+    The terms are the tensors alive at the three candidate peaks: the logits (output head), the
+    feed-forward block, and (without flash attention) the attention scores.
+    """
+    n_ctx_total = pad_to(settings.context_tokens, 256)
+    n_ub = min(settings.effective_ubatch, n_ctx_total)
+    # Logits are reserved for n_outputs_max rows only (llama_context::sched_reserve); the last
+    # layer selects those rows (inp_out_ids) before the output norm and head.
+    n_out = min(n_ub, settings.n_outputs_max)
+    e = arch.n_embd
+    vocab = arch.n_vocab
+    f32 = 4
+    p_out = n_out * (vocab + 2 * e) * f32
+    if arch.mla is not None:
+        # MLA keeps each head's absorbed query (latent + rope + nope dims, f32) alive into the output
+        # phase: exact on DeepSeek-V2's dry run, 4% low on V2-Lite's.
+        mla = arch.mla
+        p_out += n_ub * f32 * arch.max_heads() * (mla.kv_lora_rank + mla.qk_nope_head_dim + mla.qk_rope_head_dim)
+
+    if arch.arch == "ernie4_5-moe" and arch.moe is not None:
+        # ERNIE 4.5's last MoE block leaves its routed gate/up/activation rows (n_used x ff_exp x 3)
+        # beside the logits, in place of the two embedding-wide rows: the peak is exactly
+        # n_out x (vocab + 3 x n_used x ff_exp) floats at ubatch 128, 512 and 1024, with and without
+        # flash attention.
+        routed_rows = 3 * arch.moe.n_expert_used * arch.moe.expert_ff
+        p_out += n_out * f32 * max(0, routed_rows - 2 * e)
+
+    if arch.arch in _KEEPS_NEXTN_HIDDEN:
+        # These graphs hand the output-normed hidden state to a multi-token-prediction head
+        # (res->t_h_nextn), which llm_graph_result marks as an output whether or not it is used: one
+        # embedding row per output stays beside the logits.
+        kept = n_out * e
+        if arch.arch == "glm4moe" and settings.flash_attn and arch.qk_norm:
+            # With flash attention and q/k norm the last layer's normed Q (n_head x head_dim per
+            # token) is what stays below them instead: exact on GLM-4.5 dry runs at ubatch 128-2048.
+            kept = max(kept, n_ub * arch.max_heads() * arch.head_dim_k_eff)
+        p_out += kept * f32
+    if arch.arch == "llama4":
+        # Llama 4's output phase keeps an embedding row per output and, at long contexts, the two
+        # attention masks (chunked and global) below the logits: counted whole (exact at 64k without
+        # --swa-full, up to 8% high with a full-size chunked cache).
+        mask = 2 if settings.flash_attn else f32
+        p_out += n_out * e * f32 + n_ub * mask * (kv_cells + (swa_cells or 0))
+    if arch.arch in ("nemotron_h", "nemotron_h_moe"):
+        # Nemotron-H's attention mask is still placed below the logits (n_ub x n_kv, f16 with flash
+        # attention): exact at 4k cells, up to a quarter of it high at 32k-128k.
+        p_out += n_ub * kv_cells * (2 if settings.flash_attn else f32)
+
+    n_kv = kv_cells
+    if arch.ssm is not None and arch.attention_layers is None:
+        ssm = arch.ssm
+        # Mamba: in/out projections, conv window and the scan's y + state per token.
+        p_ffn = n_ub * f32 * (4 * ssm.d_inner + 2 * e + ssm.d_state * 2 + (ssm.d_conv - 1))
+        return p_out, p_ffn
+
+    ff = memo_per_arch(arch, ("ff",), lambda: max(arch.ff(i) for i in range(arch.n_layer))) if arch.moe is None else 0
+    p_moe_down = 0
+    if arch.moe is not None:
+        moe = arch.moe
+        dense = max((arch.ff(i) for i in range(arch.n_layer) if not arch.is_moe_layer(i)), default=0)
+        # Routed experts: per token, n_expert_used rows of gate/up/act per expert.
+        routed = moe.n_expert_used * moe.expert_ff
+        ff = max(dense, routed + moe.shared_ff)
+        # build_moe_ffn's down projection: the activation, each expert's output and its weighted
+        # copy are alive together (n_used x (ff_exp + 2 e)), which outgrows gate/up/act on models
+        # with many narrow experts (Qwen3-MoE: exact on no-alloc dry runs with few output rows).
+        p_moe_down = n_ub * f32 * (moe.n_expert_used * (moe.expert_ff + 2 * e) + 3 * e)
+    mask = 2 if settings.flash_attn else 4
+    p_ffn = n_ub * (f32 * (3 * ff + 4 * e) + mask * n_kv)
+    p_ffn = max(p_ffn, p_moe_down + n_ub * mask * n_kv)
+    if swa_cells is not None:
+        p_ffn += n_ub * mask * swa_cells
+
+    if settings.flash_attn:
+        return p_out, p_ffn
+
+    n_head = arch.max_heads()
+    kv_w = max((sum(w) for w in kv_widths(arch)), default=0)
+    p_attn = n_ub * n_kv * f32 * (n_head + 1) + n_ub * f32 * (5 * e + kv_w)
+    q_width = n_head * arch.head_dim_k_eff
+    if q_width > e:
+        # q (and its roped copy) wider than the embedding (Qwen3-MoE: 32 x 128 heads on 2048):
+        # exact on dry runs of Qwen3-30B-A3B and Qwen3-235B-A22B.
+        p_attn += n_ub * f32 * 2 * (q_width - e)
+    if swa_cells is not None and arch.arch in ("gemma3", "llama4"):
+        # Gemma 3's scores are reserved beside its SWA mask (f32 without flash attention);
+        # measured on Gemma-3-4B/12B dry runs, where Gemma 2's are not.
+        p_attn += n_ub * swa_cells * f32
+    return p_out, max(p_ffn, p_attn)
+
+
+def offload_peak(
+    arch: Architecture,
+    settings: Settings,
+    totals: TensorTotals,
+    layer_dev: tuple[int, ...],
+    cpu_moe: int,
+    gpu_masks: int,
+) -> int:
+    """GPU 0's compute buffer when host-resident weights' batched products run there: each such
+    weight is copied into the buffer for its own split (ggml_backend_sched_split_graph), beside the
+    product's input and output and the residual stream; with layers on the GPU, the attention
+    masks' copies live there too."""
+    n_ub = min(settings.effective_ubatch, pad_to(settings.context_tokens, 256))
+    n_out = min(n_ub, settings.n_outputs_max)
+    f32 = 4
+    n_used = arch.moe.n_expert_used if arch.moe is not None else 1
+    n_layer = arch.n_layer
+    best = 0
+    for layer in range(n_layer):
+        on_host = layer_dev[layer] == -1
+        if on_host:
+            size, k, n = totals.largest_matmul[layer]
+            if size:
+                best = max(best, size + n_ub * f32 * (k + n))
+        if (on_host or layer < cpu_moe) and totals.largest_expert:
+            size, k, n = totals.largest_expert[layer]
+            if size:
+                best = max(best, size + n_used * n_ub * f32 * (k + n))
+    if layer_dev[n_layer] == -1 and totals.output_head[0]:
+        size, k, n = totals.output_head
+        best = max(best, size + n_out * f32 * (k + n))
+    if not best:
+        return 0
+    return best + n_ub * arch.n_embd * f32 + gpu_masks
+
+
+def host_attention_bytes(arch: Architecture, settings: Settings, n_kv: int) -> int:
+    """With layers left on the CPU, their attention runs there (its matrix products are offloaded,
+    the attention itself has no weight): q and the attention output, or without flash attention
+    the scores over the whole KV window."""
+    n_ub = min(settings.effective_ubatch, pad_to(settings.context_tokens, 256))
+    q_width = arch.max_heads() * arch.head_dim_k_eff
+    if settings.flash_attn:
+        return 2 * n_ub * q_width * 4
+    return n_ub * n_kv * 4 * (arch.max_heads() + 1)
+
+
+def fa_scratch_bytes(arch: Architecture, settings: Settings, caches: Sequence[KVCacheDetail], backend: str) -> int:
+    """ggml-cuda's flash attention converts a quantized K/V view of one layer to f16 in its pool
+    (launch_fattn, ggml/src/ggml-cuda/fattn-common.cuh): the largest layer at the full KV length."""
+    if not (settings.flash_attn and backends.converts_quantized_kv(backend)):
+        return 0
+    quant_k = is_quantized(cache_type(settings.cache_type_k))
+    quant_v = is_quantized(cache_type(settings.cache_type_v))
+    if not (quant_k or quant_v):
+        return 0
+    widths = kv_widths(arch)
+    cells = max((c.cells for c in caches), default=0)
+    k_w = max((w[0] for w in widths), default=0) if quant_k else 0
+    v_w = max((w[1] for w in widths), default=0) if quant_v else 0
+    return cells * (k_w + v_w) * 2
+
+
+def host_staging_bytes(arch: Architecture, settings: Settings) -> int:
+    n_ub = min(settings.effective_ubatch, pad_to(settings.context_tokens, 256))
+    return n_ub * arch.n_embd * 4 + n_ub * 16

@@ -1,0 +1,309 @@
+"""The estimator: how much memory llama.cpp will allocate, per device, for a model and settings.
+
+One pure function, :func:`estimate`, turns a model (architecture + tensor list), the context
+settings and the target devices into a per-device breakdown. Every term follows llama.cpp
+(vendored by llama-cpp-python 0.3.36) and is checked against its no-alloc dry run in
+tests/test_proof.py:
+
+- weights: each tensor's real bytes, placed as llama.cpp places them (token embedding on the CPU,
+  the last ``n_gpu_layers`` layers on the GPUs, the output layer counting as layer ``n_layer``);
+- CPU repack: on x86 with AVX2, Q4_0/Q4_K/IQ4_NL/MXFP4 matrices kept on the CPU are copied into an
+  interleaved buffer on top of the memory-mapped file;
+- KV cache: cells (context padded to 256 per sequence stream) x per-layer K and V row sizes, with
+  a second, smaller cache for sliding-window layers unless ``swa_full``;
+- recurrent state: Mamba conv + SSM state per sequence;
+- compute buffer: the peak of live intermediates of the worst-case graph (see ``compute_bytes``);
+- output buffer: n_vocab x n_seq x 4 bytes of logits, in host memory;
+- runtime overhead per GPU: an explicit assumption (CUDA context, cuBLAS workspace, pools).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from functools import lru_cache
+
+from app.core.common.errors import EstimateError
+from app.core.common.units import MIB
+from app.core.memory import backends
+from app.core.memory.backends import Backend
+from app.core.memory.compute import (
+    compute_parts,
+    fa_scratch_bytes,
+    host_attention_bytes,
+    host_staging_bytes,
+    offload_peak,
+)
+from app.core.memory.kv import (
+    context_cells,
+    kv_caches,
+    mask_bytes,
+    memo_per_arch,
+    pad_to,
+    recurrent_state_bytes_per_layer,
+)
+from app.core.memory.layers import breakdown_indices, layer_devices, tensor_totals
+from app.core.memory.records import (
+    CPU_RUNTIME_OVERHEAD_BYTES,
+    DeviceBreakdown,
+    Estimate,
+    Settings,
+    Target,
+)
+from app.core.model.architecture import Architecture
+from app.core.model.coverage import APPROXIMATE_NOTE, ArchCoverage, coverage
+from app.core.model.projector import ProjectorEstimate, ProjectorSpec, estimate_projector
+from app.core.model.tensors import TensorInfo
+
+
+def resolve_backend(settings: Settings, gpus: Sequence[Target]) -> Backend:
+    """The llama.cpp build an estimate models: the one asked for, or by the GPUs' vendor (CPU
+    without GPUs). A GPU build with no GPU target behaves as the CPU build."""
+    if not gpus:
+        return "cpu"
+    if settings.backend != "auto":
+        return settings.backend
+    return backends.default_backend(gpus[0].efficiency_class)
+
+
+def estimate(
+    arch: Architecture,
+    tensors: Sequence[TensorInfo],
+    settings: Settings,
+    targets: list[Target],
+) -> Estimate:
+    """Memory llama.cpp will use on each target for ``arch`` with ``tensors`` under ``settings``.
+
+    ``targets`` holds zero or more GPUs and exactly one CPU (host memory) entry; with no GPU, the
+    whole model runs on the CPU. All figures are bytes. With GPUs, the buffers follow the build in
+    ``settings.backend`` (see :mod:`app.core.memory.backends`): no repacking beside a host buffer type, op
+    offload into GPU 0's compute buffer, the pinned host compute buffer, pipeline-parallel copies.
+
+    Raises EstimateError for settings llama.cpp refuses (a quantized V cache without flash
+    attention, a context beyond MAX_CONTEXT_TOKENS) or a target list without a CPU.
+    """
+    cpus = [t for t in targets if t.kind == "cpu"]
+    gpus = [t for t in targets if t.kind == "gpu"]
+    if len(cpus) != 1:
+        raise EstimateError("An estimate needs exactly one CPU (host memory) target.")
+    cpu = cpus[0]
+    n_layer = arch.n_layer
+    backend = resolve_backend(settings, gpus)
+    ngl = (n_layer + 1) if settings.gpu_layers is None else min(settings.gpu_layers, n_layer + 1)
+    if not gpus:
+        ngl = 0
+    layer_dev = layer_devices(n_layer, ngl, tuple(g.capacity_bytes for g in gpus))
+    device_of = layer_dev.__getitem__
+    layer_counts = Counter(layer_dev[:n_layer])
+
+    n_dev = len(gpus)
+    totals = tensor_totals(arch, tensors)
+    cpu_moe = min(settings.n_cpu_moe, n_layer) if arch.moe is not None and gpus else 0
+    # Host-resident weights take the GPU's pinned host buffer type before the repack types
+    # (make_cpu_buft_list): a CUDA/ROCm/Vulkan build repacks nothing.
+    repacks = settings.repack != "none" and not (gpus and backends.has_host_buffer(backend))
+    weights = [0] * (n_dev + 1)  # index -1 → CPU (last slot)
+    repack = 0
+    repack_by_layer = totals.repack_bytes[settings.repack]
+    weights[-1] += totals.input_bytes
+    for layer in range(n_layer + 1):
+        dev = device_of(layer)
+        layer_weights = totals.layer_bytes[layer]
+        if layer < cpu_moe and dev != -1:
+            # --n-cpu-moe: this layer's routed experts stay in host memory.
+            weights[-1] += totals.expert_bytes[layer]
+            layer_weights -= totals.expert_bytes[layer]
+        weights[dev] += layer_weights
+        if dev == -1 and repacks:
+            repack += repack_by_layer[layer]
+    if repacks and not settings.mmap:
+        # Without mmap a repacked tensor is loaded straight into the repack buffer: no second copy.
+        weights[-1] -= repack
+    out_dev = device_of(n_layer)
+    if not totals.has_output and out_dev != -1:
+        # Tied embeddings: the output layer on a GPU gets its own copy of the token embedding.
+        weights[out_dev] += totals.token_embd_bytes
+
+    caches = kv_caches(arch, settings)
+    kv = [0] * (n_dev + 1)
+    for detail, group in caches:
+        per_layer_k = detail.k_bytes // max(1, len(group))
+        per_layer_v = detail.v_bytes // max(1, len(group))
+        for i in group:
+            kv[device_of(i)] += per_layer_k + per_layer_v
+    state = [0] * (n_dev + 1)
+    per_layer_state = recurrent_state_bytes_per_layer(arch, settings)
+    recurrent = memo_per_arch(arch, ("recurrent",), lambda: [i for i in range(n_layer) if arch.is_recurrent_layer(i)])
+    for i in recurrent:
+        state[device_of(i)] += per_layer_state
+
+    cells, _ = context_cells(settings)
+    details = [d for d, _ in caches]
+    swa_cells = next((d.cells for d in details if d.kind == "swa"), None)
+    full_cells = next((d.cells for d in details if d.kind == "full"), cells)
+    p_out, p_layers = compute_parts(arch, settings, full_cells if caches else cells, swa_cells)
+    peak = max(p_out, p_layers)
+    compute = [0] * (n_dev + 1)
+    gpu_used = sorted(set(layer_dev) - {-1})
+    all_on_gpus = bool(gpus) and ngl >= n_layer + 1
+    for g in gpu_used:
+        # Each GPU reserves its own part of the graph: the logits only where the output head is
+        # (public two-GPU logs: 256 MiB without the head, 363 MiB with it, Qwen2.5-32B at 2k).
+        compute[g] = max(p_layers, p_out if g == out_dev else 0)
+    n_ub = min(settings.effective_ubatch, pad_to(settings.context_tokens, 256))
+    masks = mask_bytes(settings, details)
+    gpu_build = bool(gpus) and backend != "cpu"
+    if gpu_build:
+        copies = backends.pipeline_copies(backend, len(gpu_used), all_on_gpus, cpu_moe > 0)
+        inputs = n_ub * arch.n_embd * 4 + copies * (n_ub * 16 + masks)
+        if copies > 1:
+            for g in gpu_used:
+                compute[g] += (copies - 1) * (masks + n_ub * arch.n_embd * 4)
+        if all_on_gpus:
+            compute[-1] = inputs
+        else:
+            compute[-1] = inputs + host_attention_bytes(arch, settings, full_cells if caches else cells)
+        if backends.offloads_ops(backend, n_ub):
+            offload = offload_peak(arch, settings, totals, layer_dev, cpu_moe, masks if gpu_used else 0)
+            compute[0] = max(compute[0], offload)
+    elif ngl < n_layer + 1 or not gpu_used:
+        compute[-1] = peak
+    else:
+        compute[-1] = host_staging_bytes(arch, settings)
+    output = max(1, settings.parallel_sequences) * arch.n_vocab * 4
+    scratch = fa_scratch_bytes(arch, settings, details, backend) if gpu_build else 0
+
+    breakdown = []
+    for g, target in enumerate(gpus):
+        layers_here = layer_counts[g]
+        busy = g in gpu_used or compute[g] > 0
+        breakdown.append(
+            DeviceBreakdown(
+                name=target.name,
+                kind="gpu",
+                capacity_bytes=target.capacity_bytes,
+                weights_bytes=weights[g],
+                repack_bytes=0,
+                kv_cache_bytes=kv[g],
+                recurrent_state_bytes=state[g],
+                compute_bytes=compute[g],
+                output_bytes=0,
+                overhead_bytes=(target.runtime_overhead_bytes + (scratch if g in gpu_used else 0)) if busy else 0,
+                layers=layers_here,
+            )
+        )
+    breakdown.append(
+        DeviceBreakdown(
+            name=cpu.name,
+            kind="cpu",
+            capacity_bytes=cpu.capacity_bytes,
+            weights_bytes=weights[-1],
+            repack_bytes=repack,
+            kv_cache_bytes=kv[-1],
+            recurrent_state_bytes=state[-1],
+            compute_bytes=compute[-1],
+            output_bytes=output,
+            overhead_bytes=cpu.runtime_overhead_bytes,
+            layers=layer_counts[-1],
+        )
+    )
+    projector, projector_device = _place_projector(settings, breakdown, gpu_build)
+    rules = coverage(arch.arch)
+    return Estimate(
+        settings=settings,
+        devices=tuple(breakdown),
+        kv_caches=tuple(details),
+        model_bytes=totals.model_bytes,
+        gpu_layers=ngl,
+        n_layer=n_layer,
+        layer_devices=breakdown_indices(layer_dev, len(breakdown)),
+        assumptions=tuple(_assumptions(settings, gpus, cpu, backend, repacks, cpu_moe, rules))
+        + _projector_notes(projector, projector_device, breakdown),
+        backend=backend,
+        cpu_moe_layers=cpu_moe,
+        runtime_scratch_bytes=scratch,
+        rules=rules.status,
+        architecture=arch.arch,
+        projector=projector,
+        projector_device=projector_device,
+    )
+
+
+def _place_projector(
+    settings: Settings, breakdown: list[DeviceBreakdown], gpu_build: bool
+) -> tuple[ProjectorEstimate | None, int | None]:
+    """Add the ``--mmproj`` projector to the device mtmd puts it on: the first GPU with a GPU build
+    and offload on (``clip_ctx`` takes the first GPU backend when ``use_gpu``), else host memory
+    (the last entry of ``breakdown``, which is changed in place)."""
+    if settings.mmproj is None:
+        return None, None
+    projector = _projector_estimate(settings.mmproj, settings.flash_attn)
+    index = 0 if gpu_build and settings.mmproj_offload else len(breakdown) - 1
+    device = breakdown[index]
+    breakdown[index] = device.model_copy(update={"projector_bytes": projector.total_bytes})
+    return projector, index
+
+
+def _projector_notes(
+    projector: ProjectorEstimate | None, index: int | None, breakdown: list[DeviceBreakdown]
+) -> tuple[str, ...]:
+    if projector is None or index is None:
+        return ()
+    where = breakdown[index]
+    place = (
+        f"The vision projector goes on {where.name}, as mtmd places it (the first GPU unless "
+        "--no-mmproj-offload; not yet checked on a GPU)."
+        if where.kind == "gpu"
+        else f"The vision projector runs in host memory ({where.name})."
+    )
+    return (*projector.assumptions, place)
+
+
+@lru_cache(maxsize=32)
+def _projector_estimate(spec: ProjectorSpec, flash_attn: bool) -> ProjectorEstimate:
+    return estimate_projector(spec, flash_attn)
+
+
+def _assumptions(
+    settings: Settings,
+    gpus: list[Target],
+    cpu: Target,
+    backend: str,
+    repacks: bool,
+    cpu_moe: int,
+    rules: ArchCoverage,
+) -> list[str]:
+    out = [] if rules.status == "exact" else [f"{APPROXIMATE_NOTE.capitalize()} ({rules.arch}): {rules.detail}."]
+    out += [
+        f"llama.cpp settings: {settings.describe()}; a {backend.upper() if backend != 'cpu' else 'CPU'} build "
+        f"of llama.cpp, as {settings.consumer} uses it.",
+        "Weights are summed tensor by tensor; the token embedding always stays in host memory.",
+        f"Host runtime overhead (process, libraries, threads): {CPU_RUNTIME_OVERHEAD_BYTES // MIB} MiB.",
+    ]
+    if settings.consumer == "llama-server":
+        out.append(
+            f"llama-server reserves logits for its {settings.parallel_sequences} slot(s) only (n_outputs_max), "
+            "so its compute and output buffers are smaller than llama-cpp-python's."
+        )
+    if gpus and not repacks and backends.has_host_buffer(backend):
+        out.append(
+            "Weights left in host memory are "
+            + ("memory-mapped from the file" if settings.mmap else "in pinned host memory (--no-mmap)")
+            + "; a GPU build repacks nothing."
+        )
+    if cpu_moe:
+        out.append(f"The routed experts of the first {cpu_moe} layers stay in host memory (--n-cpu-moe {cpu_moe}).")
+    if gpus:
+        out.append(
+            f"Per-GPU runtime overhead not printed by llama.cpp (CUDA context, cuBLAS workspace, memory pool): "
+            f"{gpus[0].runtime_overhead_bytes // MIB} MiB each (public logs show 0.3-0.6 GiB)."
+        )
+        out.append("Layers are split across GPUs in proportion to their memory, as llama.cpp's default split.")
+    if repacks:
+        out.append(
+            f"CPU weight repacking ({settings.repack}): repacked matrices take extra host memory beside "
+            "the memory-mapped file."
+        )
+    return out
+
+

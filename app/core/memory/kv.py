@@ -1,0 +1,163 @@
+"""The KV cache and the recurrent state llama.cpp allocates: cells per stream, the caches a model
+gets (one, or a full and a sliding-window one), their bytes per layer, and the graph's masks.
+
+Follows ``llama_kv_cache`` / ``llama_kv_cache_iswa`` (src/llama-kv-cache*.cpp), ``llama_context``'s
+padding of the context (src/llama-context.cpp) and ``llama_memory_recurrent`` of the llama.cpp
+vendored by llama-cpp-python 0.3.36."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from app.core.common.errors import EstimateError
+from app.core.memory.records import TOTALS_CACHE_SIZE, KVCacheDetail, Settings
+from app.core.model.architecture import Architecture
+from app.core.model.tensors import CACHE_TYPES, GGMLType, is_quantized, row_bytes
+
+
+def cache_type(name: str) -> GGMLType:
+    return CACHE_TYPES[name]
+
+
+def context_cells(settings: Settings) -> tuple[int, int]:
+    """(cells per stream, streams) of the KV cache, as llama_context pads them."""
+    n_ctx = pad_to(settings.context_tokens, 256)
+    if settings.kv_unified:
+        return n_ctx, 1
+    n_seq = settings.parallel_sequences
+    per_seq = pad_to(n_ctx // n_seq, 256)
+    return per_seq, n_seq
+
+
+def pad_to(n: int, to: int) -> int:
+    return -(-n // to) * to
+
+
+def _kv_layer_widths(arch: Architecture, layer: int) -> tuple[int, int]:
+    """(K elements, V elements) per cell for one layer; (0, 0) for a layer without KV."""
+    if arch.is_nextn_layer(layer):
+        # The main context's cache skips NextN layers (filter il < n_layer(), llama_model::create_memory).
+        return 0, 0
+    if arch.mla is not None:
+        return arch.mla.kv_lora_rank + arch.mla.qk_rope_head_dim, 0
+    n_kv = arch.kv_heads(layer)
+    return n_kv * arch.head_dim_k_eff, n_kv * arch.head_dim_v_eff
+
+
+_WIDTHS_CACHE: dict[int, tuple[Architecture, tuple[tuple[int, int], ...]]] = {}
+
+
+def kv_widths(arch: Architecture) -> tuple[tuple[int, int], ...]:
+    """``_kv_layer_widths`` of every layer, remembered per architecture object (they are frozen)."""
+    hit = _WIDTHS_CACHE.get(id(arch))
+    if hit is not None and hit[0] is arch:
+        return hit[1]
+    widths = tuple(_kv_layer_widths(arch, i) for i in range(arch.n_layer))
+    if len(_WIDTHS_CACHE) >= TOTALS_CACHE_SIZE:
+        _WIDTHS_CACHE.pop(next(iter(_WIDTHS_CACHE)))
+    _WIDTHS_CACHE[id(arch)] = (arch, widths)
+    return widths
+
+
+_ARCH_MEMO: dict[tuple, tuple[Architecture, object]] = {}
+
+
+def memo_per_arch(arch: Architecture, key: tuple, make):
+    """``make()`` remembered per architecture object and ``key``: the sweeps behind one chart ask
+    the same per-layer questions thousands of times."""
+    full_key = (id(arch), *key)
+    hit = _ARCH_MEMO.get(full_key)
+    if hit is not None and hit[0] is arch:
+        return hit[1]
+    value = make()
+    if len(_ARCH_MEMO) >= 64 * TOTALS_CACHE_SIZE:
+        _ARCH_MEMO.pop(next(iter(_ARCH_MEMO)))
+    _ARCH_MEMO[full_key] = (arch, value)
+    return value
+
+
+def kv_caches(arch: Architecture, settings: Settings) -> list[tuple[KVCacheDetail, list[int]]]:
+    """The KV caches llama.cpp creates, each with the layers it holds (callers must not change them).
+
+    Raises EstimateError for a quantized V cache without flash attention (llama.cpp refuses it).
+    """
+    key = (
+        "kv",
+        settings.context_tokens,
+        settings.parallel_sequences,
+        settings.kv_unified,
+        settings.swa_full,
+        settings.flash_attn,
+        settings.cache_type_k,
+        settings.cache_type_v,
+        settings.effective_ubatch,
+    )
+    return memo_per_arch(arch, key, lambda: _kv_caches(arch, settings))
+
+
+def _kv_caches(arch: Architecture, settings: Settings) -> list[tuple[KVCacheDetail, list[int]]]:
+    type_k, type_v = cache_type(settings.cache_type_k), cache_type(settings.cache_type_v)
+    if is_quantized(type_v) and not settings.flash_attn:
+        raise EstimateError(
+            "A quantized V cache needs flash attention: llama.cpp refuses -ctv "
+            f"{settings.cache_type_v} with -fa off. Turn flash attention on or use an f16 V cache."
+        )
+    cells, streams = context_cells(settings)
+    widths = kv_widths(arch)
+    layers = [i for i in range(arch.n_layer) if any(widths[i])]
+    if not layers:
+        return []
+    v_trans = not settings.flash_attn
+    v_width_max = max(widths[i][1] for i in layers)
+
+    def build(kind: Literal["full", "swa"], group: list[int], n_cells: int) -> tuple[KVCacheDetail, list[int]]:
+        k_bytes = v_bytes = 0
+        for i in group:
+            k_w, v_w = widths[i]
+            k_bytes += row_bytes(type_k, k_w) * n_cells * streams
+            if v_w:
+                width = v_width_max if v_trans else v_w
+                v_bytes += row_bytes(type_v, width) * n_cells * streams
+        detail = KVCacheDetail(
+            kind=kind, cells=n_cells, streams=streams, layers=len(group), k_bytes=k_bytes, v_bytes=v_bytes
+        )
+        return detail, group
+
+    swa_layers = [i for i in layers if arch.is_swa_layer(i)]
+    if not swa_layers:
+        return [build("full", layers, cells)]
+    full_layers = [i for i in layers if not arch.is_swa_layer(i)]
+    assert arch.sliding_window is not None
+    n_seq = settings.parallel_sequences
+    swa_cells = cells
+    if not settings.swa_full:
+        window = arch.sliding_window * (n_seq if settings.kv_unified else 1) + settings.effective_ubatch
+        swa_cells = pad_to(min(cells, window), 256)
+    out = []
+    if full_layers:
+        out.append(build("full", full_layers, cells))
+    out.append(build("swa", swa_layers, swa_cells))
+    return out
+
+
+def recurrent_state_bytes_per_layer(arch: Architecture, settings: Settings) -> int:
+    """Mamba conv + SSM state, or a short convolution's history (f32), for every sequence, one layer
+    (llama_hparams::n_embd_r / n_embd_s; llama_memory_recurrent keeps max(1, n_seq_max) rows)."""
+    n_seq = max(1, settings.parallel_sequences)
+    if arch.conv_l_cache is not None:
+        return arch.n_embd * (arch.conv_l_cache - 1) * 4 * n_seq
+    ssm = arch.ssm
+    if ssm is None:
+        return 0
+    conv = (ssm.d_conv - 1) * (ssm.d_inner + 2 * ssm.n_group * ssm.d_state)
+    state = ssm.d_state * ssm.d_inner
+    return (conv + state) * 4 * n_seq
+
+
+def mask_bytes(settings: Settings, caches: Sequence[KVCacheDetail]) -> int:
+    """The graph's attention masks: one per KV cache, n_kv x n_ubatch, f16 with flash attention and
+    f32 without (``build_attn_inp_kq_mask``, src/llama-graph.cpp)."""
+    n_ub = min(settings.effective_ubatch, pad_to(settings.context_tokens, 256))
+    per = 2 if settings.flash_attn else 4
+    return sum(c.cells * n_ub * per for c in caches)

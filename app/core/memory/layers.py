@@ -1,0 +1,175 @@
+"""Where a model's weights are: tensors summed per layer (and per kind: experts, repackable types),
+and the layers llama.cpp's layer split gives each GPU."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from functools import lru_cache
+
+from pydantic import Field
+
+from app.core.common.units import Frozen
+from app.core.memory.records import REPACK_TYPES, TOTALS_CACHE_SIZE
+from app.core.model.architecture import Architecture
+from app.core.model.tensors import TensorInfo
+
+_EXPERT_TENSOR = re.compile(r"\.ffn_(up|down|gate_up|gate)_(ch|)exps\.")
+
+
+def is_expert_tensor(name: str) -> bool:
+    """Routed-expert weights, as llama.cpp's --cpu-moe / --n-cpu-moe patterns match them
+    (``blk.N.ffn_(up|down|gate_up|gate)_(ch|)exps``, common/arg.cpp and common/fit.cpp)."""
+    return _EXPERT_TENSOR.search(name) is not None
+
+
+def _layer_of(t: TensorInfo, n_layer: int) -> int:
+    """Placement layer: -1 for the input (token embedding), n_layer for the output layer."""
+    idx = t.layer
+    if idx is not None:
+        return idx
+    if t.name.startswith("token_embd") or t.name.startswith("token_types") or t.name.startswith("position"):
+        return -1
+    return n_layer
+
+
+@lru_cache(maxsize=4096)
+def layer_devices(n_layer: int, gpu_layers: int, capacities: tuple[int, ...]) -> tuple[int, ...]:
+    """For layers 0..n_layer (n_layer = the output layer): -1 for the CPU, else the GPU index."""
+    placement = _split_layers(n_layer, gpu_layers, capacities)
+    return tuple(placement.get(i, -1) for i in range(n_layer + 1))
+
+
+@lru_cache(maxsize=4096)
+def breakdown_indices(layer_dev: tuple[int, ...], n_devices: int) -> tuple[int, ...]:
+    """``layer_dev`` with the CPU (-1) as the last index of the breakdown."""
+    return tuple(d % n_devices for d in layer_dev)
+
+
+def _split_layers(n_layer: int, gpu_layers: int, capacities: tuple[int, ...]) -> dict[int, int]:
+    """layer index (0..n_layer, n_layer = output) → GPU index, as llama.cpp's layer split does,
+    proportional to each GPU's capacity."""
+    start = max(n_layer + 1 - gpu_layers, 0)
+    placed = list(range(start, n_layer + 1))
+    if not capacities or not placed:
+        return {}
+    weights = [max(c, 1) for c in capacities]
+    total = sum(weights)
+    bounds, acc = [], 0
+    for w in weights:
+        acc += w
+        bounds.append(acc / total)
+    out = {}
+    for k, layer in enumerate(placed):
+        frac = k / len(placed)
+        out[layer] = next(i for i, b in enumerate(bounds) if frac < b)
+    return out
+
+
+class TensorTotals(Frozen):
+    """A model's tensors summed per placement layer (0..n_layer, n_layer = the output layer).
+
+    ``input_bytes`` is what always stays in host memory (token embedding and the like);
+    ``repack_bytes[profile][layer]`` is what the CPU backend would repack if that layer ran on the
+    CPU; ``active_layer_bytes`` and ``active_params`` are what one decoded token reads (routed
+    share of MoE experts; a tied embedding is read whole by the output head).
+    """
+
+    model_bytes: int
+    unloaded_bytes: int = 0  # NextN layers: counted by llama_model_size, never allocated
+    input_bytes: int
+    layer_bytes: tuple[int, ...]
+    repack_bytes: dict[str, tuple[int, ...]]
+    token_embd_bytes: int
+    has_output: bool
+    active_layer_bytes: tuple[float, ...]
+    active_params: float
+    expert_bytes: tuple[int, ...] = ()
+    active_expert_bytes: tuple[float, ...] = ()
+    largest_matmul: tuple[tuple[int, int, int], ...] = Field(
+        default=(), description="per layer: (bytes, ne0, ne1) of its largest non-expert 2-D weight"
+    )
+    largest_expert: tuple[tuple[int, int, int], ...] = ()
+    output_head: tuple[int, int, int] = (0, 0, 0)
+
+
+_TOTALS_CACHE: dict[int, tuple[Sequence[TensorInfo], int, TensorTotals]] = {}
+
+
+def tensor_totals(arch: Architecture, tensors: Sequence[TensorInfo]) -> TensorTotals:
+    """Per-layer sums of ``tensors``. A tuple's sums are remembered (it cannot change), so that
+    the many estimates behind one chart walk each tensor list once."""
+    key = id(tensors)
+    hit = _TOTALS_CACHE.get(key)
+    if hit is not None and hit[0] is tensors and hit[1] == arch.n_layer:
+        return hit[2]
+    totals = _sum_tensors(arch, tensors)
+    if isinstance(tensors, tuple):
+        if len(_TOTALS_CACHE) >= TOTALS_CACHE_SIZE:
+            _TOTALS_CACHE.pop(next(iter(_TOTALS_CACHE)))
+        _TOTALS_CACHE[key] = (tensors, arch.n_layer, totals)
+    return totals
+
+
+def _sum_tensors(arch: Architecture, tensors: Sequence[TensorInfo]) -> TensorTotals:
+    n_layer = arch.n_layer
+    share = arch.moe.n_expert_used / arch.moe.n_expert if arch.moe else 1.0
+    layer_bytes = [0] * (n_layer + 1)
+    repack = {name: [0] * (n_layer + 1) for name in REPACK_TYPES}
+    active = [0.0] * (n_layer + 1)
+    experts = [0] * (n_layer + 1)
+    active_experts = [0.0] * (n_layer + 1)
+    largest = [(0, 0, 0)] * (n_layer + 1)
+    largest_expert = [(0, 0, 0)] * (n_layer + 1)
+    input_bytes = token_embd = unloaded = 0
+    has_output = any(t.name == "output.weight" for t in tensors)
+    output_head = (0, 0, 0)
+    params = 0.0
+    for t in tensors:
+        if arch.is_nextn_layer(t.layer):
+            unloaded += t.n_bytes  # in the file, not loaded (TENSOR_SKIP while load_mtp is off)
+            continue
+        layer = _layer_of(t, n_layer)
+        expert = is_expert_tensor(t.name)
+        shape3 = (t.n_bytes, t.shape[0], t.shape[1] if len(t.shape) > 1 else 1)
+        if t.name == "output.weight" or (t.name == "token_embd.weight" and not has_output):
+            output_head = shape3
+        if layer >= 0 and len(t.shape) >= 2:
+            if expert:
+                experts[layer] += t.n_bytes
+                active_experts[layer] += t.n_bytes * share
+                largest_expert[layer] = max(largest_expert[layer], shape3)
+            else:
+                largest[layer] = max(largest[layer], shape3)
+        if t.name == "token_embd.weight":
+            token_embd = t.n_bytes
+            if not has_output:
+                active[n_layer] += t.n_bytes
+                params += t.n_elements
+        else:
+            active[n_layer if t.layer is None else t.layer] += t.n_bytes * (share if expert else 1.0)
+            params += t.n_elements * (share if expert else 1.0)
+        if layer < 0:
+            input_bytes += t.n_bytes
+            continue
+        layer_bytes[layer] += t.n_bytes
+        if len(t.shape) >= 2 and t.shape[1] % 8 == 0:
+            for name, types in REPACK_TYPES.items():
+                if t.ggml_type in types:
+                    repack[name][layer] += t.n_bytes
+    return TensorTotals(
+        model_bytes=sum(layer_bytes) + input_bytes + unloaded,
+        unloaded_bytes=unloaded,
+        input_bytes=input_bytes,
+        layer_bytes=tuple(layer_bytes),
+        repack_bytes={name: tuple(v) for name, v in repack.items()},
+        token_embd_bytes=token_embd,
+        has_output=has_output,
+        active_layer_bytes=tuple(active),
+        active_params=params,
+        expert_bytes=tuple(experts),
+        active_expert_bytes=tuple(active_experts),
+        largest_matmul=tuple(largest),
+        largest_expert=tuple(largest_expert),
+        output_head=output_head,
+    )

@@ -1,0 +1,245 @@
+"""The estimator's records: llama.cpp's settings (named after its flags), the devices a model may go
+to, and the estimate itself (per device, per KV cache), with the constants they rest on."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from app.core.common.units import MIB, Frozen
+from app.core.memory.backends import Backend, Consumer
+from app.core.model.coverage import Status
+from app.core.model.projector import ProjectorEstimate, ProjectorSpec
+from app.core.model.tensors import CACHE_TYPES, GGMLType
+
+GPU_RUNTIME_OVERHEAD_BYTES = 512 * MIB
+
+
+CPU_RUNTIME_OVERHEAD_BYTES = 160 * MIB
+
+
+MAX_CONTEXT_TOKENS = 16 * 1024 * 1024
+
+
+RepackProfile = Literal["x86-avx2", "x86-avx512", "arm-neon", "none"]
+TOTALS_CACHE_SIZE = 128  # models remembered by the per-object caches below
+
+REPACK_TYPES: dict[str, frozenset[GGMLType]] = {
+    "x86-avx2": frozenset({GGMLType.Q4_0, GGMLType.Q4_K, GGMLType.IQ4_NL, GGMLType.MXFP4}),
+    "x86-avx512": frozenset({GGMLType.Q4_0, GGMLType.Q4_K, GGMLType.IQ4_NL, GGMLType.MXFP4, GGMLType.Q2_K}),
+    "arm-neon": frozenset(
+        {GGMLType.Q4_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.IQ4_NL, GGMLType.MXFP4, GGMLType.Q8_0}
+    ),
+    "none": frozenset(),
+}
+
+
+
+
+class Settings(Frozen):
+    """llama.cpp context settings, named after its command-line flags.
+
+    The defaults are what FitScope's own runner uses: llama.cpp's context defaults (batch 2048,
+    ubatch 512, flash attention on, f16 cache, one sequence), and llama-cpp-python's full-size
+    sliding-window cache.
+    """
+
+    context_tokens: int = Field(default=4096, ge=1, le=MAX_CONTEXT_TOKENS)
+    batch_tokens: int = Field(default=2048, ge=1, le=1 << 20)
+    ubatch_tokens: int = Field(default=512, ge=1, le=1 << 20)
+    flash_attn: bool = True
+    cache_type_k: str = "f16"
+    cache_type_v: str = "f16"
+    parallel_sequences: int = Field(default=1, ge=1, le=256)
+    kv_unified: bool = False
+    swa_full: bool = True
+    gpu_layers: int | None = Field(default=None, ge=0, description="None: every layer on the GPUs")
+    repack: RepackProfile = "x86-avx2"
+    backend: Backend | Literal["auto"] = Field(
+        default="auto", description="the llama.cpp build; auto: CUDA/ROCm/Metal by the GPUs' vendor, CPU without GPUs"
+    )
+    consumer: Consumer = Field(
+        default="llama-cpp-python", description="llama-server reserves logits for its slots only (n_outputs_max)"
+    )
+    mmap: bool = True
+    n_cpu_moe: int = Field(default=0, ge=0, description="--n-cpu-moe: expert tensors of the first N layers in RAM")
+    mmproj: ProjectorSpec | None = Field(default=None, description="--mmproj: a vision projector beside the model")
+    mmproj_offload: bool = Field(default=True, description="False: --no-mmproj-offload (the projector in host memory)")
+
+    @model_validator(mode="after")
+    def _check(self) -> Settings:
+        for name in (self.cache_type_k, self.cache_type_v):
+            if name not in CACHE_TYPES:
+                raise ValueError(f"unknown cache type '{name}' (choose {', '.join(CACHE_TYPES)})")
+        return self
+
+    @property
+    def effective_ubatch(self) -> int:
+        return min(self.ubatch_tokens, self.batch_tokens)
+
+    @property
+    def n_outputs_max(self) -> int:
+        """Rows of logits the worst-case graph reserves: llama-server sets ``n_outputs_max`` to its
+        slots (``server_output_limits``, tools/server/server-context.cpp); llama-cpp-python leaves
+        it at 0, which llama_context turns into n_batch."""
+        if self.consumer == "llama-server":
+            return min(self.batch_tokens, self.parallel_sequences)
+        return self.batch_tokens
+
+    def describe(self) -> str:
+        fa = "on" if self.flash_attn else "off"
+        return (
+            f"-c {self.context_tokens} -b {self.batch_tokens} -ub {self.ubatch_tokens} -fa {fa} "
+            f"-ctk {self.cache_type_k} -ctv {self.cache_type_v} -np {self.parallel_sequences}"
+            + (" --kv-unified" if self.kv_unified else "")
+            + (" --swa-full" if self.swa_full else " --no-swa-full")
+            + ("" if self.mmap else " --no-mmap")
+            + (f" --n-cpu-moe {self.n_cpu_moe}" if self.n_cpu_moe else "")
+        )
+
+
+class Target(Frozen):
+    """A device the model's layers may go to. ``kind='cpu'`` is host memory."""
+
+    name: str
+    kind: Literal["gpu", "cpu"]
+    capacity_bytes: int = Field(ge=0)
+    bandwidth_gb_s: float = Field(gt=0)
+    fp16_tflops: float = Field(gt=0)
+    efficiency_class: Literal["nvidia", "amd", "apple", "cpu", "host-spec"] = Field(
+        default="nvidia", description="cpu: a measured read bandwidth; host-spec: a DRAM spec-sheet peak"
+    )
+    overhead_bytes: int | None = Field(default=None, ge=0, description="None: the documented default")
+
+    @property
+    def runtime_overhead_bytes(self) -> int:
+        if self.overhead_bytes is not None:
+            return self.overhead_bytes
+        return GPU_RUNTIME_OVERHEAD_BYTES if self.kind == "gpu" else CPU_RUNTIME_OVERHEAD_BYTES
+
+
+class DeviceBreakdown(Frozen):
+    name: str
+    kind: Literal["gpu", "cpu"]
+    capacity_bytes: int
+    weights_bytes: int
+    repack_bytes: int
+    kv_cache_bytes: int
+    recurrent_state_bytes: int
+    compute_bytes: int
+    output_bytes: int
+    overhead_bytes: int
+    layers: int = Field(description="repeating layers placed here (the output layer not counted)")
+    projector_bytes: int = Field(default=0, description="a vision projector's weights and compute buffer (--mmproj)")
+
+    @property
+    def total_bytes(self) -> int:
+        return (
+            self.projector_bytes
+            + self.weights_bytes
+            + self.repack_bytes
+            + self.kv_cache_bytes
+            + self.recurrent_state_bytes
+            + self.compute_bytes
+            + self.output_bytes
+            + self.overhead_bytes
+        )
+
+    @property
+    def free_bytes(self) -> int:
+        return self.capacity_bytes - self.total_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.total_bytes <= self.capacity_bytes
+
+
+class KVCacheDetail(Frozen):
+    """One llama.cpp KV cache (sliding-window models have two)."""
+
+    kind: Literal["full", "swa"]
+    cells: int
+    streams: int
+    layers: int
+    k_bytes: int
+    v_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.k_bytes + self.v_bytes
+
+
+class Estimate(Frozen):
+    settings: Settings
+    devices: tuple[DeviceBreakdown, ...]
+    kv_caches: tuple[KVCacheDetail, ...]
+    model_bytes: int = Field(
+        description="llama_model_size: every tensor in the file once, NextN layers included though they are not loaded"
+    )
+    gpu_layers: int
+    n_layer: int
+    layer_devices: tuple[int, ...] = Field(
+        description="for layers 0..n_layer (n_layer = the output layer): the index in ``devices`` holding it"
+    )
+    assumptions: tuple[str, ...]
+    backend: Backend = "cpu"
+    cpu_moe_layers: int = Field(default=0, description="layers whose expert tensors stay in host memory")
+    runtime_scratch_bytes: int = Field(
+        default=0, description="per GPU: memory-pool scratch llama.cpp does not print (inside overhead_bytes)"
+    )
+    rules: Status = Field(
+        default="exact",
+        description="exact: the architecture's rules are proven against llama.cpp (app.core.model.coverage); "
+        "approximate: generic rules; unknown: llama.cpp does not load this architecture",
+    )
+    architecture: str = Field(default="", description="llama.cpp general.architecture")
+    projector: ProjectorEstimate | None = Field(default=None, description="the --mmproj projector, when one is loaded")
+    projector_device: int | None = Field(default=None, description="the index in ``devices`` holding the projector")
+
+    @property
+    def approximate(self) -> bool:
+        return self.rules != "exact"
+
+    def _sum(self, field: str) -> int:
+        return sum(getattr(d, field) for d in self.devices)
+
+    @property
+    def weights_bytes(self) -> int:
+        return self._sum("weights_bytes")
+
+    @property
+    def repack_bytes(self) -> int:
+        return self._sum("repack_bytes")
+
+    @property
+    def kv_cache_bytes(self) -> int:
+        return self._sum("kv_cache_bytes")
+
+    @property
+    def recurrent_state_bytes(self) -> int:
+        return self._sum("recurrent_state_bytes")
+
+    @property
+    def compute_bytes(self) -> int:
+        return self._sum("compute_bytes")
+
+    @property
+    def output_bytes(self) -> int:
+        return self._sum("output_bytes")
+
+    @property
+    def projector_bytes(self) -> int:
+        return self._sum("projector_bytes")
+
+    @property
+    def overhead_bytes(self) -> int:
+        return self._sum("overhead_bytes")
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(d.total_bytes for d in self.devices)
+
+    @property
+    def fits(self) -> bool:
+        return all(d.fits for d in self.devices)

@@ -1,0 +1,425 @@
+"""A GGUF file read as a model: its header (:mod:`app.core.model.gguf_reader`) and the
+:class:`Architecture` its metadata describes, read the way llama.cpp's ``llama_model::load_hparams``
+reads the same keys (src/llama-model.cpp of the vendored llama.cpp): widths, heads, per-layer
+arrays, sliding windows, MoE, MLA, recurrent and hybrid layouts."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from app.core.common.errors import ModelFileError
+from app.core.model.architecture import Architecture, MLASpec, MoESpec, SSMSpec
+from app.core.model.gguf_reader import (
+    DEFAULT_ALIGNMENT,
+    MAX_LAYERS,
+    SHORT_ARRAY,
+    ArrayInfo,
+    header_from_buffer,
+    with_file_buffer,
+)
+from app.core.model.tensors import TensorInfo
+
+
+@dataclass(frozen=True, slots=True)
+class GgufModel:
+    """What FitScope knows about one GGUF file after reading its header."""
+
+    path: Path
+    file_size_bytes: int
+    architecture: Architecture
+    tensors: tuple[TensorInfo, ...]
+    file_type: int | None  # general.file_type (llama_ftype), e.g. 15 = Q4_K_M
+    name: str
+    metadata: Mapping[str, Any] = field(repr=False)
+    tokenizer_model: str | None
+    vocab_size: int
+    version: int = 3
+    alignment: int = DEFAULT_ALIGNMENT
+    data_offset: int = 0  # where the tensor data starts
+
+    @property
+    def weights_bytes(self) -> int:
+        """Bytes of all tensor data (what llama.cpp loads as model weights)."""
+        return sum(t.n_bytes for t in self.tensors)
+
+    @property
+    def arch(self) -> str:
+        return self.architecture.arch
+
+
+def read_gguf(path: str | Path) -> GgufModel:
+    """Read the header of the GGUF file at ``path``. Raises ModelFileError when it cannot."""
+    return with_file_buffer(path, _read)
+
+
+def _read(path: Path, buf: Any, size: int) -> GgufModel:
+    header = header_from_buffer(path, buf, size)
+    shown, metadata, tensors = str(path), header.metadata, header.tensors
+    version, alignment, data_offset = header.version, header.alignment, header.data_offset
+    if metadata.get("general.architecture") == "clip":
+        raise ModelFileError(
+            f"{shown} is a vision projector (an mmproj file), not a language model: open the model's own "
+            "GGUF file, and add this one as its projector (fitscope estimate --mmproj)."
+        )
+    try:
+        architecture = architecture_from_metadata(path, metadata, tensors)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "the model"
+        raise ModelFileError(f"{shown} describes a model FitScope cannot use: {where}: {first['msg']}.") from None
+    file_type = metadata.get("general.file_type")
+    tokenizer_model = metadata.get("tokenizer.ggml.model")
+    return GgufModel(
+        path=path,
+        file_size_bytes=size,
+        architecture=architecture,
+        tensors=tensors,
+        file_type=file_type if isinstance(file_type, int) else None,
+        name=architecture.name,
+        metadata=metadata,
+        tokenizer_model=tokenizer_model if isinstance(tokenizer_model, str) else None,
+        vocab_size=architecture.n_vocab,
+        version=version,
+        alignment=alignment,
+        data_offset=data_offset,
+    )
+
+
+
+# llama.cpp's set_swa_pattern(N) for architectures whose GGUF files may omit
+# attention.sliding_window_pattern (applies only when a sliding window is set).
+ARCH_SWA_PATTERN: dict[str, int] = {
+    "gemma2": 2,
+    "gemma3": 6,
+    "gemma-embedding": 6,
+    "cohere2": 4,
+    "gpt-oss": 2,
+    "llama4": 4,
+}
+
+
+def model_id_from(text: str) -> str:
+    """A catalog-style id: lowercase, runs of other characters turned into '-'."""
+    slug = re.sub(r"[^a-z0-9.\-]+", "-", text.lower())
+    slug = re.sub(r"-{2,}", "-", slug)
+    slug = re.sub(r"^[^a-z0-9]+", "", slug).rstrip("-.")
+    return slug
+
+
+def _params_billions(label: Any) -> float | None:
+    """general.size_label such as '270M', '8B' or '1.5B' in billions; None for '8x7B' and the like."""
+    if not isinstance(label, str):
+        return None
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMBT])\s*", label, flags=re.IGNORECASE)
+    if not m:
+        return None
+    scale = {"K": 1e-6, "M": 1e-3, "B": 1.0, "T": 1e3}[m.group(2).upper()]
+    value = float(m.group(1)) * scale
+    return value if value > 0 else None
+
+
+class _Meta:
+    """Typed access to ``{arch}.*`` keys with messages that name the key and the file."""
+
+    def __init__(self, shown: str, arch: str, metadata: Mapping[str, Any]) -> None:
+        self.shown, self.arch, self.md = shown, arch, metadata
+
+    def key(self, suffix: str) -> str:
+        return f"{self.arch}.{suffix}"
+
+    def has(self, suffix: str) -> bool:
+        return self.key(suffix) in self.md
+
+    def missing(self, suffix: str, why: str = "") -> ModelFileError:
+        return ModelFileError(f"{self.shown} has no '{self.key(suffix)}' entry, which a {self.arch} model needs{why}.")
+
+    def maybe(self, suffix: str) -> int | None:
+        """The whole number under ``{arch}.suffix``, or None when the file does not have it."""
+        key = self.key(suffix)
+        if key not in self.md:
+            return None
+        value = self.md[key]
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if not isinstance(value, int) or value < 0:
+            raise ModelFileError(f"{self.shown}: '{key}' is {value!r}, not a whole number.")
+        return int(value)
+
+    def get(self, suffix: str, default: int) -> int:
+        value = self.maybe(suffix)
+        return default if value is None else value
+
+    def req(self, suffix: str, why: str = "") -> int:
+        value = self.maybe(suffix)
+        if value is None:
+            raise self.missing(suffix, why)
+        return value
+
+    def per_layer(self, suffix: str, n_layer: int, default: Any = None, required: bool = False) -> Any:
+        """A scalar, or a list with one entry per layer."""
+        key = self.key(suffix)
+        if key not in self.md:
+            if required:
+                raise self.missing(suffix)
+            return default
+        value = self.md[key]
+        if isinstance(value, ArrayInfo):
+            raise ModelFileError(
+                f"{self.shown}: '{key}' has {len(value):,} entries; FitScope reads models of at most "
+                f"{SHORT_ARRAY} layers."
+            )
+        if isinstance(value, list):
+            if len(value) != n_layer:
+                raise ModelFileError(f"{self.shown}: '{key}' has {len(value)} entries for {n_layer} layers.")
+            if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
+                raise ModelFileError(f"{self.shown}: '{key}' holds entries that are not whole numbers.")
+            return list(value)
+        return self.maybe(suffix)
+
+
+def _first_tensor(tensors: tuple[TensorInfo, ...], *suffixes: str) -> TensorInfo | None:
+    for t in tensors:
+        if t.name.endswith(suffixes):
+            return t
+    return None
+
+
+def _swa_pattern(meta: _Meta, n_layer: int) -> int | None:
+    """attention.sliding_window_pattern in the project's terms (1 = every layer SWA)."""
+    key = meta.key("attention.sliding_window_pattern")
+    if key not in meta.md:
+        return ARCH_SWA_PATTERN.get(meta.arch)
+    value = meta.md[key]
+    if isinstance(value, bool):
+        value = [value] * n_layer
+    if isinstance(value, int):
+        # llama.cpp: layer il is SWA when n == 0 or il % n < n - 1 (so 0 = all, 1 = none)
+        if value == 0:
+            return 1
+        return None if value == 1 else value
+    if isinstance(value, list) and len(value) == n_layer:
+        flags = [bool(v) for v in value]
+        if all(flags):
+            return 1
+        if not any(flags):
+            return None
+        for n in range(2, n_layer + 1):
+            if all(flags[i] == (i % n < n - 1) for i in range(n_layer)):
+                return n
+        return None  # a layout the model cannot express: count every layer as full attention
+    raise ModelFileError(f"{meta.shown}: '{key}' is {value!r}, which FitScope cannot interpret.")
+
+
+def architecture_from_metadata(
+    path: Path, metadata: Mapping[str, Any], tensors: tuple[TensorInfo, ...]
+) -> Architecture:
+    """The architecture a GGUF header describes. Raises ModelFileError naming a key it cannot use."""
+    shown = str(path)
+    arch = metadata.get("general.architecture")
+    if not isinstance(arch, str) or not arch:
+        raise ModelFileError(
+            f"{shown} has no 'general.architecture' entry, so FitScope cannot tell what model it holds."
+        )
+    m = _Meta(shown, arch, metadata)
+    names = {t.name for t in tensors}
+
+    n_layer = m.req("block_count")
+    if not 1 <= n_layer <= MAX_LAYERS:
+        # Checked before any per-layer list is built from it.
+        raise ModelFileError(f"{shown} is corrupt: '{m.key('block_count')}' is {n_layer:,} (1 to {MAX_LAYERS:,}).")
+    beyond = max((t.layer for t in tensors if t.layer is not None), default=-1)
+    if beyond >= n_layer:
+        raise ModelFileError(
+            f"{shown} is corrupt: it holds tensors of layer {beyond} but '{m.key('block_count')}' "
+            f"says {n_layer} layers."
+        )
+    n_embd = m.req("embedding_length")
+    n_ctx_train = m.req("context_length")
+    is_ssm = m.has("ssm.conv_kernel") or m.has("ssm.state_size") or arch.startswith("mamba")
+    n_expert = m.get("expert_count", 0)
+    is_moe = n_expert >= 2
+
+    n_head = m.per_layer("attention.head_count", n_layer, default=0 if is_ssm else None, required=not is_ssm)
+    n_head_kv = m.per_layer("attention.head_count_kv", n_layer, default=n_head)
+    n_ff = m.per_layer(
+        "feed_forward_length",
+        n_layer,
+        default=0 if (is_ssm or is_moe) else None,
+        required=not (is_ssm or is_moe),
+    )
+    head_dim_k = m.maybe("attention.key_length") or None
+    head_dim_v = m.maybe("attention.value_length") or None
+
+    # vocabulary
+    n_vocab = m.maybe("vocab_size")
+    if not n_vocab:
+        tokens = metadata.get("tokenizer.ggml.tokens")
+        if isinstance(tokens, (list, ArrayInfo)) and len(tokens):
+            n_vocab = len(tokens)
+    if not n_vocab:
+        embd = next((t for t in tensors if t.name == "token_embd.weight"), None)
+        if embd is not None and len(embd.shape) >= 2:
+            n_vocab = embd.shape[1]
+    if not n_vocab:
+        raise ModelFileError(
+            f"{shown} does not say how large its vocabulary is (no '{arch}.vocab_size', "
+            "no 'tokenizer.ggml.tokens' and no 'token_embd.weight' tensor)."
+        )
+
+    # sliding window
+    sliding_window = m.maybe("attention.sliding_window") or None
+    if arch == "llama4" and m.maybe("attention.sliding_window") != 0:
+        # Chunked attention of 8192 tokens unless the file says 0, whatever window it gives
+        # (llama_model_llama4::load_arch_hparams).
+        sliding_window = 8192
+    pattern = _swa_pattern(m, n_layer) if sliding_window else None
+
+    moe = None
+    if is_moe:
+        n_used = m.req("expert_used_count")
+        expert_ff = m.maybe("expert_feed_forward_length")
+        if not expert_ff:
+            t = _first_tensor(tensors, ".ffn_up_exps.weight", ".ffn_gate_exps.weight")
+            if t is not None and len(t.shape) >= 2:
+                expert_ff = t.shape[1]
+            else:
+                t = _first_tensor(tensors, ".ffn_gate_up_exps.weight")
+                if t is not None and len(t.shape) >= 2:
+                    expert_ff = t.shape[1] // 2
+        if not expert_ff and isinstance(n_ff, int) and n_ff > 0:
+            expert_ff = n_ff  # Mixtral-style files: every FFN is an expert of feed_forward_length
+        if not expert_ff:
+            raise m.missing("expert_feed_forward_length", " (and no ffn_up_exps tensor shows it)")
+        shexp = _first_tensor(tensors, ".ffn_up_shexp.weight", ".ffn_gate_shexp.weight")
+        n_shared = m.maybe("expert_shared_count")
+        if n_shared is None:
+            n_shared = 1 if shexp is not None else 0
+        shared_ff = m.maybe("expert_shared_feed_forward_length") or None
+        if shared_ff is None and shexp is not None and len(shexp.shape) >= 2 and n_shared:
+            shared_ff = shexp.shape[1]
+        moe = MoESpec(
+            n_expert=n_expert,
+            n_expert_used=n_used,
+            expert_ff=expert_ff,
+            n_shared_expert=n_shared,
+            shared_expert_ff=shared_ff if n_shared else None,
+            n_dense_lead_layers=m.get("leading_dense_block_count", 0),
+            layer_step=max(1, m.get("interleave_moe_layer_step", 1)) if arch == "llama4" else 1,
+        )
+
+    mla = None
+    if arch == "deepseek2" or m.has("attention.kv_lora_rank"):
+        kv_lora_rank = m.req("attention.kv_lora_rank")
+        rope_dims = m.req("rope.dimension_count")
+        k_len = m.maybe("attention.key_length_mla") or head_dim_k
+        v_len = m.maybe("attention.value_length_mla") or head_dim_v
+        if not k_len:
+            raise m.missing("attention.key_length_mla", " (or attention.key_length)")
+        if not v_len:
+            raise m.missing("attention.value_length_mla", " (or attention.value_length)")
+        if k_len <= rope_dims:
+            raise ModelFileError(f"{shown}: the MLA key width {k_len} is not larger than the RoPE width {rope_dims}.")
+        mla = MLASpec(
+            q_lora_rank=m.get("attention.q_lora_rank", 0),
+            kv_lora_rank=kv_lora_rank,
+            qk_rope_head_dim=rope_dims,
+            qk_nope_head_dim=k_len - rope_dims,
+            v_head_dim=v_len,
+        )
+        head_dim_k = head_dim_v = None  # the MLA block carries the widths
+
+    ssm = None
+    attention_layers = None
+    ffn_only_layers = None
+    if is_ssm:
+        group_count = m.maybe("ssm.group_count")
+        version: Literal[1, 2] = 2 if arch == "mamba2" or group_count is not None else 1
+        dt_rank = m.get("ssm.time_step_rank", 0)
+        ssm = SSMSpec(
+            version=version,
+            d_conv=m.req("ssm.conv_kernel"),
+            d_inner=m.req("ssm.inner_size"),
+            d_state=m.req("ssm.state_size"),
+            dt_rank=dt_rank if version == 1 else 0,
+            n_group=group_count or 1,
+            n_head=dt_rank if version == 2 else 0,  # Mamba-2 stores its head count as time_step_rank
+        )
+        kv = n_head_kv if isinstance(n_head_kv, list) else [n_head_kv] * n_layer
+        attention_layers = [i for i, v in enumerate(kv) if v > 0] or None
+        if m.has("attention.recurrent_layers") or m.has("full_attention_interval"):
+            attention_layers = _full_attention_layers(m, n_layer, _nextn_layers(m, n_layer))
+        if arch in ("nemotron_h", "nemotron_h_moe") and isinstance(n_ff, list):
+            # Each block is one of Mamba-2, attention or MLP: layers with a feed-forward width are MLPs
+            # (llama_model_nemotron_h::load_arch_hparams).
+            ffn_only_layers = [i for i, f in enumerate(n_ff) if f > 0] or None
+    conv_l_cache = m.maybe("shortconv.l_cache") or None
+    if conv_l_cache is not None:
+        if conv_l_cache < 2:
+            raise ModelFileError(f"{shown}: '{m.key('shortconv.l_cache')}' is {conv_l_cache} (at least 2).")
+        # LFM2: layers with 0 KV heads are short convolutions (llama_model_lfm2::load_arch_hparams).
+        kv = n_head_kv if isinstance(n_head_kv, list) else [n_head_kv] * n_layer
+        attention_layers = [i for i, v in enumerate(kv) if v > 0]
+
+    name = metadata.get("general.name")
+    if not isinstance(name, str) or not name.strip():
+        name = path.stem
+    model_id = model_id_from(name) or model_id_from(path.stem) or "model"
+
+    return Architecture(
+        id=model_id,
+        name=name.strip(),
+        arch=arch,
+        source=shown,
+        params_billions=_params_billions(metadata.get("general.size_label")),
+        n_layer=n_layer,
+        n_embd=n_embd,
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        head_dim_k=head_dim_k,
+        head_dim_v=head_dim_v,
+        n_ff=n_ff,
+        n_vocab=n_vocab,
+        tied_embeddings="output.weight" not in names,
+        n_ctx_train=n_ctx_train,
+        sliding_window=sliding_window,
+        sliding_window_pattern=pattern,
+        attn_bias=any(n.endswith((".attn_q.bias", ".attn_qkv.bias")) for n in names),
+        qk_norm=any(n.endswith(".attn_q_norm.weight") for n in names),
+        moe=moe,
+        mla=mla,
+        ssm=ssm,
+        attention_layers=attention_layers,
+        n_nextn_layers=_nextn_layers(m, n_layer),
+        conv_l_cache=conv_l_cache,
+        ffn_only_layers=ffn_only_layers,
+    )
+
+
+def _full_attention_layers(m: _Meta, n_layer: int, n_nextn: int) -> list[int]:
+    """Qwen3-Next style layouts: ``attention.recurrent_layers`` flags, else every
+    ``full_attention_interval``-th layer is full attention; NextN layers are never recurrent
+    (llama_model_qwen3next::load_arch_hparams)."""
+    key = m.key("attention.recurrent_layers")
+    flags = m.md.get(key)
+    if isinstance(flags, list) and len(flags) == n_layer:
+        recurrent = [bool(v) for v in flags]
+    else:
+        interval = m.get("full_attention_interval", 4)
+        if interval < 1:
+            raise ModelFileError(f"{m.shown}: '{m.key('full_attention_interval')}' is {interval}.")
+        recurrent = [(i + 1) % interval != 0 for i in range(n_layer)]
+    trunk = n_layer - n_nextn
+    return [i for i in range(n_layer) if not (i < trunk and recurrent[i])]
+
+
+def _nextn_layers(m: _Meta, n_layer: int) -> int:
+    n = m.get("nextn_predict_layers", 0)
+    if not 0 <= n < n_layer:
+        raise ModelFileError(f"{m.shown}: '{m.key('nextn_predict_layers')}' is {n} for {n_layer} layers.")
+    return n

@@ -1,0 +1,245 @@
+"""The verdict in plain words: whether it fits (green, amber, red), what takes the memory, how
+fast, how many people can chat at once, and what to change when it does not fit. Pure text from
+an estimate; ``app.core.report.scenario`` puts it in the view."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from app.core.common.units import GIB
+from app.core.memory.records import Estimate
+from app.core.model.catalog import find_device
+from app.core.model.coverage import approximate_sentence
+from app.core.report.choices import MAX_USERS, MIN_CONTEXT_TOKENS, Controls, HardwareChoice
+from app.core.speed.predict import Range, SpeedEstimate
+
+WORDS_PER_TOKEN = 0.75  # English prose, as commonly quoted for BPE tokenizers
+AMBER_HEADROOM = 0.10  # under 10% of the memory left: it fits, but only just
+# An architecture whose rules are not proven: "fits" needs a wider margin before it shows green
+# (the unverified parts, KV cache and compute buffers, were off by up to 5x on hybrid models).
+APPROXIMATE_HEADROOM = 0.25
+
+
+@dataclass(frozen=True)
+class Verdict:
+    level: Literal["green", "amber", "red"]
+    headline: str
+    sentences: tuple[str, ...]
+
+    @property
+    def text(self) -> str:
+        return " ".join((self.headline, *self.sentences))
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The memory that limits: the GPUs together when layers are on them, else host memory."""
+
+    label: str
+    used_bytes: int
+    capacity_bytes: int
+    weights_bytes: int
+    kv_cache_bytes: int
+    compute_bytes: int
+    overhead_bytes: int
+    projector_bytes: int = 0
+
+    @property
+    def free_bytes(self) -> int:
+        return self.capacity_bytes - self.used_bytes
+
+
+# -- plain words ---------------------------------------------------------------------------------
+
+
+def gib(n_bytes: float) -> str:
+    return f"{n_bytes / GIB:,.1f} GiB"
+
+
+def budget_of(est: Estimate) -> Budget:
+    gpus = [d for d in est.devices if d.kind == "gpu" and (d.layers or d.weights_bytes)]
+    chosen = gpus or [d for d in est.devices if d.kind == "cpu"]
+    label = chosen[0].name if len(chosen) == 1 else f"{len(chosen)} GPUs together"
+
+    def total(*names: str) -> int:
+        return sum(getattr(d, n) for d in chosen for n in names)
+
+    return Budget(
+        label=label,
+        used_bytes=total("total_bytes"),
+        capacity_bytes=total("capacity_bytes"),
+        weights_bytes=total("weights_bytes", "repack_bytes"),
+        kv_cache_bytes=total("kv_cache_bytes", "recurrent_state_bytes"),
+        compute_bytes=total("compute_bytes", "output_bytes"),
+        overhead_bytes=total("overhead_bytes"),
+        projector_bytes=total("projector_bytes"),
+    )
+
+
+def _percent(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.0f}%" if whole > 0 else "-"
+
+
+def _speed_words(decode: Range) -> str:
+    lo, hi = decode.low, decode.high
+    if hi <= 0:
+        return ""
+    if hi < 1:
+        return f"Expect under one token a second ({lo:.2f}-{hi:.2f} tokens/s): too slow for a conversation."
+    r = lambda x: f"{x:,.0f}" if x >= 10 else f"{x:.1f}"  # noqa: E731
+    w_lo, w_hi = lo * WORDS_PER_TOKEN, hi * WORDS_PER_TOKEN
+    return f"Expect about {r(lo)}-{r(hi)} tokens/s (roughly {r(w_lo)}-{r(w_hi)} words a second)."
+
+
+def hardware_note(choice: HardwareChoice) -> str:
+    """What a number on screen means for this hardware when it differs from the box's label."""
+    if choice.kind != "catalog" or not choice.device_id:
+        return ""
+    device = find_device(choice.device_id)
+    if device.memory_kind != "unified" or device.gpu_usable_fraction >= 1:
+        return ""
+    usable = device.memory_gib * device.gpu_usable_fraction
+    if device.vendor == "apple":
+        return (
+            f"macOS lets the GPU use {usable:,.0f} of the {device.memory_gib:,.0f} GiB by default; it can be raised "
+            f"(sudo sysctl iogpu.wired_limit_mb=N), leaving less for the system."
+        )
+    return (
+        f"Of the {device.memory_gib:,.0f} GiB of shared memory, about {usable:,.0f} GiB can be given to the GPU; "
+        "the rest stays with the system."
+    )
+
+
+def people_sentence(users: int, controls: Controls) -> str:
+    """How many conversations fit at once, each with the chosen context."""
+    each = f"{controls.context_tokens:,} tokens (about {controls.context_tokens * WORDS_PER_TOKEN:,.0f} words) each"
+    if users >= MAX_USERS:
+        return f"At least {MAX_USERS} people can chat at once with {each} (FitScope counts up to {MAX_USERS})."
+    if users == 1:
+        return f"One person at a time can chat with {each}."
+    return f"Up to {users} people can chat at once with {each}."
+
+
+def make_verdict(
+    est: Estimate,
+    speed: SpeedEstimate,
+    controls: Controls,
+    max_context: int,
+    smaller_quant: str | None,
+    n_ctx_train: int = 0,
+    gpus_hidden: bool = False,
+) -> Verdict:
+    """The answer in plain words, with a light: green (fits with room), amber (fits with under 10%
+    to spare, or only partly on the GPU, or under 25% to spare on an architecture whose rules are
+    approximate), red (does not fit). An approximate estimate says so first."""
+    verdict = _verdict(est, speed, controls, max_context, smaller_quant, n_ctx_train, gpus_hidden)
+    if est.repack_bytes >= 0.1 * GIB:
+        verdict = Verdict(
+            verdict.level,
+            verdict.headline,
+            (
+                *verdict.sentences,
+                f"On a CPU, llama.cpp also keeps a rearranged copy of {gib(est.repack_bytes)} of the weights for "
+                "faster arithmetic, so the same model needs more memory here than on a graphics card.",
+            ),
+        )
+    if not est.approximate:
+        return verdict
+    caveat = approximate_sentence(est.architecture or "unknown")
+    if est.rules == "unknown":
+        caveat = (
+            f"The llama.cpp FitScope ships cannot load this architecture ({est.architecture}); the figures below "
+            "come from generic rules. " + caveat
+        )
+    level = verdict.level
+    if level == "green" and budget_of(est).free_bytes < APPROXIMATE_HEADROOM * budget_of(est).capacity_bytes:
+        level = "amber"
+    return Verdict(level, verdict.headline, (caveat, *verdict.sentences))
+
+
+def _verdict(
+    est: Estimate,
+    speed: SpeedEstimate,
+    controls: Controls,
+    max_context: int,
+    smaller_quant: str | None,
+    n_ctx_train: int,
+    gpus_hidden: bool,
+) -> Verdict:
+    budget = budget_of(est)
+    convo = (
+        f"remembering the conversation ({controls.context_tokens:,} tokens)"
+        if controls.users == 1
+        else f"remembering {controls.users} conversations of {controls.context_tokens:,} tokens each"
+    )
+    shares = (
+        f"The model itself takes {_percent(budget.weights_bytes, budget.capacity_bytes)} of the memory; "
+        f"{convo} takes {_percent(budget.kv_cache_bytes, budget.capacity_bytes)}."
+    )
+    if not est.fits:
+        over = [d for d in est.devices if not d.fits]
+        worst = max(over, key=lambda d: -d.free_bytes)
+        headline = (
+            f"Does not fit: {worst.name} needs {gib(worst.total_bytes)} but has {gib(worst.capacity_bytes)} "
+            f"({gib(-worst.free_bytes)} short)."
+        )
+        shares = f"The model itself needs {gib(budget.weights_bytes)}; {convo} needs {gib(budget.kv_cache_bytes)}."
+        advice = []
+        if max_context >= MIN_CONTEXT_TOKENS and max_context < controls.context_tokens:
+            advice.append(f"The largest context that fits is {max_context:,} tokens per user.")
+        if smaller_quant:
+            advice.append(smaller_quant)
+        if not advice:
+            advice.append("Choose a smaller model, or hardware with more memory.")
+        return Verdict("red", headline, (shares, *advice))
+    gpu_devices = [d for d in est.devices if d.kind == "gpu"]
+    partial = gpu_devices and (est.gpu_layers < est.n_layer + 1 or est.cpu_moe_layers > 0)
+    speed_text = _speed_words(speed.decode_tokens_per_s)
+    if speed_text:
+        who = "for each of the users" if controls.users > 1 else "for one user"
+        total = speed.decode_total_tokens_per_s
+        speed_text = speed_text[:-1] + (
+            f" {who}, {speed.depth_tokens:,} tokens into the conversation"
+            + (f"; {total.low:,.0f}-{total.high:,.0f} tokens/s in total" if controls.users > 1 else "")
+            + "."
+        )
+    if gpus_hidden:
+        headline = (
+            "Runs on the CPU only: the GPU has too little free memory even for the working buffers llama.cpp "
+            "keeps on it, so hide it (llama-server --device none)."
+        )
+        return Verdict("amber", headline, tuple(s for s in (shares, speed_text) if s))
+    beyond = ""
+    if n_ctx_train and controls.context_tokens > n_ctx_train:
+        beyond = (
+            f"That is beyond the {n_ctx_train:,} tokens the model was trained on: answers degrade there unless "
+            "the model supports context extension."
+        )
+    if partial:
+        gpus = "GPUs" if len(gpu_devices) > 1 else "GPU"
+        rate = f"{speed.decode_tokens_per_s.low:.0f}-{speed.decode_tokens_per_s.high:.0f} tokens/s"
+        if est.gpu_layers >= est.n_layer + 1:
+            headline = (
+                f"Runs partly in system memory, at about {rate}: every layer is on the {gpus}, but the experts of "
+                f"{est.cpu_moe_layers} of {est.n_layer} layers stay in system memory (--n-cpu-moe "
+                f"{est.cpu_moe_layers})."
+            )
+        elif controls.gpu_layers is None:
+            headline = (
+                f"Runs partly in system memory, at about {rate}: {est.gpu_layers} of {est.n_layer + 1} layers fit "
+                f"on the {gpus} (keeping 1 GiB free, as llama.cpp's --fit does); the rest run on the CPU."
+            )
+        else:
+            headline = (
+                f"Runs partly in system memory, at about {rate}: {est.gpu_layers} of {est.n_layer + 1} layers on "
+                f"the {gpus}, as chosen; the rest run on the CPU."
+            )
+        return Verdict("amber", headline, tuple(s for s in (shares, speed_text, beyond) if s))
+    level: Literal["green", "amber"] = "green"
+    headline = f"Fits, with {gib(budget.free_bytes)} to spare."
+    if budget.free_bytes < AMBER_HEADROOM * budget.capacity_bytes:
+        level = "amber"
+        share = _percent(budget.free_bytes, budget.capacity_bytes)
+        headline = f"Fits, but only just: {gib(budget.free_bytes)} to spare ({share})."
+    return Verdict(level, headline, tuple(s for s in (shares, speed_text, beyond) if s))

@@ -1,0 +1,250 @@
+"""How fast a placed model runs: decode from the memory-bandwidth roofline, prefill from FLOPs.
+
+Decode is memory-bound: each new token reads every active weight once plus the KV cache up to
+the current depth, so tokens/s <= efficiency x bandwidth / bytes read. Mixture-of-experts models
+read only the routed share of their expert tensors. With partial offload, each device reads its
+own share and the times add up. Prefill is compute-bound: about 2 FLOPs per active parameter per
+token, plus attention over the context.
+
+The constants per device family (decode efficiency, a fixed cost per layer per token, prefill
+rate factors) are fitted on published llama-bench results (``app.core.speed.model``); every figure
+is a range that held about 80% of published results for devices left out of the fit, and a later
+measurement on the user's machine replaces it. Several users share each decode step: the weights
+are read once per step, each user's KV cache once per user.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from app.core.memory.layers import tensor_totals
+from app.core.memory.records import Estimate, Settings, Target
+from app.core.model.architecture import Architecture
+from app.core.model.tensors import GGMLType, TensorInfo
+from app.core.speed.model import decode_seconds_per_token, load_speed_model, speed_family
+
+# This machine's CPU against its own measured read bandwidth (not a spec sheet): llama.cpp's CPU
+# backend reaches 0.70-0.90 of it (shared/reference: "CPUs 0.7-0.9 of a measured read bandwidth").
+# Every other device uses the constants fitted on published results (app.core.speed.model).
+DECODE_EFFICIENCY: dict[str, tuple[float, float]] = {"cpu": (0.70, 0.90)}
+
+
+@dataclass(frozen=True)
+class Range:
+    low: float
+    high: float
+
+    def as_dict(self) -> dict[str, float]:
+        return {"low": round(self.low, 2), "high": round(self.high, 2)}
+
+
+@dataclass(frozen=True)
+class SpeedEstimate:
+    decode_tokens_per_s: Range
+    prefill_tokens_per_s: Range
+    ttft_s: Range
+    prompt_tokens: int
+    depth_tokens: int
+    assumptions: tuple[str, ...]
+    users: int = 1
+    decode_typical: float = 0.0  # tokens/s per user at the fitted constants (inside the range)
+
+    @property
+    def decode_total_tokens_per_s(self) -> Range:
+        """Every user's tokens together (decode steps are shared by the users)."""
+        return Range(self.decode_tokens_per_s.low * self.users, self.decode_tokens_per_s.high * self.users)
+
+
+def active_bytes_by_device(arch: Architecture, tensors: Sequence[TensorInfo], est: Estimate) -> list[float]:
+    """Weight bytes read per decoded token on each device of ``est`` (same order)."""
+    out = [0.0] * len(est.devices)
+    totals = tensor_totals(arch, tensors)
+    host = len(est.devices) - 1
+    for layer, n_bytes in enumerate(totals.active_layer_bytes):
+        device = est.layer_devices[layer]
+        if layer < est.cpu_moe_layers and device != host:
+            # --n-cpu-moe: this layer's routed experts are read from host memory.
+            moved = totals.active_expert_bytes[layer]
+            out[host] += moved
+            n_bytes -= moved
+        out[device] += n_bytes
+    return out
+
+
+def active_params(arch: Architecture, tensors: Sequence[TensorInfo]) -> float:
+    """Parameters touched per token (routed share of experts; embedding lookup excluded)."""
+    return tensor_totals(arch, tensors).active_params
+
+
+def kv_bytes_per_token(est: Estimate) -> float:
+    """KV-cache bytes one token of context adds (both caches, one sequence)."""
+    total = 0.0
+    for cache in est.kv_caches:
+        cells = cache.cells * cache.streams
+        if cells:
+            total += cache.total_bytes / cells
+    return total
+
+
+def estimate_speed(
+    arch: Architecture,
+    tensors: Sequence[TensorInfo],
+    est: Estimate,
+    targets: list[Target],
+    prompt_tokens: int = 512,
+    depth_tokens: int | None = None,
+    measured_efficiency: dict[str, float] | None = None,
+    users: int = 1,
+) -> SpeedEstimate:
+    """Decode and prefill tokens/s ranges and time to first token for ``prompt_tokens``.
+
+    ``depth_tokens`` is the context already in the cache when decoding (default: the prompt).
+    ``measured_efficiency`` maps a target name to a decode efficiency measured on this machine,
+    which then replaces the class range (±10%).
+    """
+    settings: Settings = est.settings
+    depth = prompt_tokens if depth_tokens is None else depth_tokens
+    by_name = {t.name: t for t in targets}
+    weights = active_bytes_by_device(arch, tensors, est)
+    kv_per_token = kv_bytes_per_token(est)
+    n_attn_layers = _attention_layers(arch)
+    assumptions = []
+
+    model = load_speed_model()
+    params = active_params(arch, tensors)
+    bands = []
+    t_mid = 0.0  # seconds per token at the fitted constants
+    t_low = t_high = 0.0  # seconds per token, optimistic / pessimistic
+    t_roof = 0.0  # the physical floor: every byte at full bandwidth
+    flops_rate = 0.0
+    busy_devices = 0
+    float_share = _float_weight_share(tensors)
+    for d, w in zip(est.devices, weights, strict=True):
+        target = by_name.get(d.name)
+        if target is None or (w == 0 and d.kind == "gpu"):
+            continue
+        family = target_family(target)
+        c = model.constants(family)
+        (d_lo, d_hi), band_pp = model.intervals(family)
+        bands.append(((d_lo, d_hi), band_pp, w))
+        kv_share = kv_per_token * depth * (d.layers / n_attn_layers)
+        # One decode step reads the weights once for every user, and each user's own KV cache.
+        bytes_read = w + kv_share * users
+        bw = target.bandwidth_gb_s * 1e9
+        layers_here = d.layers
+        t_roof += bytes_read / bw
+        if measured_efficiency and d.name in measured_efficiency:
+            m = measured_efficiency[d.name]
+            t_low += bytes_read / (min(1.0, m * 1.1) * bw)
+            t_high += bytes_read / (m * 0.9 * bw)
+            t_mid += bytes_read / (m * bw)
+            assumptions.append(f"{d.name}: decode efficiency {m:.2f} measured on this machine.")
+        elif target.efficiency_class == "cpu":
+            # This machine's measured read bandwidth: llama.cpp's CPU backend reaches 0.70-0.90 of it.
+            eff_lo, eff_hi = DECODE_EFFICIENCY["cpu"]
+            t_low += bytes_read / (eff_hi * bw)
+            t_high += bytes_read / (eff_lo * bw)
+            t_mid += bytes_read / ((eff_lo + eff_hi) / 2 * bw)
+            assumptions.append(
+                f"{d.name}: reads {w / 1e9:.2f} GB of weights per token at a measured "
+                f"{target.bandwidth_gb_s:.0f} GB/s, efficiency {eff_lo:.2f}-{eff_hi:.2f}."
+            )
+        else:
+            share = w / max(sum(weights), 1)
+            t = decode_seconds_per_token(
+                bytes_read, max(layers_here, 1), target.bandwidth_gb_s, c, params * share * users, target.fp16_tflops
+            )
+            t_mid += t
+            t_low += t / d_hi
+            t_high += t / d_lo
+            assumptions.append(
+                f"{d.name}: reads {w / 1e9:.2f} GB of weights per token at {target.bandwidth_gb_s:.0f} GB/s; "
+                f"{family} constants fitted on published llama-bench results ({c.devices} devices): "
+                f"{c.decode_efficiency:.2f} of the bandwidth, {c.per_layer_s * 1e6:.0f} us per layer."
+            )
+        factor = c.prefill_float * float_share + c.prefill_quant * (1 - float_share)
+        flops_rate += factor * target.fp16_tflops * 1e12 * (w / max(sum(weights), 1))
+        busy_devices += 1
+    # Per user: one decode step gives each of the users one token.
+    t_low = max(t_low, t_roof)
+    t_mid = max(t_mid, t_roof)
+    decode = Range(1.0 / t_high if t_high else 0.0, 1.0 / t_low if t_low else 0.0)
+    decode_mid = 1.0 / t_mid if t_mid else 0.0
+
+    head_dim = arch.head_dim_k_eff if arch.mla is None else arch.mla.kv_lora_rank
+    attn_flops = 4 * n_attn_layers * arch.max_heads() * head_dim * (prompt_tokens / 2)
+    flops_per_token = 2 * params + attn_flops
+    # The range of the device doing most of the work.
+    (d_lo, d_hi), (p_lo, p_hi), _ = max(bands, key=lambda b: b[2]) if bands else ((1.0, 1.0), (1.0, 1.0), 0)
+    rate = flops_rate / flops_per_token if busy_devices else 0.0
+    prefill = Range(rate * p_lo, rate * p_hi)
+    if prefill.high and decode.high:
+        # Prefill can never be slower per token than decoding the same tokens one by one.
+        prefill = Range(max(prefill.low, decode.low), max(prefill.high, decode.high))
+    ttft = Range(
+        prompt_tokens / prefill.high + 1 / max(decode.high, 1e-9) if prefill.high else 0.0,
+        prompt_tokens / prefill.low + 1 / max(decode.low, 1e-9) if prefill.low else 0.0,
+    )
+    assumptions.append(
+        f"Decode at a depth of {depth} tokens (KV read {kv_per_token * depth / 1e6:.1f} MB per token); "
+        f"prefill of {prompt_tokens} tokens at {flops_per_token / 1e9:.1f} GFLOP per token; ubatch "
+        f"{settings.effective_ubatch}."
+    )
+    if arch.moe:
+        assumptions.append(
+            f"Mixture of experts: {arch.moe.n_expert_used} of {arch.moe.n_expert} experts read per token."
+        )
+    assumptions.append(
+        f"Ranges hold about 80% of published results for hardware the model was not fitted on "
+        f"(decode x{d_lo:.2f}-x{d_hi:.2f}, prefill x{p_lo:.2f}-x{p_hi:.2f}); for {users} user(s) at once."
+    )
+    return SpeedEstimate(
+        decode, prefill, ttft, prompt_tokens, depth, tuple(assumptions), users=users, decode_typical=decode_mid
+    )
+
+
+def target_family(target: Target) -> str:
+    """The device family whose fitted speed constants apply to ``target``."""
+    if target.efficiency_class in ("cpu", "host-spec"):
+        return speed_family(target.name, "cpu")
+    return speed_family(target.name, "gpu")
+
+
+_FLOAT_SHARE_CACHE: dict[int, tuple[Sequence[TensorInfo], float]] = {}
+_ATTENTION_LAYERS: dict[int, tuple[Architecture, int]] = {}
+
+
+def _attention_layers(arch: Architecture) -> int:
+    """Layers with an attention KV cache (at least 1), remembered per architecture object."""
+    hit = _ATTENTION_LAYERS.get(id(arch))
+    if hit is not None and hit[0] is arch:
+        return hit[1]
+    n = sum(1 for i in range(arch.n_layer) if arch.is_attention_layer(i)) or 1
+    if len(_ATTENTION_LAYERS) >= 128:
+        _ATTENTION_LAYERS.pop(next(iter(_ATTENTION_LAYERS)))
+    _ATTENTION_LAYERS[id(arch)] = (arch, n)
+    return n
+
+
+def _float_weight_share(tensors: Sequence[TensorInfo]) -> float:
+    """Share of weight bytes stored as F16/BF16/F32 (cuBLAS/float kernels rather than quantized ones),
+    remembered per tensor tuple (it cannot change) as ``tensor_totals`` remembers its sums: a sweep
+    over hardware asks it for the same model thousands of times."""
+    hit = _FLOAT_SHARE_CACHE.get(id(tensors))
+    if hit is not None and hit[0] is tensors:
+        return hit[1]
+    share = _sum_float_share(tensors)
+    if isinstance(tensors, tuple):
+        if len(_FLOAT_SHARE_CACHE) >= 128:
+            _FLOAT_SHARE_CACHE.pop(next(iter(_FLOAT_SHARE_CACHE)))
+        _FLOAT_SHARE_CACHE[id(tensors)] = (tensors, share)
+    return share
+
+
+def _sum_float_share(tensors: Sequence[TensorInfo]) -> float:
+    total = sum(t.n_bytes for t in tensors if len(t.shape) >= 2) or 1
+    floats = sum(
+        t.n_bytes for t in tensors if len(t.shape) >= 2 and t.ggml_type in (GGMLType.F16, GGMLType.BF16, GGMLType.F32)
+    )
+    return floats / total
