@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.cli import main as cli_main  # noqa: E402
+from app.cli import main as cli_main
 from app.core.model.coverage import ARCHITECTURES_PATH, llamacpp_architectures
 
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.core.advisor.advise import advise
 from app.core.advisor.records import Workload
 from app.core.report.choices import ModelChoice
+from app.services.advisor import advise
 
 TARGET_S = 2.0
 
@@ -40,7 +40,7 @@ def main() -> int:
     for model, floor, ctx, users, tps in workloads:
         w = Workload(
             model=ModelChoice(kind="catalog", ref=model),
-            context_tokens=ctx,
+            context_per_user_tokens=ctx,
             users=users,
             min_tokens_per_s=tps,
             quality_floor=floor,  # type: ignore[arg-type]

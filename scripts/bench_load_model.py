@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.adapters.batch_probe import BatchProfile, measure_batching  # noqa: E402
-from app.adapters.demo_model import demo_model_path  # noqa: E402
+from app.adapters.batch_probe import BatchProfile, measure_batching
+from app.adapters.demo_model import demo_model_path
 from app.core.speed.loadsim import ClosedLoop, LoadResult, ServiceModel, simulate
 
 TARGET = 0.20

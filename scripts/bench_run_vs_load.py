@@ -16,10 +16,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.adapters.batch_probe import measure_batching  # noqa: E402
-from app.adapters.cpu_topology import llama_math_threads  # noqa: E402
-from app.adapters.demo_model import demo_model_path  # noqa: E402
-from app.adapters.llamacpp_runner import run_live  # noqa: E402
+from app.adapters.batch_probe import measure_batching
+from app.adapters.cpu_topology import llama_math_threads
+from app.adapters.demo_model import demo_model_path
+from app.adapters.llamacpp_runner import run_live
 from app.core.speed.measure import RunSettings, summary
 
 

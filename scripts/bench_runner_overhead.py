@@ -22,9 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.adapters.cpu_topology import llama_math_threads  # noqa: E402
-from app.adapters.demo_model import demo_model_path  # noqa: E402
-from app.adapters.llamacpp_runner import run_live  # noqa: E402
+from app.adapters.cpu_topology import llama_math_threads
+from app.adapters.demo_model import demo_model_path
+from app.adapters.llamacpp_runner import run_live
 from app.core.speed.measure import RunSettings
 
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."

@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("FITSCOPE_CONFIG_DIR", tempfile.mkdtemp(prefix="fitscope-bench-"))
 
-from PySide6.QtCore import QElapsedTimer, QEventLoop, QTimer  # noqa: E402
-from PySide6.QtWidgets import QApplication  # noqa: E402
+from PySide6.QtCore import QElapsedTimer, QEventLoop, QTimer
+from PySide6.QtWidgets import QApplication
 
 SCENARIOS = [
     ("demo model, this CPU", ("demo", ""), ("cpu", None, 1)),
@@ -118,7 +118,7 @@ def main() -> int:
         window.set_scenario(
             model=ModelChoice(kind=mkind, ref=mref),
             hardware=HardwareChoice(kind=hkind, device_id=dev, count=count, host_ram_gib=128),
-            controls=Controls(context_tokens=4096),
+            controls=Controls(context_per_user_tokens=4096),
         )
         wait_for(window, lambda v, r=mref, d=dev: v.request.model.ref == r and v.request.hardware.device_id == d)
         switch_ms = (time.perf_counter() - t0) * 1e3
@@ -134,7 +134,7 @@ def main() -> int:
             t = time.perf_counter()
             slider.setValue(target)
             tokens = window.context_control.tokens()
-            wait_for(window, lambda v, n=tokens: v.request.controls.context_tokens == n)
+            wait_for(window, lambda v, n=tokens: v.request.controls.context_per_user_tokens == n)
             window.tabs.repaint()  # the charts and tables, painted now rather than at the next frame
             window.banner.repaint()
             steps.append((time.perf_counter() - t) * 1e3)

@@ -16,8 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("FITSCOPE_CONFIG_DIR", tempfile.mkdtemp(prefix="fitscope-shots-"))
 os.environ.setdefault("FITSCOPE_DATA_DIR", tempfile.mkdtemp(prefix="fitscope-shots-data-"))
 
-from PySide6.QtCore import QEventLoop, Qt, QTimer  # noqa: E402
-from PySide6.QtWidgets import QApplication  # noqa: E402
+from PySide6.QtCore import QEventLoop, Qt, QTimer
+from PySide6.QtWidgets import QApplication
 
 
 def wait_until(window, predicate, timeout_s: float = 60.0) -> None:
@@ -66,13 +66,13 @@ def main() -> int:
     window.set_scenario(
         model=llama8,
         hardware=HardwareChoice(kind="catalog", device_id="rtx-4090", host_ram_gib=64),
-        controls=Controls(context_tokens=16384),
+        controls=Controls(context_per_user_tokens=16384),
         compare=(
             HardwareChoice(kind="catalog", device_id="rtx-3060-12gb"),
             HardwareChoice(kind="catalog", device_id="m4-pro-48gb"),
         ),
     )
-    wait_until(window, lambda v: v.request.model == llama8 and v.request.controls.context_tokens == 16384)
+    wait_until(window, lambda v: v.request.model == llama8 and v.request.controls.context_per_user_tokens == 16384)
     shot("fits-rtx-4090")
     window.tabs.setCurrentIndex(2)
     wait_until(window, lambda v: True)
@@ -80,7 +80,9 @@ def main() -> int:
     window.tabs.setCurrentIndex(0)
 
     # Which machine? Llama 3.3 70B for 4 people with 16k tokens each, at least 15 tokens/s.
-    window.set_scenario(model=ModelChoice(kind="catalog", ref="llama-3.3-70b"), controls=Controls(context_tokens=16384))
+    window.set_scenario(
+        model=ModelChoice(kind="catalog", ref="llama-3.3-70b"), controls=Controls(context_per_user_tokens=16384)
+    )
     wait_until(window, lambda v: v.request.model.ref == "llama-3.3-70b")
     advisor = window.advisor_panel
     window.tabs.setCurrentIndex(window.tabs.indexOf(advisor.parentWidget().parentWidget()))
@@ -101,7 +103,7 @@ def main() -> int:
     window.set_scenario(
         model=llama70,
         hardware=HardwareChoice(kind="catalog", device_id="rtx-4090", host_ram_gib=64),
-        controls=Controls(context_tokens=8192, gpu_layers=81),
+        controls=Controls(context_per_user_tokens=8192, gpu_layers=81),
         compare=(),
     )
     wait_until(window, lambda v: v.request.model == llama70 and v.request.controls.gpu_layers == 81)
@@ -115,16 +117,16 @@ def main() -> int:
     window.set_scenario(
         model=qwen,
         hardware=HardwareChoice(kind="catalog", device_id="rtx-4060-ti-16gb", host_ram_gib=32),
-        controls=Controls(context_tokens=32768),
+        controls=Controls(context_per_user_tokens=32768),
     )
     window.set_presentation(True)
-    wait_until(window, lambda v: v.request.model == qwen and v.request.controls.context_tokens == 32768)
+    wait_until(window, lambda v: v.request.model == qwen and v.request.controls.context_per_user_tokens == 32768)
     shot("presentation-mode")
     window.set_presentation(False)
 
     # A live run of the demo model, measured against its estimate.
     window.set_scenario(
-        model=ModelChoice(), hardware=HardwareChoice(kind="cpu"), controls=Controls(context_tokens=4096)
+        model=ModelChoice(), hardware=HardwareChoice(kind="cpu"), controls=Controls(context_per_user_tokens=4096)
     )
     wait_until(window, lambda v: v.request.model.kind == "demo")
     window.tabs.setCurrentIndex(4)

@@ -49,12 +49,12 @@ class Outcome:
     detail: str = ""
 
 
-class _Hang(Exception):
+class _HangError(Exception):
     pass
 
 
 def _alarm(_signum: int, _frame: Any) -> None:
-    raise _Hang
+    raise _HangError
 
 
 def _guarded(work) -> Outcome:
@@ -66,9 +66,9 @@ def _guarded(work) -> Outcome:
     started = time.perf_counter()
     try:
         kind, detail = work(), ""
-    except _Hang:
+    except _HangError:
         kind, detail = "hang", ""
-    except Exception as exc:  # noqa: BLE001 - classifying is the point
+    except Exception as exc:
         kind, detail = "traceback", f"{type(exc).__name__}: {str(exc)[:200]}"
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)

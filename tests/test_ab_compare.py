@@ -15,7 +15,7 @@ from app.adapters.quantizer import default_variant_path, quantize
 from app.core.common.errors import FitScopeError
 from app.core.memory.targets import cpu_target
 from app.core.model.catalog import find_device
-from app.core.quality.quant_compare import VariantResult, advise, routing_config, to_toml
+from app.core.quality.quant_compare import VariantResult, recommend_quant, routing_config, to_toml
 from app.core.quality.suite_checks import CheckResult
 from app.core.quality.suite_reading import parse_suite
 from tests.support.tiny_gguf import write_tiny_llama
@@ -108,11 +108,11 @@ def test_advice_respects_floors_and_hardware():
         )
 
     variants = [variant("F16", 16, 1.0, fits=False), variant("Q8_0", 8.5, 0.9), variant("Q4_K_M", 4.9, 0.6)]
-    (advice,) = advise(variants, [SUITE.model_copy(update={"quality_floor": 0.85})], "an RTX 3060 12GB")
+    (advice,) = recommend_quant(variants, [SUITE.model_copy(update={"quality_floor": 0.85})], "an RTX 3060 12GB")
     assert advice.chosen == "Q8_0"
     assert "F16: does not fit an RTX 3060 12GB (16.0 GiB needed)." in advice.reasons
     assert "Q4_K_M: passes 60%, below the 85% floor." in advice.reasons
-    (none,) = advise(variants[2:], [SUITE.model_copy(update={"quality_floor": 0.95})], "x")
+    (none,) = recommend_quant(variants[2:], [SUITE.model_copy(update={"quality_floor": 0.95})], "x")
     assert none.chosen is None and none.reasons[0].startswith("No variant meets the 95% floor")
     assert isinstance(CheckResult(True, "ok"), CheckResult)
 
@@ -160,10 +160,10 @@ def test_fitscope_compare_json_and_routing_file(variants, tmp_path, capsys):
 
 def test_one_prompt_in_ten_is_not_a_winner():
     # 9/10 against 8/10 on the same prompts: the advice must not pretend the difference is real.
-    from app.core.quality.quant_compare import Answer
+    from app.core.quality.quant_compare import PromptAnswer
 
     def variant(label, memory_gib, failed):
-        answers = tuple(Answer("smoke", f"p{i}", "", CheckResult(f"p{i}" not in failed, "")) for i in range(10))
+        answers = tuple(PromptAnswer("smoke", f"p{i}", "", CheckResult(f"p{i}" not in failed, "")) for i in range(10))
         rate = sum(a.result.passed for a in answers) / 10
         return VariantResult(
             label,
@@ -182,15 +182,15 @@ def test_one_prompt_in_ten_is_not_a_winner():
 
     q8 = variant("Q8_0", 8.5, {"p9"})
     q4 = variant("Q4_K_M", 4.9, {"p8", "p9"})
-    (advice,) = advise([q8, q4], [SUITE.model_copy(update={"quality_floor": 0.85})], "a 24 GB GPU")
+    (advice,) = recommend_quant([q8, q4], [SUITE.model_copy(update={"quality_floor": 0.85})], "a 24 GB GPU")
     assert advice.chosen == "Q8_0"
     text = " ".join(advice.reasons)
     assert "Q8_0 and Q4_K_M are not distinguishable with 10 prompts (p = 1.00)" in text
     assert "about 77 prompts would be needed" in text
     assert "passes 90% (95% interval 60%-98%, 10 prompts)" in text
     # With 60 prompts and the same 10-point gap (6 discordant, all one way), the test tells them apart.
-    many = tuple(Answer("smoke", f"p{i}", "", CheckResult(i >= 6, "")) for i in range(60))
-    better = tuple(Answer("smoke", f"p{i}", "", CheckResult(True, "")) for i in range(60))
+    many = tuple(PromptAnswer("smoke", f"p{i}", "", CheckResult(i >= 6, "")) for i in range(60))
+    better = tuple(PromptAnswer("smoke", f"p{i}", "", CheckResult(True, "")) for i in range(60))
     q8, q4 = dataclasses.replace(q8, answers=better), dataclasses.replace(q4, answers=many)
-    (advice,) = advise([q8, q4], [SUITE.model_copy(update={"quality_floor": 0.85})], "a 24 GB GPU")
+    (advice,) = recommend_quant([q8, q4], [SUITE.model_copy(update={"quality_floor": 0.85})], "a 24 GB GPU")
     assert "Q8_0 is better than Q4_K_M beyond chance (p = 0.031)" in " ".join(advice.reasons)

@@ -1,4 +1,4 @@
-"""The hardware advisor (app.core.advisor.advise), `fitscope advise`, and the RPC plan (app.core.plans.rpc)."""
+"""The hardware advisor (app.services.advisor), `fitscope advise`, and the RPC plan (app.core.plans.rpc)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import pytest
 
 from app.cli import main
-from app.core.advisor.advise import advise
+from app.core.advisor.commands import launch_commands
 from app.core.advisor.configs import presets_for
 from app.core.advisor.records import Workload
 from app.core.common.errors import EstimateError
@@ -19,6 +19,7 @@ from app.core.model.catalog import find_device, find_model
 from app.core.model.source import model_from_catalog
 from app.core.plans.rpc import NetworkLink, RpcHost, parse_host, rpc_plan
 from app.core.report.choices import Controls, ModelChoice
+from app.services.advisor import advise
 
 LLAMA_70B = ModelChoice(kind="catalog", ref="llama-3.3-70b")
 
@@ -26,7 +27,7 @@ LLAMA_70B = ModelChoice(kind="catalog", ref="llama-3.3-70b")
 @pytest.fixture(scope="module")
 def advice_70b():
     """Llama 3.3 70B, 16k context, 4 users, at least 15 tokens/s each (the README's example)."""
-    return advise(Workload(model=LLAMA_70B, context_tokens=16384, users=4, min_tokens_per_s=15))
+    return advise(Workload(model=LLAMA_70B, context_per_user_tokens=16384, users=4, min_tokens_per_s=15))
 
 
 def test_70b_workload_ranks_a_multi_gpu_box_first_and_covers_every_kind_of_machine(advice_70b):
@@ -61,7 +62,7 @@ def test_a_single_rtx_4090_fails_for_lack_of_memory_and_says_by_how_much(advice_
 
 
 def test_budget_excludes_the_expensive_boxes_and_says_so():
-    w = Workload(model=LLAMA_70B, context_tokens=16384, users=4, min_tokens_per_s=15, budget_usd=10000)
+    w = Workload(model=LLAMA_70B, context_per_user_tokens=16384, users=4, min_tokens_per_s=15, budget_usd=10000)
     a = advise(w)
     assert a.ranked and all(c.price_usd is not None and c.price_usd <= 10000 for c in a.ranked)
     assert a.ranked[0].device_id == "rtx-5090" and a.ranked[0].count == 2
@@ -90,17 +91,19 @@ def test_quality_floors_follow_the_published_loss():
 
 def test_moe_models_move_experts_to_system_memory_where_that_helps():
     a = advise(
-        Workload(model=ModelChoice(kind="catalog", ref="gpt-oss-120b"), context_tokens=8192, min_tokens_per_s=10)
+        Workload(
+            model=ModelChoice(kind="catalog", ref="gpt-oss-120b"), context_per_user_tokens=8192, min_tokens_per_s=10
+        )
     )
     offloaded = [c for c in a.passing if c.placement == "experts"]
     assert offloaded, "a 24 GiB GPU with the experts in RAM should reach 10 tokens/s"
     c = offloaded[0]
     assert 0 < c.n_cpu_moe <= 36 and c.estimate is not None and c.estimate.cpu_moe_layers == c.n_cpu_moe
-    assert "--n-cpu-moe" in a.commands(c)[0] or "--cpu-moe" in a.commands(c)[0]
+    assert "--n-cpu-moe" in launch_commands(a, c)[0] or "--cpu-moe" in launch_commands(a, c)[0]
 
 
 def test_the_launch_commands_reproduce_the_placement(advice_70b):
-    llama, vllm = advice_70b.commands(advice_70b.ranked[0])
+    llama, vllm = launch_commands(advice_70b, advice_70b.ranked[0])
     assert llama.startswith("llama-server -m llama-3.3-70b-Q4_K_M.gguf -c 65536 -np 4 ")
     assert "-ngl 81 --split-mode layer --tensor-split 1,1" in llama
     assert vllm.startswith("vllm serve ") and "--tensor-parallel-size 2" in vllm
@@ -139,7 +142,7 @@ def test_advise_rejects_bad_input_in_one_line(capsys):
 
 
 def _settings(ctx: int = 8192) -> Settings:
-    return Controls(context_tokens=ctx).settings("x86-avx512")
+    return Controls(context_per_user_tokens=ctx).settings("x86-avx512")
 
 
 def test_rpc_hosts_add_up_to_one_machine_plus_each_hosts_own_buffers():

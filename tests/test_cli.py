@@ -27,7 +27,9 @@ ESTIMATE_KEYS = {
     "total_bytes",
     "devices",
     "fits",
-    "max_context",
+    "largest_context_per_user_tokens",
+    "users_that_fit",
+    "placement",
     "decode_tokens_per_s",
     "prefill_tokens_per_s",
     "assumptions",
@@ -123,14 +125,23 @@ def test_estimate_figures_for_llama_8b_on_a_4090(llama8b_4090):
     assert 0 < prefill["low"] <= prefill["high"]
     assert r["compute_bytes"] == sum(d["compute_bytes"] for d in r["devices"])
     assert r["total_bytes"] == sum(d["total_bytes"] for d in r["devices"])
-    assert r["max_context"] >= 8192
+    assert r["largest_context_per_user_tokens"] >= 8192
+    assert r["placement"] == "gpu" and r["users_that_fit"] >= 1
 
 
-def test_long_context_does_not_fit_a_3060(capsys):
-    r = run_ok(capsys, "estimate", "--model", "llama-3.1-8b", "-c", "131072", "--gpu", "rtx-3060-12gb", "--json")
+def test_long_context_does_not_fit_a_3060_and_auto_moves_layers_to_system_memory(capsys):
+    args = ("estimate", "--model", "llama-3.1-8b", "-c", "131072", "--gpu", "rtx-3060-12gb", "--json")
+    r = run_ok(capsys, *args, "-ngl", "all")
     assert r["fits"] is False
     assert any(d["kind"] == "gpu" and not d["fits"] for d in r["devices"])
-    assert 0 < r["max_context"] < 131072
+    # As llama-server's default -ngl auto places it: layers leave the GPU, keeping 1 GiB free there.
+    auto = run_ok(capsys, *args)
+    assert auto["fits"] is True and auto["placement"] == "partial"
+    assert 0 < auto["gpu_layers"] < 33
+    gpu = next(d for d in auto["devices"] if d["kind"] == "gpu")
+    assert gpu["free_bytes"] >= 1024**3
+    # The largest context that keeps the model on the GPU is below the one asked for.
+    assert auto["limit_scope"] == "gpu" and 0 < auto["largest_context_per_user_tokens"] < 131072
 
 
 def test_70b_splits_across_two_4090s(capsys):

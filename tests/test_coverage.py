@@ -78,7 +78,9 @@ def test_verdict_says_approximate_and_wants_a_wider_margin(smol_gguf: Path, tmp_
 
 def test_unknown_architecture_says_llama_cpp_cannot_load_it(tmp_path: Path) -> None:
     path = _gguf_as(tmp_path / "odd.gguf", "not-a-real-arch")
-    view = view_of(ModelChoice(kind="gguf", ref=str(path)), HardwareChoice(kind="cpu"), Controls(context_tokens=4096))
+    view = view_of(
+        ModelChoice(kind="gguf", ref=str(path)), HardwareChoice(kind="cpu"), Controls(context_per_user_tokens=4096)
+    )
     assert view.estimate.rules == "unknown"
     assert "cannot load this architecture (not-a-real-arch)" in view.verdict.sentences[0]
 

@@ -222,18 +222,24 @@ def test_serving_formats_carry_their_group_overhead() -> None:
     assert awq - (fp16 - linear * 2) == pytest.approx(linear * (4 + 20 / 128) / 8, rel=1e-6)
 
 
-def test_fit_reports_limits() -> None:
+def test_the_estimate_service_reports_limits() -> None:
     from app.core.model.source import model_from_catalog
-    from app.core.report.fit import fit
+    from app.core.report.choices import Controls
+    from app.services.estimate import answer
 
     model = model_from_catalog("llama-3.1-70b", "Q4_K_M")
     targets = [_gpu("rtx-4090"), host_ram_target(128 * GIB)]
-    result = fit(model, Settings(context_tokens=8192), targets)
-    assert not result.estimate.fits
-    assert 0 < result.max_gpu_layers < 81
-    data = result.to_json()
-    assert data["max_gpu_layers"] == result.max_gpu_layers
+    pinned = answer(model, targets, Controls(context_per_user_tokens=8192, gpu_layers="all"), most_gpu_layers=True)
+    assert not pinned.fits and pinned.placement == "none"
+    assert pinned.limits is not None and 0 < pinned.limits.most_gpu_layers < 81
+    data = pinned.to_json()
+    assert data["most_gpu_layers"] == pinned.limits.most_gpu_layers
     assert data["compute_bytes"] == sum(d["compute_bytes"] for d in data["devices"])
+    # -ngl auto places it as llama-server would: fewer layers than fit with no margin, 1 GiB kept free.
+    auto = answer(model, targets, Controls(context_per_user_tokens=8192))
+    assert auto.fits and auto.placement == "partial"
+    assert auto.gpu_layers < pinned.limits.most_gpu_layers
+    assert auto.estimate.devices[0].free_bytes >= GIB
 
 
 def test_demo_model_repack_matches_a_real_load(demo_gguf) -> None:

@@ -476,7 +476,7 @@ def test_every_cut_of_the_header_is_a_model_file_error(tmp_path: Path) -> None:
     full = write_gguf(tmp_path / "full.gguf").read_bytes()
     data_offset = read_gguf(tmp_path / "full.gguf").data_offset
     cut = tmp_path / "cut.gguf"
-    for n in range(0, data_offset + 1):
+    for n in range(data_offset + 1):
         cut.write_bytes(full[:n])
         with pytest.raises(ModelFileError) as info:
             read_gguf(cut)

@@ -255,3 +255,123 @@ def test_services_source_never_imports_qt():
 )
 def test_the_layer_checker(source, package, bad):
     assert bool(upward_imports(source, "x.py", package)) is bad
+
+
+# -- the core's packages, in their import order, and no circles anywhere ---------------------------
+
+CORE_PACKAGES = ("common", "hardware", "model", "memory", "speed", "quality", "plans", "report", "advisor")
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) for every app import in the file, function bodies and TYPE_CHECKING blocks too;
+    ``from package import module`` names the module."""
+    package = _package_of(path)
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.startswith("app.")]
+        elif isinstance(node, ast.ImportFrom):
+            module = _resolve_relative(node, package)
+            if not module.startswith("app"):
+                continue
+            for a in node.names:
+                sub = f"{module}.{a.name}"
+                is_module = (REPO / Path(*sub.split("."))).with_suffix(".py").exists() or (
+                    REPO / Path(*sub.split(".")) / "__init__.py"
+                ).exists()
+                found.append((node.lineno, sub if is_module else module))
+    return found
+
+
+def core_order_problems(files: list[Path]) -> list[str]:
+    """Every import in ``app/core`` of a core package later in :data:`CORE_PACKAGES` than the file's own."""
+    rank = {p: i for i, p in enumerate(CORE_PACKAGES)}
+    problems = []
+    for path in files:
+        parts = path.relative_to(APP / "core").parts
+        if len(parts) < 2:
+            continue
+        own = parts[0]
+        for line, module in _imports(path):
+            bits = module.split(".")
+            if len(bits) > 2 and bits[1] == "core" and bits[2] in rank and rank[bits[2]] > rank[own]:
+                problems.append(f"{path.relative_to(REPO)}:{line}: {own} imports {module}")
+    return problems
+
+
+def test_every_core_module_is_in_a_package_of_the_order():
+    loose = [p.name for p in (APP / "core").glob("*.py") if p.name != "__init__.py"]
+    assert loose == [], "app/core holds only packages"
+    packages = sorted(p.name for p in (APP / "core").iterdir() if (p / "__init__.py").exists())
+    assert packages == sorted(CORE_PACKAGES)
+    for name in CORE_PACKAGES:
+        doc = ast.get_docstring(ast.parse((APP / "core" / name / "__init__.py").read_text(encoding="utf-8")))
+        assert doc and len(doc) > 80, f"app/core/{name}/__init__.py says what the package is for"
+
+
+def test_core_packages_import_only_those_before_them():
+    problems = core_order_problems(sorted((APP / "core").rglob("*.py")))
+    assert not problems, "a core package imports one after it:\n" + "\n".join(problems)
+
+
+def test_the_core_order_checker_finds_a_backward_import(tmp_path):
+    (tmp_path / "app" / "core" / "model").mkdir(parents=True)
+    # A file placed inside the repository's tree is what the checker reads; it names the culprit.
+    bad = APP / "core" / "model" / "_order_probe.py"
+    bad.write_text("def f():\n    from app.core.memory.estimate import estimate\n", encoding="utf-8")
+    try:
+        assert core_order_problems([bad]) == [
+            "app/core/model/_order_probe.py:2: model imports app.core.memory.estimate"
+        ]
+    finally:
+        bad.unlink()
+
+
+def import_cycles() -> list[list[str]]:
+    """Groups of app modules that import one another round in a circle (Tarjan's strongly connected
+    components of the import graph, every import in a file counted)."""
+    modules = {_module_name(p): p for p in APP.rglob("*.py")}
+    graph = {
+        m: {t for _, t in _imports(p) if t in modules and t != m and not m.startswith(t + ".")}
+        for m, p in modules.items()
+    }
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_no_import_circles():
+    assert import_cycles() == []

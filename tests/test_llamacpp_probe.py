@@ -15,14 +15,8 @@ from pathlib import Path
 import pytest
 
 from app.adapters import child
-from app.adapters.llamacpp_probe import (
-    MIB,
-    MIB_PRECISION_BYTES,
-    ProbeError,
-    dry_run,
-    mib_to_bytes,
-    parse_llama_log,
-)
+from app.adapters.llama_log import MIB_PRECISION_BYTES, mib_to_bytes, parse_llama_log
+from app.adapters.llamacpp_probe import MIB, ProbeError, dry_run
 
 pytestmark = pytest.mark.llamacpp
 

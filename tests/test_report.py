@@ -17,7 +17,8 @@ from app.core.common.errors import EstimateError
 from app.core.common.units import GIB
 from app.core.model.tensors import CACHE_TYPES, GGMLType
 from app.core.report.choices import Controls, HardwareChoice, Machine, ModelChoice
-from app.core.report.exports import (
+from app.services.estimate import answer
+from app.services.exports import (
     copy_command_text,
     llama_cpp_python_snippet,
     llama_server_command,
@@ -25,8 +26,7 @@ from app.core.report.exports import (
     report_html,
     report_json,
 )
-from app.core.report.fit import fit
-from app.core.report.scenario import Evaluator, Request, View
+from app.services.view import Evaluator, Request, View
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(40))
 
@@ -57,7 +57,7 @@ def _view(
 def fits_view(evaluator: Evaluator) -> View:
     return _view(
         evaluator,
-        controls=Controls(context_tokens=8192),
+        controls=Controls(context_per_user_tokens=8192),
         compare=(HardwareChoice(kind="catalog", device_id="rtx-3090", count=2),),
     )
 
@@ -74,7 +74,7 @@ def impossible_view(evaluator: Evaluator) -> View:
 
 @pytest.fixture(scope="module")
 def four_users_view(evaluator: Evaluator) -> View:
-    return _view(evaluator, controls=Controls(context_tokens=4096, users=4))
+    return _view(evaluator, controls=Controls(context_per_user_tokens=4096, users=4))
 
 
 def _keywords(snippet: str) -> dict[str, object]:
@@ -98,7 +98,7 @@ def test_json_kv_cache_of_llama_8b_at_8192_tokens_is_one_gib(fits_view: View) ->
     # 32 layers x 8 KV heads x 128 dims x 2 bytes (f16) x 2 (K and V) x 8192 cells.
     assert data["kv_cache_bytes"] == 1073741824
     assert data["context_tokens"] == 8192
-    assert data["context_tokens_per_user"] == 8192
+    assert data["context_per_user_tokens"] == 8192
     assert data["users"] == 1
 
 
@@ -115,10 +115,10 @@ def test_json_figures_are_the_estimate_and_survive_json_dumps(fits_view: View) -
     ]
     assert data["fits"] is True
     assert data["gpu_layers"] == 33
-    assert data["max_context"] == fits_view.max_context_tokens > 8192
-    assert data["max_users_at_context"] == fits_view.max_users >= 1
+    assert data["largest_context_per_user_tokens"] == fits_view.largest_context_per_user_tokens > 8192
+    assert data["users_that_fit"] == fits_view.users_that_fit >= 1
     assert data["hardware"] == "NVIDIA GeForce RTX 4090"
-    assert data["controls"]["context_tokens"] == 8192
+    assert data["controls"]["context_per_user_tokens"] == 8192
     assert data["verdict"]["level"] == "green"
     assert data["verdict"]["text"].startswith("Fits, with")
     assert data["error"] == ""
@@ -129,13 +129,12 @@ def test_json_figures_are_the_estimate_and_survive_json_dumps(fits_view: View) -
 def test_json_keys_and_bytes_match_the_cli(fits_view: View) -> None:
     est = fits_view.estimate
     assert est is not None and fits_view.model is not None
-    cli = fit(fits_view.model, est.settings, list(fits_view.targets)).to_json()
+    cli = answer(fits_view.model, list(fits_view.targets), fits_view.request.controls, repack=est.settings.repack)
     data = report_json(fits_view)
-    # max_gpu_layers is the CLI's search result; the window shows the layers it placed instead.
-    assert set(cli) - {"max_gpu_layers"} <= set(data)
+    assert set(cli.to_json()) <= set(data)
     for key in ("weights_bytes", "kv_cache_bytes", "compute_bytes", "total_bytes", "devices", "kv_caches"):
-        assert data[key] == cli[key], key
-    assert data["max_context"] == cli["max_context"] == 131072  # one user: per-user and total agree
+        assert data[key] == cli.to_json()[key], key
+    assert data["largest_context_per_user_tokens"] == cli.to_json()["largest_context_per_user_tokens"] == 131072
 
 
 def test_json_ladder_and_comparison(fits_view: View) -> None:
@@ -148,6 +147,8 @@ def test_json_ladder_and_comparison(fits_view: View) -> None:
     (row,) = data["comparison"]
     assert row["label"] == "2x NVIDIA GeForce RTX 3090"
     assert row["capacity_bytes"] == fits_view.comparison[0].capacity_bytes
+    assert fits_view.current is not None and fits_view.current.label == "NVIDIA GeForce RTX 4090 (current)"
+    assert fits_view.current.decode_tokens_per_s.as_dict() == data["decode_tokens_per_s"]
     assert row["fits"] is True and row["error"] == ""
     assert row["decode_tokens_per_s"]["low"] > 0
 
@@ -283,7 +284,7 @@ def test_command_for_four_users_uses_the_total_context(four_users_view: View) ->
 
 def test_command_with_a_q8_0_cache(evaluator: Evaluator) -> None:
     assert CACHE_TYPES["q8_0"] == GGMLType.Q8_0 == 8
-    view = _view(evaluator, controls=Controls(context_tokens=8192, cache_type_k="q8_0", cache_type_v="q8_0"))
+    view = _view(evaluator, controls=Controls(context_per_user_tokens=8192, cache_type_k="q8_0", cache_type_v="q8_0"))
     assert "-ctk q8_0 -ctv q8_0" in llama_server_command(view)
     snippet = llama_cpp_python_snippet(view)
     assert "type_k=8,  # q8_0" in snippet and "type_v=8,  # q8_0" in snippet
@@ -367,7 +368,7 @@ def test_commands_refuse_impossible_settings(impossible_view: View) -> None:
 def test_html_comparison_is_the_windows_table_current_hardware_first_no_speed_where_it_cannot_run(
     evaluator: Evaluator,
 ) -> None:
-    from app.core.report.exports import compare_cells, comparison_rows
+    from app.services.tables import compare_cells, comparison_rows
 
     compare = (
         HardwareChoice(kind="catalog", device_id="rtx-3060-12gb"),
@@ -391,7 +392,7 @@ def test_html_comparison_is_the_windows_table_current_hardware_first_no_speed_wh
 def test_html_per_device_table_is_the_windows_details_with_the_projector(evaluator: Evaluator) -> None:
     from app.core.model.catalog import find_projector
     from app.core.model.projector import estimate_projector
-    from app.core.report.exports import BREAKDOWN_HEADER, breakdown_rows
+    from app.services.tables import BREAKDOWN_HEADER, breakdown_rows
 
     view = _view(
         evaluator,

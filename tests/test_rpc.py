@@ -14,13 +14,8 @@ import pytest
 from app.adapters import rpc_servers
 from app.adapters.child_protocol import ChildEvent, Token
 from app.adapters.llamacpp_runner import RunError
-from app.adapters.rpc_servers import (
-    LocalRpcServers,
-    RpcError,
-    parse_endpoints,
-    rpc_backend_problem,
-    run_across_rpc,
-)
+from app.adapters.rpc_backend import RpcError, parse_endpoints, rpc_backend_problem
+from app.adapters.rpc_servers import LocalRpcServers, run_across_rpc
 from app.core.common.units import GIB, MIB
 from app.core.memory.records import Settings
 from app.core.memory.targets import host_ram_target

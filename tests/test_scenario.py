@@ -12,7 +12,6 @@ from app.core.common.errors import CatalogError, EstimateError
 from app.core.common.units import GIB
 from app.core.hardware.snapshots import GpuSnapshot, HostSnapshot
 from app.core.memory.estimate import estimate
-from app.core.memory.limits import max_context_tokens
 from app.core.memory.records import MAX_CONTEXT_TOKENS
 from app.core.model.catalog import find_device
 from app.core.model.quant import find_preset, quality_words, quantize_layout
@@ -26,7 +25,7 @@ from app.core.report.choices import (
     resolve_targets,
 )
 from app.core.report.prefs import SCHEMA_VERSION, Preferences, load_preferences, save_preferences
-from app.core.report.scenario import Evaluator, Request, context_grid
+from app.services.view import Evaluator, Request, context_grid
 
 HOST = HostSnapshot(
     cpu_model="AMD Ryzen 9 7950X",
@@ -108,7 +107,8 @@ def test_apple_unified_memory_is_split_between_gpu_and_host():
 
 
 def test_green_verdict_has_the_estimators_headroom_and_shares():
-    view = view_of(LLAMA_8B, HardwareChoice(kind="catalog", device_id="rtx-4090"), Controls(context_tokens=8192))
+    hw = HardwareChoice(kind="catalog", device_id="rtx-4090")
+    view = view_of(LLAMA_8B, hw, Controls(context_per_user_tokens=8192))
     d = view.estimate.devices[0]
     assert view.verdict.level == "green"
     assert view.verdict.headline == f"Fits, with {(d.capacity_bytes - d.total_bytes) / GIB:,.1f} GiB to spare."
@@ -124,15 +124,15 @@ def test_amber_when_under_ten_percent_is_left():
     # Llama 3.1 8B Q8_0 at 32k context on a 12 GB RTX 3060: find a context that leaves under 10%.
     model = ModelChoice(kind="catalog", ref="llama-3.1-8b", quant="Q6_K")
     hw = HardwareChoice(kind="catalog", device_id="rtx-3060-12gb")
-    view = view_of(model, hw, Controls(context_tokens=4096))
-    limit = view.max_context_tokens
+    # The largest context with every layer asked for (no margin kept) leaves under 10%.
+    limit = view_of(model, hw, Controls(context_per_user_tokens=4096, gpu_layers=33)).largest_context_per_user_tokens
     # Every layer asked for: it fits, with under 10% (and under llama.cpp's 1 GiB margin) left.
-    tight = view_of(model, hw, Controls(context_tokens=limit, gpu_layers=33))
+    tight = view_of(model, hw, Controls(context_per_user_tokens=limit, gpu_layers=33))
     d = tight.estimate.devices[0]
     assert d.fits and d.capacity_bytes - d.total_bytes < 0.1 * d.capacity_bytes
     assert tight.verdict.level == "amber" and tight.verdict.headline.startswith("Fits, but only just")
     # "auto" follows llama.cpp's --fit, which keeps 1 GiB free: some layers move to system memory.
-    auto = view_of(model, hw, Controls(context_tokens=limit))
+    auto = view_of(model, hw, Controls(context_per_user_tokens=limit))
     gpu = auto.estimate.devices[0]
     assert gpu.capacity_bytes - gpu.total_bytes >= 1024**3 and auto.estimate.gpu_layers < 33
     assert auto.verdict.headline.startswith("Runs partly in system memory, at about ")
@@ -157,7 +157,7 @@ def test_auto_gpu_layers_fall_back_to_the_cpu_when_the_gpu_is_busy():
 def test_red_verdict_suggests_a_context_or_quantization_that_fits():
     hw = HardwareChoice(kind="catalog", device_id="rtx-4090", host_ram_gib=32)
     model = ModelChoice(kind="catalog", ref="llama-3.1-70b", quant="Q4_K_M")
-    view = view_of(model, hw, Controls(context_tokens=8192, gpu_layers=81))
+    view = view_of(model, hw, Controls(context_per_user_tokens=8192, gpu_layers=81))
     assert view.verdict.level == "red" and view.verdict.headline.startswith("Does not fit:")
     fitting = [r for r in view.ladder if r.fits]
     assert fitting, "some 2-bit preset fits 24 GiB"
@@ -169,7 +169,7 @@ def test_red_verdict_suggests_a_context_or_quantization_that_fits():
     assert quality_words(best.ppl_increase) in view.verdict.text
     # With "auto" layers the ladder says which rows run partly in system memory, with their speed,
     # and no smaller preset is shown as fitting where a larger one is not (no CPU-build repack).
-    view = view_of(model, hw, Controls(context_tokens=8192))
+    view = view_of(model, hw, Controls(context_per_user_tokens=8192))
     partial = [r for r in view.ladder if r.placement == "partial"]
     assert partial and all("runs partly in system memory at" in r.placement_words for r in partial)
     q4_0 = next(r for r in view.ladder if r.preset == "Q4_0")
@@ -181,16 +181,16 @@ def test_impossible_settings_are_explained():
     view = view_of(LLAMA_8B, HardwareChoice(kind="cpu"), Controls(flash_attn=False, cache_type_v="q8_0"))
     assert view.estimate is None and view.verdict.level == "red"
     assert "needs flash attention" in view.error
-    huge = view_of(LLAMA_8B, HardwareChoice(kind="cpu"), Controls(context_tokens=MAX_CONTEXT_TOKENS, users=2))
-    assert "beyond the" in huge.error and huge.estimate is None
+    huge = view_of(LLAMA_8B, HardwareChoice(kind="cpu"), Controls(context_per_user_tokens=MAX_CONTEXT_TOKENS, users=2))
+    assert "far beyond what Llama 3.1 8B was trained for" in huge.error and huge.estimate is None
 
 
 def test_context_curve_and_largest_context_agree_with_the_estimator():
     hw = HardwareChoice(kind="catalog", device_id="rtx-4090")
-    view = view_of(LLAMA_8B, hw, Controls(context_tokens=8192))
+    view = view_of(LLAMA_8B, hw, Controls(context_per_user_tokens=8192))
     model = model_from_catalog("llama-3.1-8b", "Q4_K_M")
     targets = resolve_targets(hw, Machine(host=HOST))
-    settings = Controls(context_tokens=8192).settings("x86-avx512")
+    settings = Controls(context_per_user_tokens=8192).settings("x86-avx512")
     curve = view.context_curve
     assert curve.contexts[0] == 512 and curve.contexts[-1] == 131072
     i = curve.contexts.index(16384)
@@ -201,17 +201,36 @@ def test_context_curve_and_largest_context_agree_with_the_estimator():
         curve.weights_bytes[i] + curve.kv_cache_bytes[i] + curve.compute_bytes[i] + curve.overhead_bytes[i]
         == gpu_dev.total_bytes
     )
-    assert view.max_context_tokens == max_context_tokens(model.arch, model.tensors, settings, targets)
+    # The largest context per user keeps every layer on the GPU with llama.cpp's 1 GiB margin free.
+    limit = view.largest_context_per_user_tokens
+    assert curve.max_context_tokens == limit > 8192
+
+    def free_gpu(n: int) -> int:
+        s = settings.model_copy(update={"context_tokens": n})
+        return estimate(model.arch, model.tensors, s, targets).devices[0].free_bytes
+
+    assert free_gpu(limit) >= GIB
+    assert limit == model.arch.n_ctx_train or free_gpu(limit + 256) < GIB
+    # Four users each get less: their caches share the same GPU.
+    four = view_of(LLAMA_8B, hw, Controls(context_per_user_tokens=8192, users=4))
+    per_user = four.largest_context_per_user_tokens
+    assert 8192 < per_user < limit
+
+    def free_gpu_4(n: int) -> int:
+        s = Controls(context_per_user_tokens=n, users=4).settings("x86-avx512")
+        return estimate(model.arch, model.tensors, s, targets).devices[0].free_bytes
+
+    assert free_gpu_4(per_user) >= GIB > free_gpu_4(per_user + 256)
 
 
 def test_ladder_rows_are_the_presets_own_estimates():
     hw = HardwareChoice(kind="catalog", device_id="rtx-4090")
-    view = view_of(LLAMA_8B, hw, Controls(context_tokens=8192))
+    view = view_of(LLAMA_8B, hw, Controls(context_per_user_tokens=8192))
     model = model_from_catalog("llama-3.1-8b", "Q4_K_M")
     targets = resolve_targets(hw, Machine(host=HOST))
     q8 = next(r for r in view.ladder if r.preset == "Q8_0")
     tensors = quantize_layout(model.arch, find_preset("Q8_0"))
-    est = estimate(model.arch, tensors, Controls(context_tokens=8192).settings("x86-avx512"), targets)
+    est = estimate(model.arch, tensors, Controls(context_per_user_tokens=8192).settings("x86-avx512"), targets)
     assert q8.budget_bytes == est.devices[0].total_bytes and q8.fits
     assert [r.budget_bytes for r in view.ladder] == sorted(r.budget_bytes for r in view.ladder)
     assert sum(r.current for r in view.ladder) == 1
@@ -219,11 +238,15 @@ def test_ladder_rows_are_the_presets_own_estimates():
 
 def test_users_share_llama_cpp_context_and_concurrency_curve_is_monotonic():
     hw = HardwareChoice(kind="catalog", device_id="rtx-4090")
-    view = view_of(LLAMA_8B, hw, Controls(context_tokens=4096, users=4))
+    view = view_of(LLAMA_8B, hw, Controls(context_per_user_tokens=4096, users=4))
     assert view.estimate.settings.context_tokens == 16384 and view.estimate.settings.parallel_sequences == 4
     users = view.concurrency.users
     assert all(a >= b for a, b in zip(users, users[1:], strict=False))
-    assert view.max_users >= 4
+    assert view.users_that_fit >= 4
+    # The same count whatever number of users is chosen (it is counted, not read off the choice).
+    for users in (1, view.users_that_fit, view.users_that_fit + 3):
+        again = view_of(LLAMA_8B, hw, Controls(context_per_user_tokens=4096, users=users))
+        assert again.users_that_fit == view.users_that_fit
 
 
 def test_comparison_rows_carry_memory_fit_speed_and_price():
@@ -233,6 +256,9 @@ def test_comparison_rows_carry_memory_fit_speed_and_price():
         compare=(HardwareChoice(kind="catalog", device_id="rtx-3060-12gb"), HardwareChoice(kind="cpu")),
     )
     gpu_row, cpu_row = view.comparison
+    current = view.current
+    assert current.label == "NVIDIA GeForce RTX 4090 (current)"
+    assert current.decode_tokens_per_s == view.speed.decode_tokens_per_s
     assert gpu_row.fits and gpu_row.price_usd == find_device("rtx-3060-12gb").price_usd
     assert cpu_row.gpu_layers is None and cpu_row.price_usd is None
     assert gpu_row.decode_tokens_per_s.high > cpu_row.decode_tokens_per_s.high
@@ -266,7 +292,7 @@ def test_preferences_round_trip(tmp_path):
     prefs = Preferences(
         hardware=HardwareChoice(kind="catalog", device_id="l40s", count=2),
         model=ModelChoice(kind="catalog", ref="qwen3-8b", quant="Q5_K_M"),
-        controls=Controls(context_tokens=20480, users=3, cache_type_k="q8_0"),
+        controls=Controls(context_per_user_tokens=20480, users=3, cache_type_k="q8_0"),
         presentation=True,
     )
     save_preferences(prefs, path)
@@ -290,7 +316,7 @@ def test_unreadable_preferences_give_defaults_and_a_reason(tmp_path, content):
 
 def test_estimate_error_is_a_fitscope_error():
     with pytest.raises(EstimateError):
-        Controls(context_tokens=MAX_CONTEXT_TOKENS, users=2).settings()
+        Controls(context_per_user_tokens=MAX_CONTEXT_TOKENS, users=2).settings()
 
 
 def test_settings_live_in_the_platform_config_folder(monkeypatch, tmp_path):

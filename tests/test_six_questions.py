@@ -21,7 +21,7 @@ def test_1_does_llama_8b_fit_an_rtx_4090_at_32000_tokens(qtbot, tmp_path):
     window = open_window(qtbot, make_services(tmp_path))
     window.choose_hardware(HardwareChoice(kind="catalog", device_id="rtx-4090", host_ram_gib=64))
     window.choose_model(ModelChoice(kind="catalog", ref="llama-3.1-8b"))
-    window.set_controls(Controls(context_tokens=32000))
+    window.set_controls(Controls(context_per_user_tokens=32000))
     view = settle(
         qtbot, window, lambda v: v.request.model.ref == "llama-3.1-8b" and v.request.hardware.kind == "catalog"
     )
@@ -57,13 +57,15 @@ def test_3_how_many_people_can_chat_at_once_at_8000_tokens(qtbot, tmp_path):
     window = open_window(qtbot, make_services(tmp_path))
     window.choose_hardware(HardwareChoice(kind="catalog", device_id="rtx-4090", host_ram_gib=64))
     window.choose_model(ModelChoice(kind="catalog", ref="llama-3.1-8b"))
-    window.set_controls(Controls(context_tokens=8000))
+    window.set_controls(Controls(context_per_user_tokens=8000))
     view = settle(
-        qtbot, window, lambda v: v.request.model.ref == "llama-3.1-8b" and v.request.controls.context_tokens == 8000
+        qtbot,
+        window,
+        lambda v: v.request.model.ref == "llama-3.1-8b" and v.request.controls.context_per_user_tokens == 8000,
     )
-    assert view.max_users > 1
+    assert view.users_that_fit > 1
     said = re.search(r"(Up to|At least) (\d+) people can chat at once with 8,000 tokens", _words(window))
-    assert said is not None and int(said.group(2)) == view.max_users
+    assert said is not None and int(said.group(2)) == view.users_that_fit
     # The users chart agrees, point by point, under the pointer.
     hover = window.concurrency_chart.hover_text(13.0, 0)
     assert hover is not None and "users fit at once" in hover

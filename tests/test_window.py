@@ -135,7 +135,7 @@ def test_first_launch_opens_on_the_demo_model_on_this_cpu(qtbot, tmp_path, demo_
     est = estimate(
         model.arch,
         model.tensors,
-        Controls(context_tokens=4096).settings(view.estimate.settings.repack),
+        Controls(context_per_user_tokens=4096).settings(view.estimate.settings.repack),
         list(view.targets),
     )
     assert split_totals(window) == {est.devices[0].name: est.devices[0].total_bytes}
@@ -166,12 +166,13 @@ def test_context_slider_moves_every_chart_and_the_verdict(qtbot, tmp_path):
     slider = window.context_control.slider
     position = window.context_control.position_of(16384)
     slider.setValue(position)
-    view = settle(qtbot, window, lambda v: v.request.controls.context_tokens == 16384)
+    view = settle(qtbot, window, lambda v: v.request.controls.context_per_user_tokens == 16384)
     assert window.context_control.spin.value() == 16384
     arch = view.model.arch
     targets = catalog_targets("rtx-4090", 64 * GIB)
     tensors = model_from_catalog("llama-3.1-8b", "Q4_K_M").tensors
-    est = estimate(arch, tensors, Controls(context_tokens=16384).settings(view.estimate.settings.repack), targets)
+    settings = Controls(context_per_user_tokens=16384).settings(view.estimate.settings.repack)
+    est = estimate(arch, tensors, settings, targets)
     # Llama 3.1 8B, f16 cache: 32 layers x 2 x 1024 x 2 bytes x 16384 cells = 2 GiB exactly.
     assert est.kv_cache_bytes == 2 * GIB
     gpu_bar = window.split_chart.shown[0]
@@ -190,7 +191,7 @@ def test_context_slider_moves_every_chart_and_the_verdict(qtbot, tmp_path):
 def test_typed_context_beyond_the_slider_is_kept_and_explained(qtbot, tmp_path):
     window = open_window(qtbot, make_services(tmp_path))
     window.context_control.spin.setValue(65536)  # the demo model was trained on 32,768
-    settle(qtbot, window, lambda v: v.request.controls.context_tokens == 65536)
+    settle(qtbot, window, lambda v: v.request.controls.context_per_user_tokens == 65536)
     assert "beyond the 32,768 tokens the model was trained on" in window.banner.details.text()
     assert window.context_control.slider.value() == window.context_control.slider.maximum()
 
@@ -252,7 +253,7 @@ def test_a_model_that_does_not_fit_is_red_and_the_ladder_greys_what_does_not_fit
     window = open_window(qtbot, make_services(tmp_path))
     window.choose_hardware(HardwareChoice(kind="catalog", device_id="rtx-4090", host_ram_gib=32))
     window.choose_model(ModelChoice(kind="catalog", ref="llama-3.1-70b", quant="Q4_K_M"))
-    window.set_controls(Controls(context_tokens=8192, gpu_layers=81))
+    window.set_controls(Controls(context_per_user_tokens=8192, gpu_layers=81))
     view = settle(qtbot, window, lambda v: v.request.model.ref == "llama-3.1-70b" and v.request.controls.gpu_layers)
     assert not view.estimate.fits and window.banner.level == "red"
     gpu = view.estimate.devices[0]
@@ -388,7 +389,9 @@ def test_settings_and_geometry_come_back_after_a_restart(qtbot, tmp_path):
     window.choose_hardware(HardwareChoice(kind="catalog", device_id="l40s"))
     window.context_control.spin.setValue(20480)
     window.users_spin.setValue(3)
-    settle(qtbot, window, lambda v: v.request.controls.users == 3 and v.request.controls.context_tokens == 20480)
+    settle(
+        qtbot, window, lambda v: v.request.controls.users == 3 and v.request.controls.context_per_user_tokens == 20480
+    )
     window.resize(781, 641)  # inside the offscreen screen (800 x 800)
     window.close()
     saved, note = load_preferences(services.prefs_path)
@@ -441,7 +444,9 @@ def test_exports_hold_the_numbers_on_screen(qtbot, tmp_path):
     window.choose_model(ModelChoice(kind="catalog", ref="llama-3.1-8b", quant="Q4_K_M"))
     window.choose_hardware(HardwareChoice(kind="catalog", device_id="rtx-4090", host_ram_gib=64))
     window.context_control.spin.setValue(8192)
-    view = settle(qtbot, window, lambda v: v.request.controls.context_tokens == 8192 and v.request.hardware.device_id)
+    view = settle(
+        qtbot, window, lambda v: v.request.controls.context_per_user_tokens == 8192 and v.request.hardware.device_id
+    )
     out = tmp_path / "out"
     out.mkdir()
     (json_path,) = window.export("json", out / "e.json")

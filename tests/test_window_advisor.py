@@ -18,7 +18,9 @@ def test_pareto_front_keeps_the_best_buys():
 
 def test_tab_ranks_machines_and_opens_one_in_the_main_view(qtbot, tmp_path):
     window = open_window(qtbot, make_services(tmp_path))
-    window.set_scenario(model=ModelChoice(kind="catalog", ref="llama-3.3-70b"), controls=Controls(context_tokens=4096))
+    window.set_scenario(
+        model=ModelChoice(kind="catalog", ref="llama-3.3-70b"), controls=Controls(context_per_user_tokens=4096)
+    )
     settle(qtbot, window, lambda v: v.model is not None and "70B" in v.model.label)
     panel = window.advisor_panel
     window.tabs.setCurrentIndex(window.tabs.indexOf(panel.parentWidget().parentWidget()))
@@ -51,7 +53,7 @@ def test_tab_ranks_machines_and_opens_one_in_the_main_view(qtbot, tmp_path):
     assert prefs.model == ModelChoice(kind="catalog", ref="llama-3.3-70b", quant="Q4_K_M")
     assert prefs.hardware.device_id == "rtx-5090" and prefs.hardware.count == 2
     assert prefs.hardware.host_ram_gib == 64
-    assert prefs.controls.context_tokens == 16384 and prefs.controls.users == 4
+    assert prefs.controls.context_per_user_tokens == 16384 and prefs.controls.users == 4
     assert window.tabs.currentIndex() == 0
     view = settle(qtbot, window, lambda v: v.request.hardware.count == 2)
     assert view.estimate is not None and view.estimate.fits

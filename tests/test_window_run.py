@@ -88,7 +88,7 @@ def test_cpu_only_build_disables_gpu_layers_and_says_how_to_get_cuda(qtbot, tmp_
     qtbot.waitUntil(lambda: window.run_panel.gpu_offload_supported is not None, timeout=20000)
     import llama_cpp
 
-    from app.adapters.rpc_servers import offloads_to_local_gpu
+    from app.adapters.rpc_backend import offloads_to_local_gpu
 
     if offloads_to_local_gpu(llama_cpp):
         pytest.skip("this llama-cpp-python can offload to a GPU")

@@ -24,7 +24,7 @@ from app.core.memory.estimate import estimate
 from app.core.memory.records import Settings, Target
 from app.core.model.source import model_from_gguf
 from app.core.quality.divergence import MeasuredQuality, quality_key
-from app.core.quality.quant_compare import Comparison, VariantResult, advise, median_or_none, score
+from app.core.quality.quant_compare import Comparison, VariantResult, median_or_none, recommend_quant, score
 from app.core.quality.suite import Suite
 from app.core.report.verdict import budget_of
 
@@ -185,7 +185,7 @@ def compare_variants(
     return Comparison(
         variants=tuple(variants),
         suites=tuple(suites),
-        advice=advise(variants, suites, hardware),
+        advice=recommend_quant(variants, suites, hardware),
         hardware=hardware,
         notes=tuple(notes),
     )

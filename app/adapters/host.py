@@ -175,7 +175,7 @@ def _cpu_model_and_flags() -> tuple[str, tuple[str, ...]]:
             model, flags = _macos_cpu()
         elif sys.platform == "win32":
             model, flags = _windows_cpu()
-    except Exception:  # noqa: BLE001 - detection must degrade to "unknown", never fail the app
+    except Exception:
         _log().exception("CPU detection failed")
     if not model:
         with contextlib.suppress(Exception):

@@ -42,8 +42,8 @@ from app.adapters.child_protocol import (
     serve_child,
 )
 from app.adapters.cpu_topology import llama_math_threads, with_llama_threads
-from app.adapters.llamacpp_probe import GGML_TYPE_IDS, parse_llama_log
-from app.adapters.rpc_servers import offloads_to_local_gpu
+from app.adapters.llama_log import GGML_TYPE_IDS, parse_llama_log
+from app.adapters.rpc_backend import offloads_to_local_gpu
 from app.core.common.errors import FitScopeError
 from app.core.quality.chat import ChatTemplateError, messages_for, render_chat
 from app.core.speed import llama_defaults
@@ -184,7 +184,7 @@ def _raise_if_rpc_server_stopped(settings: RunSettings, code: int) -> None:
     "Remote RPC server crashed or returned malformed response" and aborts)."""
     if not settings.rpc_servers:
         return
-    from app.adapters.rpc_servers import stopped_during_run_message
+    from app.adapters.rpc_backend import stopped_during_run_message
 
     gone = stopped_during_run_message(settings.rpc_servers)
     if gone:
@@ -405,7 +405,7 @@ def _child_run(child: ChildChannel, settings: RunSettings) -> int:
     log = install_llama_log(llama_cpp)
     gpu_ok = offloads_to_local_gpu(llama_cpp)  # before RPC devices join the list
     if settings.rpc_servers:
-        from app.adapters.rpc_servers import RpcError, load_models_on, register_rpc_servers
+        from app.adapters.rpc_backend import RpcError, load_models_on, register_rpc_servers
 
         try:
             devices = register_rpc_servers(settings.rpc_servers)

@@ -144,7 +144,7 @@ class NvmlMonitor:
             self._attempted = True
             try:
                 self._api.nvmlInit()
-            except Exception as error:  # noqa: BLE001 - any failure means "no GPUs from NVML"
+            except Exception as error:
                 self._failure_message = _init_failure_message(error)
                 _log.info("NVML unavailable: %r", error)
                 return False
@@ -158,7 +158,7 @@ class NvmlMonitor:
             if self._initialised:
                 try:
                     self._api.nvmlShutdown()
-                except Exception as error:  # noqa: BLE001 - shutting down must not fail the caller
+                except Exception as error:
                     _log.debug("nvmlShutdown failed: %r", error)
                 atexit.unregister(self.shutdown)
             self._attempted = False
@@ -183,7 +183,7 @@ class NvmlMonitor:
         try:
             with self._lock:
                 return self._ensure_init() and bool(self._device_count())
-        except Exception:  # noqa: BLE001 - documented never to raise
+        except Exception:
             _log.exception("Checking for NVIDIA GPUs failed")
             return False
 
@@ -196,7 +196,7 @@ class NvmlMonitor:
         try:
             with self._lock:
                 return self._status_locked()
-        except Exception as error:  # noqa: BLE001 - documented never to raise
+        except Exception as error:
             _log.exception("Reading the NVIDIA GPUs failed")
             return NvmlStatus(available=False, message=f"Reading the NVIDIA GPUs failed ({error}): {_FALLBACK}")
 
@@ -230,7 +230,7 @@ class NvmlMonitor:
                     return None
                 driver = _text(self._query("driver version", self._api.nvmlSystemGetDriverVersion))
                 return self._snapshot_locked(index, driver)
-        except Exception:  # noqa: BLE001 - documented never to raise
+        except Exception:
             _log.exception("Reading NVIDIA GPU %s failed", index)
             return None
 

@@ -30,7 +30,8 @@ from typing import Any
 
 from app.adapters.child_protocol import install_llama_log, reserve_stdout
 from app.adapters.cpu_topology import llama_math_threads
-from app.adapters.llamacpp_probe import ProbeError, mib_to_bytes, run_json_child
+from app.adapters.llama_log import mib_to_bytes
+from app.adapters.llamacpp_probe import ProbeError, run_json_child
 from app.core.common.units import Frozen
 
 _RE_TENSOR = re.compile(r"tensor\[\d+\]: n_dims = \d+, name = (\S+), tensor_size=(\d+),")

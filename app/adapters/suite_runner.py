@@ -41,7 +41,7 @@ from app.adapters.child_protocol import (
     serve_child,
 )
 from app.adapters.cpu_topology import with_llama_threads
-from app.adapters.llamacpp_probe import parse_llama_log
+from app.adapters.llama_log import parse_llama_log
 from app.adapters.llamacpp_runner import PromptRenderer, RunError, open_model
 from app.core.common.errors import FitScopeError
 from app.core.common.units import Frozen

@@ -24,7 +24,7 @@ from app.core.common.units import GIB, MIB
 if TYPE_CHECKING:
     from app.core.hardware.devices import DeviceSpec
     from app.core.hardware.snapshots import GpuSnapshot, HostSnapshot
-    from app.core.memory.records import Target
+    from app.core.memory.records import GpuLayers, Target
 
 
 def _int_option(flag: str, value: str) -> int:
@@ -34,39 +34,57 @@ def _int_option(flag: str, value: str) -> int:
         raise FitScopeError(f"Invalid {flag}: '{value}' is not a whole number (or 'auto').") from None
 
 
-def _settings(args: argparse.Namespace, host_profile: str):
+def _gpu_layers(value: str) -> GpuLayers:
+    if value == "auto":
+        return "auto"
+    if value == "all":
+        return "all"
+    n = _int_option("-ngl", value)
+    if n < 0:
+        raise FitScopeError(f"Invalid -ngl: {n} is below 0 (use 'auto' or 'all').")
+    return n
+
+
+def _controls(args: argparse.Namespace):
+    """The estimate service's controls for the command line's llama.cpp flags. ``-c`` is shared by
+    the ``-np`` users: each gets ``-c / -np`` tokens, rounded up so the estimate is never below
+    llama.cpp's. Raises FitScopeError naming the flag at fault."""
     from pydantic import ValidationError
 
-    from app.core.memory.records import Settings
+    from app.core.report.choices import Controls
 
+    if args.parallel < 1:
+        raise FitScopeError(f"Invalid -np: {args.parallel} is below 1.")
     try:
-        return Settings(
-            context_tokens=args.ctx_size,
+        return Controls(
+            context_per_user_tokens=-(-args.ctx_size // args.parallel),
+            users=args.parallel,
             batch_tokens=args.batch_size,
             ubatch_tokens=args.ubatch_size,
             flash_attn=args.flash_attn == "on",
             cache_type_k=args.cache_type_k,
             cache_type_v=args.cache_type_v,
-            parallel_sequences=args.parallel,
             kv_unified=args.kv_unified,
-            swa_full=args.swa_full if args.swa_full is not None else args.consumer != "llama-server",
-            gpu_layers=None if args.n_gpu_layers in (None, "auto") else _int_option("-ngl", args.n_gpu_layers),
-            repack=host_profile,  # type: ignore[arg-type]
+            swa_full=args.swa_full,
+            gpu_layers=_gpu_layers(args.n_gpu_layers),
             backend=args.backend,
             consumer=args.consumer,
             mmap=not args.no_mmap,
-            n_cpu_moe=(1 << 20) if args.cpu_moe else (args.n_cpu_moe or 0),
-            mmproj=_projector(args),
+            n_cpu_moe=(1 << 20) if args.cpu_moe else args.n_cpu_moe,
+            projector=_projector(args),
             mmproj_offload=args.mmproj_offload,
+            fit_margin_mib=args.fit_target,
         )
     except ValidationError as exc:
         first = exc.errors()[0]
         field = {
-            "context_tokens": "-c",
+            "context_per_user_tokens": "-c",
             "batch_tokens": "-b",
             "ubatch_tokens": "-ub",
-            "parallel_sequences": "-np",
+            "users": "-np",
             "gpu_layers": "-ngl",
+            "n_cpu_moe": "--n-cpu-moe",
+            "fit_margin_mib": "--fit-target",
         }.get(str(first["loc"][0]) if first["loc"] else "", "a setting")
         raise FitScopeError(f"Invalid {field}: {first['msg']}.") from exc
 
@@ -107,9 +125,10 @@ def _model(args: argparse.Namespace):
 
 
 def _targets(args: argparse.Namespace):
-    """The estimator's targets for --gpu/--cpu, and this machine's host (its CPU flags choose the
-    repacking). Raises FitScopeError for --cpu with --gpu, for 'local' without an NVIDIA driver, and
-    for a catalog CPU machine named beside other hardware; CatalogError for an unknown id.
+    """The estimator's targets for --gpu/--cpu, this machine's host (its CPU flags choose the
+    repacking), and this machine when the targets are its own hardware (else None). Raises
+    FitScopeError for --cpu with --gpu, for 'local' without an NVIDIA driver, and for a catalog CPU
+    machine named beside other hardware; CatalogError for an unknown id.
 
     This machine (--cpu, or --gpu local, or neither) resolves as in the window
     (``resolve_targets``): its NVIDIA GPUs matched to their catalog entries, or its CPU, and its
@@ -119,6 +138,7 @@ def _targets(args: argparse.Namespace):
     from app.adapters.host import detect_host
     from app.core.memory.targets import target_from_device
     from app.core.model.catalog import find_device
+    from app.core.report.choices import Machine
 
     host = detect_host(measure_bandwidth=False)
     gpu_args = args.gpu or []
@@ -135,12 +155,12 @@ def _targets(args: argparse.Namespace):
             raise FitScopeError(f"{device.name} is a CPU machine; estimate it alone (one --gpu {gid}).")
         devices.append(device)
     if not here:
-        return _catalog_targets(args, devices, host), host
+        return _catalog_targets(args, devices, host), host, None
     targets = _this_machine_targets(args, host, local_gpus)
     if devices:  # this machine's GPUs, then the catalog's, then host RAM
         *gpus, host_ram = targets
         targets = [*gpus, *map(target_from_device, devices), host_ram]
-    return targets, host
+    return targets, host, Machine(gpus=local_gpus, host=host)
 
 
 def _local_gpus(required: bool) -> tuple[GpuSnapshot, ...]:
@@ -170,9 +190,20 @@ def _this_machine_targets(args: argparse.Namespace, host: HostSnapshot, gpus: tu
 def _catalog_targets(args: argparse.Namespace, devices: list[DeviceSpec], host: HostSnapshot) -> list[Target]:
     """Catalog hardware: a CPU machine alone, or the GPUs beside host RAM (--host-ram-gib, default
     this machine's, at the bandwidth of --host-memory; for a unified-memory box, the rest of its
-    one pool, as the window counts it)."""
+    one pool). Up to eight of one device is the window's hardware choice, resolved as the window
+    resolves it; a mix of devices is built from the same target builders."""
     from app.core.memory.targets import host_ram_beside, host_ram_target, target_from_device
+    from app.core.report.choices import HardwareChoice, Machine, resolve_targets
 
+    if len({d.id for d in devices}) == 1 and len(devices) <= 8:
+        choice = HardwareChoice(
+            kind="catalog",
+            device_id=devices[0].id,
+            count=len(devices) if devices[0].is_gpu else 1,
+            host_ram_gib=args.host_ram_gib,
+            host_memory=args.host_memory,
+        )
+        return resolve_targets(choice, Machine(host=host))
     if not devices[0].is_gpu:
         return [target_from_device(devices[0])]
     asked = int(args.host_ram_gib * GIB) if args.host_ram_gib else None
@@ -204,66 +235,45 @@ def _long_lived_imports() -> Iterator[None]:
 def cmd_estimate(args: argparse.Namespace) -> int:
     with _long_lived_imports():
         import app.adapters.host  # noqa: F401 - host detection runs on every estimate (in _targets)
-        from app.core.memory.commands import server_command
-        from app.core.memory.targets import repack_profile
-        from app.core.report import fit
+        from app.core.memory.targets import repack_of_device, repack_profile
+        from app.core.model.catalog import find_device
+        from app.services.estimate import answer
+        from app.services.runs import machine_calibration
 
     model = _model(args)
-    targets, host = _targets(args)
-    settings = _settings(args, repack_profile(host))
-    _check_projector_width(settings, model.arch)
-    plan = None
-    if args.n_gpu_layers == "auto":
-        from app.core.memory.autofit import auto_fit
-
-        fixed = settings.n_cpu_moe if (args.cpu_moe or args.n_cpu_moe is not None) else None
-        plan = auto_fit(model.arch, model.tensors, settings, targets, args.fit_target * MIB, fixed_cpu_moe=fixed)
-        settings = plan.estimate.settings
-        if plan.gpus_hidden:
-            targets = [t for t in targets if t.kind == "cpu"]
-    result = fit.fit(model, settings, targets, prompt_tokens=args.prompt_tokens)
-    gpu_layers = result.estimate.gpu_layers if any(t.kind == "gpu" for t in targets) else 0
-    command = server_command(
-        result.estimate,
-        args.gguf or "MODEL.gguf",
-        gpu_layers,
-        model.arch.sliding_window is not None,
-        plan is not None and plan.gpus_hidden,
+    targets, host, machine = _targets(args)
+    controls = _controls(args)
+    catalog = [g for g in args.gpu or [] if g != "local"]
+    repack = repack_of_device(find_device(catalog[0])) if machine is None else repack_profile(host)
+    result = answer(
+        model,
+        targets,
+        controls,
+        repack=repack,
+        prompt_tokens=args.prompt_tokens,
+        efficiency=machine_calibration(machine) if machine is not None else None,
+        most_gpu_layers=True,
     )
     if args.json:
-        out = result.to_json() | {"llama_server_command": command}
-        if plan is not None:
-            out["auto_fit"] = {
-                "gpu_layers": plan.gpu_layers,
-                "n_cpu_moe": plan.n_cpu_moe,
-                "margin_bytes": plan.margin_bytes,
-                "gpus_hidden": plan.gpus_hidden,
-                "steps": list(plan.steps),
-            }
-        print(json.dumps(out, indent=2))
+        print(json.dumps(result.to_json(args.gguf), indent=2))
     else:
-        print(format_result(result))
-        if plan is not None:
-            print("\nAuto fit (as llama.cpp's --fit): " + " ".join(plan.steps))
-        print(f"\nllama-server command:\n  {command}")
+        print(format_answer(result))
+        if result.fit_plan is not None:
+            print("\nAuto fit (as llama.cpp's --fit): " + " ".join(result.fit_plan.steps))
+        print(f"\nllama-server command:\n  {result.command(args.gguf)}")
     return 0
 
 
-def _check_projector_width(settings, arch) -> None:
-    p = settings.mmproj
-    if p is not None and p.n_embd_text != arch.n_embd:
-        # mtmd refuses it too: "mismatch between text model (n_embd = ...) and mmproj".
-        raise FitScopeError(
-            f"The projector {p.name} outputs width {p.n_embd_text}, but {arch.name} takes {arch.n_embd}: "
-            "it belongs to another model (llama-server would refuse it)."
-        )
+def format_answer(result) -> str:
+    """The answer as ``fitscope estimate`` prints it: the memory per device, where it runs, the
+    limits and the speed, then the assumptions."""
+    from app.core.model.coverage import APPROXIMATE_NOTE
 
-
-def format_result(result) -> str:
-    e = result.estimate
+    e, s, lim = result.estimate, result.speed, result.limits
+    c = result.controls
     lines = [
         f"{result.model.label} ({result.model.arch.arch}, {result.model.quant}) at {e.settings.context_tokens:,} "
-        f"tokens of context, {e.settings.parallel_sequences} sequence(s)"
+        f"tokens of context (-c), {c.users} user(s) of {c.context_per_user_tokens:,} tokens each"
     ]
     vision = e.projector is not None
     header = (
@@ -287,18 +297,14 @@ def format_result(result) -> str:
                 else f"DOES NOT FIT ({-d.free_bytes / GIB:.2f} GiB over)"
             )
         )
-    s = result.speed
-    from app.core.model.coverage import APPROXIMATE_NOTE
-    from app.core.report.fit import placement_of
-
     placement = {
         "gpu": "fits on the GPU",
         "partial": f"runs partly in system memory ({e.gpu_layers} of {e.n_layer + 1} layers on the GPU"
         + (f", experts of {e.cpu_moe_layers} layers in RAM" if e.cpu_moe_layers else "")
         + ")",
-        "cpu": "runs on the CPU",
+        "cpu": "runs on the CPU" + (" (GPUs hidden: --device none)" if result.gpus_hidden else ""),
         "none": "does not fit",
-    }[placement_of(e)]
+    }[result.placement]
     build = e.backend.upper() if e.backend != "cpu" else "CPU"
     if e.projector is not None and e.projector_device is not None:
         p = e.projector
@@ -308,19 +314,24 @@ def format_result(result) -> str:
             f"{p.total_bytes / MIB:,.0f} MiB = weights {p.weights_bytes / MIB:,.0f} MiB + compute "
             f"{p.compute_bytes / MIB:,.0f} MiB" + (" (approximate)" if p.approximate else "") + ".",
         ]
+    limits = ""
+    if lim is not None:
+        where = {"gpu": ", everything on the GPUs", "any": "", "fixed": f" at -ngl {c.gpu_layers}", "cpu": ""}
+        limits = (
+            f" Users that fit at {c.context_per_user_tokens:,} tokens each: {lim.users_that_fit}"
+            f"{where[lim.scope]}; largest context per user for {c.users} user(s): "
+            f"{lim.largest_context_per_user_tokens:,} tokens"
+            + (
+                f"; GPU layers that fit with no margin: {lim.most_gpu_layers} of {e.n_layer + 1}."
+                if lim.most_gpu_layers is not None
+                else "."
+            )
+        )
     lines += [
         "",
         f"llama.cpp build: {build}, as {e.settings.consumer} runs it; "
         f"repacked weights: {e.repack_bytes / GIB:.2f} GiB.",
-        f"Verdict: {placement}"
-        + (f" ({APPROXIMATE_NOTE})" if e.approximate else "")
-        + f". Largest context that fits: {result.max_context:,} tokens; "
-        f"concurrent users at {e.settings.context_tokens:,} tokens each: {result.max_users}"
-        + (
-            f"; GPU layers that fit with no margin: {result.max_gpu_layers} of {e.n_layer + 1}."
-            if result.max_gpu_layers is not None
-            else "."
-        ),
+        f"Verdict: {placement}" + (f" ({APPROXIMATE_NOTE})" if e.approximate else "") + "." + limits,
         f"Decode: {s.decode_tokens_per_s.low:.1f}-{s.decode_tokens_per_s.high:.1f} tokens/s"
         + (
             f" per user ({s.users} at once: {s.decode_total_tokens_per_s.low:.0f}-"
@@ -328,7 +339,7 @@ def format_result(result) -> str:
             if s.users > 1
             else ""
         )
-        + "; "
+        + f", {s.depth_tokens:,} tokens into each conversation; "
         f"prefill: {s.prefill_tokens_per_s.low:.0f}-{s.prefill_tokens_per_s.high:.0f} tokens/s; "
         f"time to first token ({s.prompt_tokens} tokens): {s.ttft_s.low:.2f}-{s.ttft_s.high:.2f} s.",
         "",

@@ -61,7 +61,13 @@ def _add_estimate_args(p: argparse.ArgumentParser) -> None:
         "--host-ram-gib", type=float, default=None, help="host memory beside catalog GPUs (default: this machine's)"
     )
     llm = p.add_argument_group("llama.cpp settings (same flags as llama-server)")
-    llm.add_argument("-c", "--ctx-size", type=int, default=4096, help="context length in tokens (default 4096)")
+    llm.add_argument(
+        "-c",
+        "--ctx-size",
+        type=int,
+        default=4096,
+        help="llama.cpp's context in tokens, shared by the -np users (default 4096)",
+    )
     llm.add_argument("-b", "--batch-size", type=int, default=2048)
     llm.add_argument("-ub", "--ubatch-size", type=int, default=512)
     llm.add_argument("-fa", "--flash-attn", choices=["on", "off"], default="on")
@@ -81,8 +87,8 @@ def _add_estimate_args(p: argparse.ArgumentParser) -> None:
     llm.add_argument(
         "-ngl",
         "--n-gpu-layers",
-        default=None,
-        help="layers on the GPUs: a number, or 'auto' as llama.cpp's --fit chooses (default: all)",
+        default="auto",
+        help="layers on the GPUs: a number, 'all', or 'auto' as llama-server's --fit places them (the default)",
     )
     moe = llm.add_mutually_exclusive_group()
     moe.add_argument("--n-cpu-moe", type=int, default=None, help="keep the experts of the first N layers in RAM")

@@ -134,10 +134,11 @@ def _plan_rpc(args: argparse.Namespace, model, settings, ram: int) -> int:
 def cmd_advise(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from app.core.advisor.advise import advise, format_advice, words_to_tokens
+    from app.core.advisor.commands import advice_json
     from app.core.advisor.records import Workload
     from app.core.model.catalog import find_device
     from app.core.report.choices import ModelChoice
+    from app.services.advisor import advise, format_advice, words_to_tokens
 
     if args.gguf:
         model = ModelChoice(kind="gguf", ref=args.gguf)
@@ -152,7 +153,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
         workload = Workload(
             model=model,
             quants=tuple(args.quant or ()),
-            context_tokens=args.ctx_size,
+            context_per_user_tokens=args.ctx_size,
             users=args.users,
             min_tokens_per_s=10.0 if tps is None else tps,
             budget_usd=args.budget,
@@ -165,7 +166,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
         raise FitScopeError(f"{'.'.join(map(str, first['loc']))}: {first['msg']}.") from None
     advice = advise(workload)
     if args.json:
-        print(json.dumps(advice.to_json(limit=max(args.top, 1)), indent=2))
+        print(json.dumps(advice_json(advice, limit=max(args.top, 1)), indent=2))
     else:
         print(format_advice(advice, top=args.top, why=args.why))
     return 0

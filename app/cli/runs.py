@@ -200,7 +200,8 @@ def _run_rpc(args: argparse.Namespace) -> int:
     """``fitscope run --rpc`` / ``--rpc-local``: the run across RPC servers, every per-device
     buffer llama.cpp printed beside the RPC plan's. Not saved in the history (its speed includes
     the network and must not calibrate this machine)."""
-    from app.adapters.rpc_servers import parse_endpoints, run_across_rpc
+    from app.adapters.rpc_backend import parse_endpoints
+    from app.adapters.rpc_servers import run_across_rpc
     from app.services.runs import rpc_run_report
 
     settings = _run_settings(args, "generate")

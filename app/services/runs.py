@@ -9,7 +9,7 @@ import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
-from app.adapters.history import RunHistory, record_run
+from app.adapters.history import RunHistory, default_history_path, record_run
 from app.adapters.rpc_servers import RpcRunOutcome
 from app.core.common.errors import FitScopeError
 from app.core.hardware.snapshots import machine_key
@@ -32,6 +32,29 @@ def detect_machine(measure_bandwidth: bool = True) -> Machine:
         host=detect_host(measure_bandwidth=measure_bandwidth),
         gpu_message=status.message,
     )
+
+
+def machine_calibration(machine: Machine, history: RunHistory | None = None) -> dict[str, float]:
+    """Target name -> the decode efficiency live runs measured on ``machine`` (with llama-server's
+    thread count), which calibrates its estimates in the window and on the command line alike.
+    ``history`` when the caller holds it open; else the user's, read only if it exists. {} when
+    there is none or it cannot be read."""
+    from app.adapters.cpu_topology import llama_math_threads
+
+    key = machine_key(machine.host, machine.gpus)
+    if history is not None:
+        return history.efficiencies(key, llama_math_threads())
+    path = default_history_path()
+    if not path.is_file():
+        return {}
+    try:
+        opened = RunHistory(path)
+    except FitScopeError:
+        return {}
+    try:
+        return opened.efficiencies(key, llama_math_threads())
+    finally:
+        opened.close()
 
 
 def ran_on_gpu(result: RunResult, machine: Machine) -> bool:

@@ -1,6 +1,6 @@
 """The "Which machine?" tab: the workload in plain words in, the catalog's machines that do it out —
 ranked, on a price-against-speed chart with the best buys joined up, each with why the others fail —
-and one click to open a configuration in the main view. The sweep is :func:`app.core.advisor.advise`,
+and one click to open a configuration in the main view. The sweep is :func:`app.services.advisor`,
 run on the tab's job runner."""
 
 from __future__ import annotations
@@ -26,10 +26,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.advisor.advise import advise, words_to_tokens, workload_sentence
-from app.core.advisor.records import CATEGORY_WORDS, QUALITY_FLOORS, Advice, Candidate, Workload
+from app.core.advisor.commands import launch_commands
+from app.core.advisor.records import CATEGORY_WORDS, QUALITY_FLOORS, Candidate, HardwareAdvice, Workload
 from app.core.report.choices import Controls, HardwareChoice, ModelChoice
 from app.core.report.verdict import WORDS_PER_TOKEN
+from app.services.advisor import advise, words_to_tokens, workload_sentence
 from app.ui.charts import COLORS, Chart
 from app.ui.jobs import JobRunner
 from app.ui.panels import fill_table, readonly_table
@@ -113,7 +114,7 @@ class PriceSpeedChart(Chart):
 class AdvisorPanel(QWidget):
     """Takes the workload, runs the advisor off the GUI thread with progress, shows the answer."""
 
-    advice_shown = Signal(object)  # the Advice on screen
+    advice_shown = Signal(object)  # the HardwareAdvice on screen
     configuration_opened = Signal(object)  # the Candidate sent to the main view
     error_shown = Signal(str)
 
@@ -121,7 +122,7 @@ class AdvisorPanel(QWidget):
         super().__init__(parent)
         self._current = current
         self._open = open_configuration
-        self.advice: Advice | None = None
+        self.advice: HardwareAdvice | None = None
         self._workload: Workload | None = None
         self._prefilled = False
         self._job = JobRunner("advisor", self)
@@ -247,7 +248,7 @@ class AdvisorPanel(QWidget):
         tps = words_to_tokens(speed) if self.speed_unit.currentData() == "words" else speed
         return Workload(
             model=model,
-            context_tokens=self.context.value(),
+            context_per_user_tokens=self.context.value(),
             users=self.users.value(),
             min_tokens_per_s=tps,
             budget_usd=float(self.budget.value()) or None,
@@ -258,7 +259,7 @@ class AdvisorPanel(QWidget):
     def prefill(self) -> None:
         """Take context and users from the main view (when the tab is first shown)."""
         model, controls = self._current()
-        self.context.setValue(controls.context_tokens)
+        self.context.setValue(controls.context_per_user_tokens)
         self.users.setValue(controls.users)
         self.model_label.setText(model.ref or "the built-in demo model")
 
@@ -304,10 +305,10 @@ class AdvisorPanel(QWidget):
         self.status.setText(message)
         self.error_shown.emit(message)
 
-    def _on_finished(self, _job_id: int, advice: Advice) -> None:
+    def _on_finished(self, _job_id: int, advice: HardwareAdvice) -> None:
         self.show_advice(advice)
 
-    def show_advice(self, advice: Advice) -> None:
+    def show_advice(self, advice: HardwareAdvice) -> None:
         self.advice = advice
         w = advice.workload
         unit, unit_name = self._speed_unit()
@@ -366,7 +367,7 @@ class AdvisorPanel(QWidget):
         if c is None or self.advice is None:
             self.command_text.setPlainText("")
             return
-        llama, vllm = self.advice.commands(c)
+        llama, vllm = launch_commands(self.advice, c)
         text = llama + (f"\n\n{vllm}" if vllm else "") + f"\n\nPrice: {c.price_note}."
         self.command_text.setPlainText(text)
 
@@ -386,7 +387,7 @@ class AdvisorPanel(QWidget):
         c = self.selected()
         if c is None or self.advice is None:
             return ""
-        text = self.advice.commands(c)[0]
+        text = launch_commands(self.advice, c)[0]
         QGuiApplication.clipboard().setText(text)
         self.status.setText("The llama-server command is on the clipboard.")
         return text

@@ -16,7 +16,7 @@ from PySide6.QtWidgets import QToolTip, QWidget
 
 from app.core.common.units import GIB
 from app.core.model.quant import quality_words
-from app.core.report.scenario import ConcurrencyCurve, ContextCurve, LadderRow
+from app.services.view import ConcurrencyCurve, ContextCurve, LadderRow
 
 COLORS = {
     "weights": "#4e79a7",

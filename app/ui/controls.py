@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import html
 from collections.abc import Iterable
-from typing import Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QFont, QFontMetrics
@@ -44,10 +43,10 @@ from app.core.model.catalog import find_model
 from app.core.model.projector import ProjectorSpec
 from app.core.model.quant import PRESETS
 from app.core.model.tensors import CACHE_TYPES
-from app.core.report import exports as report
-from app.core.report.choices import MAX_USERS, HardwareChoice, ModelChoice
+from app.core.report.choices import MAX_USERS, Controls, HardwareChoice, ModelChoice
 from app.core.report.prefs import Preferences
-from app.core.report.scenario import View
+from app.services.tables import model_summary
+from app.services.view import View
 from app.ui.hardware_box import HardwareBox, select_combo
 from app.ui.help import term
 from app.ui.panels import ContextControl
@@ -67,7 +66,7 @@ class ControlsPanel(QScrollArea):
 
     hardware_edited = Signal(object)  # HardwareChoice
     compare_edited = Signal(object)  # tuple[HardwareChoice, ...]
-    controls_edited = Signal(object)  # dict: the Controls fields that changed, with their new values
+    controls_edited = Signal(object)  # Controls: the whole new choice, validated
     quant_chosen = Signal(str)  # a llama.cpp preset's name
     model_chosen = Signal(object)  # ModelChoice, picked from the list
     vision_toggled = Signal(bool)
@@ -77,6 +76,7 @@ class ControlsPanel(QScrollArea):
     ) -> None:
         super().__init__(parent)
         self._updating = False  # True while choices are put on the widgets: no edits are emitted
+        self._controls = Controls()  # the choice the widgets show; each edit emits a changed copy
         self.hardware_box = HardwareBox(devices)
         self.hardware_box.hardware_edited.connect(self.hardware_edited)
         self.hardware_box.compare_edited.connect(self.compare_edited)
@@ -216,13 +216,13 @@ class ControlsPanel(QScrollArea):
     def _connect(self) -> None:
         self.model_search.textChanged.connect(self._filter_models)
         self.model_list.currentItemChanged.connect(self._model_picked)
-        self.context_control.context_changed.connect(lambda v: self._edited(context_tokens=v))
+        self.context_control.context_changed.connect(lambda v: self._edited(context_per_user_tokens=v))
         self.users_spin.valueChanged.connect(lambda v: self._edited(users=v))
         self.quant_combo.activated.connect(self._quant_picked)
         self.ctk_combo.activated.connect(lambda _i: self._edited(cache_type_k=self.ctk_combo.currentData()))
         self.ctv_combo.activated.connect(lambda _i: self._edited(cache_type_v=self.ctv_combo.currentData()))
         self.fa_check.toggled.connect(lambda on: self._edited(flash_attn=on))
-        self.ngl_spin.valueChanged.connect(lambda v: self._edited(gpu_layers=None if v < 0 else v))
+        self.ngl_spin.valueChanged.connect(lambda v: self._edited(gpu_layers="auto" if v < 0 else v))
         self.cpu_moe_spin.valueChanged.connect(lambda v: self._edited(n_cpu_moe=None if v < 0 else v))
         self.backend_combo.activated.connect(lambda _i: self._edited(backend=self.backend_combo.currentData()))
         self.consumer_combo.activated.connect(lambda _i: self._edited(consumer=self.consumer_combo.currentData()))
@@ -238,12 +238,15 @@ class ControlsPanel(QScrollArea):
         try:
             self.hardware_box.show_choices(prefs.hardware, prefs.compare)
             c = prefs.controls
-            self.context_control.set_tokens(c.context_tokens)
+            self._controls = c
+            self.context_control.set_tokens(c.context_per_user_tokens)
             self.users_spin.setValue(c.users)
             select_combo(self.ctk_combo, c.cache_type_k)
             select_combo(self.ctv_combo, c.cache_type_v)
             self.fa_check.setChecked(c.flash_attn)
-            self.ngl_spin.setValue(-1 if c.gpu_layers is None else c.gpu_layers)
+            self.ngl_spin.setValue(
+                -1 if c.gpu_layers == "auto" else self.ngl_spin.maximum() if c.gpu_layers == "all" else c.gpu_layers
+            )
             self.cpu_moe_spin.setValue(-1 if c.n_cpu_moe is None else c.n_cpu_moe)
             select_combo(self.backend_combo, c.backend)
             select_combo(self.consumer_combo, c.consumer)
@@ -302,7 +305,7 @@ class ControlsPanel(QScrollArea):
     def show_model(self, view: View) -> None:
         """What the view's model is, and the limits it sets: GPU layers, experts, trained context."""
         m = view.model
-        summary = report.model_summary(view, DEMO_MODEL_NAME, DEMO_LICENSE)
+        summary = model_summary(view, DEMO_MODEL_NAME, DEMO_LICENSE)
         if m is None or summary is None:
             return
         arch = m.arch
@@ -343,9 +346,15 @@ class ControlsPanel(QScrollArea):
 
     # -- edits --------------------------------------------------------------------------------
 
-    def _edited(self, **update: Any) -> None:
-        if not self._updating:
-            self.controls_edited.emit(update)
+    def set_current_controls(self, controls: Controls) -> None:
+        """The choice the window holds now (changed elsewhere: a projector, a configuration opened)."""
+        self._controls = controls
+
+    def _edited(self, **update: object) -> None:
+        if self._updating:
+            return
+        self._controls = Controls.model_validate(self._controls.model_dump() | update)
+        self.controls_edited.emit(self._controls)
 
     def _quant_picked(self, _index: int) -> None:
         if not self._updating:

@@ -1,7 +1,7 @@
 """Saving what the window shows (File menu): the charts as PNG images, the estimate as JSON, CSV
 or a one-page HTML report with the charts, and the llama.cpp settings on the clipboard.
 
-``app.core.report.exports`` writes the text of every export; these functions add the chart images, the
+``app.services.exports`` writes the text of every export; these functions add the chart images, the
 file dialogs and the clipboard, which need Qt.
 """
 
@@ -16,8 +16,8 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QFileDialog, QWidget
 
 from app.core.common.errors import FitScopeError
-from app.core.report import exports as report
-from app.core.report.scenario import View
+from app.services.exports import copy_command_text, report_csv, report_html, report_json
+from app.services.view import View
 
 CHART_TITLES = {
     "split": "Where the memory goes",
@@ -56,12 +56,12 @@ def export(view: View | None, charts: Mapping[str, QWidget], kind: str, path: Pa
                 written.append(target)
             return written
         if kind == "json":
-            path.write_text(json.dumps(report.report_json(view), indent=2), encoding="utf-8")
+            path.write_text(json.dumps(report_json(view), indent=2), encoding="utf-8")
         elif kind == "csv":
-            path.write_text(report.report_csv(view), encoding="utf-8")
+            path.write_text(report_csv(view), encoding="utf-8")
         elif kind == "html":
             images = {CHART_TITLES[name]: chart_png(chart) for name, chart in charts.items()}
-            path.write_text(report.report_html(view, images), encoding="utf-8")
+            path.write_text(report_html(view, images), encoding="utf-8")
         else:
             raise FitScopeError(f"Unknown export format '{kind}'.")
     except OSError as exc:
@@ -81,6 +81,6 @@ def ask_export_target(parent: QWidget, kind: str) -> Path | None:
 def copy_command(view: View) -> str:
     """Put the llama-server command and the llama-cpp-python settings for ``view`` on the clipboard
     and return them. Raises FitScopeError when the view has no estimate to launch."""
-    text = report.copy_command_text(view)
+    text = copy_command_text(view)
     QGuiApplication.clipboard().setText(text)
     return text

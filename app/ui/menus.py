@@ -1,25 +1,40 @@
 """The main window's menu bar: File (open a GGUF, import a config.json, the exports, copy the
 llama.cpp command, quit), View (presentation mode, full screen, search the models) and Help (the
 three-step guide, how the estimate works, the glossary, the model architectures, copy diagnostics,
-about). Each entry calls one of the window's public actions or opens a help dialog.
+about). Each entry calls one of the actions the window hands over (:class:`MenuActions`) or opens a
+help dialog; the menus know nothing else of the window.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QMenu
+from PySide6.QtWidgets import QMainWindow, QMenu
 
+from app.core.report.choices import Machine
 from app.ui.help import HOW_IT_WORKS, AboutDialog, TextDialog, architectures_html, glossary_html
 
-if TYPE_CHECKING:
-    from app.ui.window import MainWindow
+
+@dataclass(frozen=True)
+class MenuActions:
+    """What the menus can ask the window to do."""
+
+    open_gguf: Callable[[], object]
+    import_config: Callable[[], object]
+    export: Callable[[str], object]  # "html", "png", "json" or "csv"
+    copy_command: Callable[[], object]
+    set_presentation: Callable[[bool], object]
+    focus_search: Callable[[], object]
+    show_walkthrough: Callable[[], object]
+    copy_diagnostics: Callable[[], object]
+    machine: Callable[[], Machine]  # for the About box
 
 
-def build_menus(window: MainWindow) -> QAction:
-    """Fill ``window``'s menu bar. Returns the View menu's checkable presentation mode action."""
+def build_menus(window: QMainWindow, actions: MenuActions) -> QAction:
+    """Fill ``window``'s menu bar with ``actions``. Returns the View menu's checkable presentation
+    mode action."""
 
     def action(
         menu: QMenu,
@@ -44,27 +59,27 @@ def build_menus(window: MainWindow) -> QAction:
 
     menu_bar = window.menuBar()
     file_menu = menu_bar.addMenu("&File")
-    action(file_menu, "&Open GGUF…", window.open_gguf_dialog, QKeySequence.StandardKey.Open)
-    action(file_menu, "&Import config.json…", window.import_config_dialog, "Ctrl+I")
+    action(file_menu, "&Open GGUF…", actions.open_gguf, QKeySequence.StandardKey.Open)
+    action(file_menu, "&Import config.json…", actions.import_config, "Ctrl+I")
     file_menu.addSeparator()
-    action(file_menu, "&Export report (HTML)…", lambda: window.export_dialog("html"), "Ctrl+E")
-    action(file_menu, "Export charts as &PNG…", lambda: window.export_dialog("png"), "Ctrl+Shift+E")
-    action(file_menu, "Export estimate as &JSON…", lambda: window.export_dialog("json"))
-    action(file_menu, "Export estimate as &CSV…", lambda: window.export_dialog("csv"))
-    action(file_menu, "Copy llama.cpp &command", window.copy_command, "Ctrl+Shift+C")
+    action(file_menu, "&Export report (HTML)…", lambda: actions.export("html"), "Ctrl+E")
+    action(file_menu, "Export charts as &PNG…", lambda: actions.export("png"), "Ctrl+Shift+E")
+    action(file_menu, "Export estimate as &JSON…", lambda: actions.export("json"))
+    action(file_menu, "Export estimate as &CSV…", lambda: actions.export("csv"))
+    action(file_menu, "Copy llama.cpp &command", actions.copy_command, "Ctrl+Shift+C")
     file_menu.addSeparator()
     action(file_menu, "&Quit", window.close, QKeySequence.StandardKey.Quit)
     view_menu = menu_bar.addMenu("&View")
-    presentation = action(view_menu, "&Presentation mode", window.set_presentation, "F5", checkable=True)
+    presentation = action(view_menu, "&Presentation mode", actions.set_presentation, "F5", checkable=True)
     action(view_menu, "&Full screen", toggle_full_screen, QKeySequence.StandardKey.FullScreen)
-    action(view_menu, "Search &models", window.controls.focus_search, QKeySequence.StandardKey.Find)
+    action(view_menu, "Search &models", actions.focus_search, QKeySequence.StandardKey.Find)
     help_menu = menu_bar.addMenu("&Help")
-    action(help_menu, "&Getting started", window.show_walkthrough)
+    action(help_menu, "&Getting started", actions.show_walkthrough)
     how = text_dialog("How the estimate works", lambda: HOW_IT_WORKS)
     action(help_menu, "&How the estimate works", how, QKeySequence.StandardKey.HelpContents)
     action(help_menu, "&Glossary", text_dialog("Glossary", glossary_html))
     action(help_menu, "Model a&rchitectures", text_dialog("Model architectures", architectures_html))
-    action(help_menu, "Copy &diagnostics", window.copy_diagnostics)
+    action(help_menu, "Copy &diagnostics", actions.copy_diagnostics)
     help_menu.addSeparator()
-    action(help_menu, "&About FitScope", lambda: AboutDialog(window.machine, window).open())
+    action(help_menu, "&About FitScope", lambda: AboutDialog(actions.machine(), window).open())
     return presentation

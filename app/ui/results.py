@@ -2,7 +2,7 @@
 tabs (the charts, the quantization ladder, the hardware comparison and the details).
 
 ``show_view`` puts one evaluated ``View`` on all of them at once. The table rows and texts come
-from ``app.core.report.exports`` (the module that writes the exports); the charts are updated in place.
+from ``app.services.exports`` (the module that writes the exports); the charts are updated in place.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from PySide6.QtWidgets import QGridLayout, QLabel, QPlainTextEdit, QTabWidget, Q
 
 from app.core.common.errors import FitScopeError
 from app.core.memory.records import Estimate
-from app.core.report import exports as report
 from app.core.report.choices import MAX_USERS
-from app.core.report.scenario import View
+from app.services.exports import copy_command_text
+from app.services.tables import BREAKDOWN_HEADER, COMPARE_HEADER, breakdown_rows, compare_cells, comparison_rows
+from app.services.view import View
 from app.ui.charts import ConcurrencyChart, ContextChart, DeviceBar, LadderChart, SplitChart, legend_html
 from app.ui.panels import VerdictBanner, fill_table, readonly_table
 
@@ -41,7 +42,7 @@ class ResultsArea(QWidget):
         }
         self.tabs.addTab(self._charts_page(), "C&harts")
         self.tabs.addTab(self.ladder_chart, "&Quantization ladder")
-        self.compare_table = readonly_table(report.COMPARE_HEADER, stretch_last=True)
+        self.compare_table = readonly_table(COMPARE_HEADER, stretch_last=True)
         self.tabs.addTab(self.compare_table, "Com&pare hardware")
         self.details = self._details_page()
         self.tabs.addTab(self.details, "&Details")
@@ -65,7 +66,7 @@ class ResultsArea(QWidget):
     def _details_page(self) -> QWidget:
         page = QWidget()
         layout = QVBoxLayout(page)
-        self.breakdown_table = readonly_table(report.BREAKDOWN_HEADER, stretch_last=True)
+        self.breakdown_table = readonly_table(BREAKDOWN_HEADER, stretch_last=True)
         self.command_text = QPlainTextEdit()
         self.command_text.setReadOnly(True)
         self.command_text.setMaximumHeight(170)
@@ -87,15 +88,15 @@ class ResultsArea(QWidget):
             self.split_chart.set_data(device_bars(view.estimate))
         c = view.request.controls
         if view.context_curve is not None:
-            self.context_chart.set_data(view.context_curve, c.context_tokens)
+            self.context_chart.set_data(view.context_curve, c.context_per_user_tokens)
         if view.ladder:
             self.ladder_chart.set_data(view.ladder)
         if view.concurrency is not None:
-            self.concurrency_chart.set_data(view.concurrency, c.context_tokens, c.users, MAX_USERS)
-        fill_table(self.breakdown_table, report.breakdown_rows(view))
-        fill_table(self.compare_table, [report.compare_cells(r) for r in report.comparison_rows(view)])
+            self.concurrency_chart.set_data(view.concurrency, c.context_per_user_tokens, c.users, MAX_USERS)
+        fill_table(self.breakdown_table, breakdown_rows(view))
+        fill_table(self.compare_table, [compare_cells(r) for r in comparison_rows(view)])
         try:
-            self.command_text.setPlainText(report.copy_command_text(view))
+            self.command_text.setPlainText(copy_command_text(view))
         except FitScopeError as exc:
             self.command_text.setPlainText(str(exc))
         self.assumptions_text.setPlainText("\n".join(f"• {a}" for a in view.assumptions) or view.error)

@@ -38,7 +38,8 @@ from PySide6.QtWidgets import (
 from app.adapters.child_protocol import ChildEvent, Token
 from app.adapters.cpu_topology import llama_math_threads, logical_cpus
 from app.adapters.llamacpp_runner import LiveLoaded, LiveRun, RunDone, run_live, sweep_threads
-from app.adapters.rpc_servers import rpc_backend_problem, run_across_rpc
+from app.adapters.rpc_backend import rpc_backend_problem
+from app.adapters.rpc_servers import run_across_rpc
 from app.core.common.units import MIB
 from app.core.report.run_vs_estimate import CUDA_INSTALL_HINT, RunReport
 from app.core.speed.llama_defaults import thread_sweep

@@ -29,9 +29,9 @@ from app.core.model.source import ModelSource
 from app.core.report.choices import Controls, HardwareChoice, Machine, ModelChoice, load_model, resolve_targets
 from app.core.report.prefs import Preferences
 from app.core.report.run_vs_estimate import RunReport
-from app.core.report.scenario import View
 from app.core.speed.measure import RunResult, SweepRow
 from app.services.runs import finish_run, save_run
+from app.services.view import View
 from app.ui.ab_panel import AbPanel
 from app.ui.advisor_panel import AdvisorPanel, OpenConfiguration
 from app.ui.charts import Chart
@@ -128,7 +128,7 @@ class ToolTabs(QObject):
                 gguf_path=demo_or_path(choice.ref if choice.kind == "gguf" else None, self._demo_path),
                 model_label=DEMO_MODEL_NAME if choice.kind == "demo" else view.model.label,
                 is_demo=choice.kind == "demo",
-                n_ctx=c.context_tokens,
+                n_ctx=c.context_per_user_tokens,
                 flash_attn=c.flash_attn,
                 cache_type_k=c.cache_type_k,
                 cache_type_v=c.cache_type_v,
@@ -196,7 +196,7 @@ class ToolTabs(QObject):
         model = load_model(choice, path)
         settings = c.settings(repack_profile(machine.host))
         host = machine.host.ram_total_bytes if machine.host else 64 * GIB
-        return model, settings, c.context_tokens, c.users, host
+        return model, settings, c.context_per_user_tokens, c.users, host
 
     def _current_model(self) -> tuple[ModelChoice, Controls]:
         """The main view's model and settings, where the advisor's workload starts."""
@@ -211,7 +211,7 @@ def gpu_offload_supported() -> bool:
         import llama_cpp
     except ImportError:
         return False
-    from app.adapters.rpc_servers import offloads_to_local_gpu
+    from app.adapters.rpc_backend import offloads_to_local_gpu
 
     return offloads_to_local_gpu(llama_cpp)
 

@@ -36,13 +36,13 @@ from app.core.model.catalog import load_devices, load_models
 from app.core.model.projector import ProjectorSpec, read_projector
 from app.core.report.choices import Controls, HardwareChoice, Machine, ModelChoice, catalog_projector
 from app.core.report.prefs import Preferences, save_preferences
-from app.core.report.scenario import Request, View, evaluate_in_worker
+from app.services.view import Request, View, evaluate_in_worker
 from app.ui import exports
 from app.ui.controls import ControlsPanel
 from app.ui.hardware_box import select_combo
 from app.ui.help import Walkthrough, diagnostics
 from app.ui.jobs import JobRunner, process_pool
-from app.ui.menus import build_menus
+from app.ui.menus import MenuActions, build_menus
 from app.ui.results import ResultsArea
 from app.ui.tool_tabs import ToolTabs, gpu_offload_supported
 
@@ -110,7 +110,20 @@ class MainWindow(QMainWindow):
         # Start the first estimate before building the widgets: the worker process starts meanwhile.
         self.request_estimate()
         self._build_ui()
-        self.presentation_action = build_menus(self)
+        self.presentation_action = build_menus(
+            self,
+            MenuActions(
+                open_gguf=self.open_gguf_dialog,
+                import_config=self.import_config_dialog,
+                export=self.export_dialog,
+                copy_command=self.copy_command,
+                set_presentation=self.set_presentation,
+                focus_search=self.controls.focus_search,
+                show_walkthrough=self.show_walkthrough,
+                copy_diagnostics=self.copy_diagnostics,
+                machine=lambda: self.machine,
+            ),
+        )
         if prefs.model.kind == "demo" and not demo_model_ready():
             self.banner.set_message("", "Preparing the built-in demo model (first start only)…")
         self._apply_prefs_to_widgets()
@@ -225,7 +238,7 @@ class MainWindow(QMainWindow):
         if on and spec is None:
             self.choose_projector_file()
             return
-        self._controls_edited({"projector": spec})
+        self._controls_edited(self._prefs.controls.model_copy(update={"projector": spec}))
 
     def choose_projector_file(self, path: str | Path | None = None) -> None:
         """Load a projector GGUF beside the model (a file dialog without ``path``)."""
@@ -242,11 +255,13 @@ class MainWindow(QMainWindow):
             self._sync_vision_widgets()
             return
         self._projector_file = spec
-        self._controls_edited({"projector": spec})
+        self._controls_edited(self._prefs.controls.model_copy(update={"projector": spec}))
         self._sync_vision_widgets()
 
     def _set_prefs(self, **update: Any) -> None:
         self._prefs = self._prefs.model_copy(update=update)
+        if "controls" in update:
+            self.controls.set_current_controls(self._prefs.controls)
         self._save_timer.start()
         self.request_estimate()
 
@@ -255,8 +270,8 @@ class MainWindow(QMainWindow):
         self.controls.update_hardware_widgets(choice, bool(self.machine.gpus))
         self._set_prefs()
 
-    def _controls_edited(self, update: dict[str, Any]) -> None:
-        self._set_prefs(controls=self._prefs.controls.model_copy(update=update))
+    def _controls_edited(self, controls: Controls) -> None:
+        self._set_prefs(controls=controls)
 
     def _quant_chosen(self, quant: str) -> None:
         if self._prefs.model.kind in ("catalog", "hf_config"):

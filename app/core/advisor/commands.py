@@ -1,37 +1,52 @@
 """Launch commands for a configuration the hardware advisor found: llama-server's, and vLLM's.
 
-The llama-server command is the one command builder's (:func:`app.core.memory.commands.server_command`)
-for the configuration's estimate: the whole-layer split over the box's GPUs (``--tensor-split
-1,1,...``) and the placement it was judged with. Multi-GPU CUDA/ROCm boxes that hold the whole
+The llama-server command is the estimate service's for the configuration (the placement it was
+judged with, as ``fitscope estimate`` prints it for the same machine). Multi-GPU CUDA/ROCm boxes that hold the whole
 model also get vLLM's tensor-parallel command when vLLM's plan (:func:`app.core.plans.vllm.vllm_plan`)
 starts.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
+from app.core.advisor.records import Candidate, HardwareAdvice, Workload
 from app.core.common.errors import FitScopeError
-from app.core.memory.commands import server_command
 from app.core.model.architecture import Architecture
 from app.core.model.catalog import find_device
 
-if TYPE_CHECKING:
-    from app.core.advisor.records import Candidate, Workload
 
-
-def launch_commands(arch: Architecture, model_path: str, w: Workload, c: Candidate) -> tuple[str, str]:
-    """The llama-server command for configuration ``c`` of workload ``w`` (``model_path``, or a
-    file name made of the model and the preset), and a vLLM command for multi-GPU CUDA/ROCm boxes
-    when vLLM's plan starts ("" otherwise, or the reason it would not, after '#'); both "" when
-    ``c`` was settled without an estimate."""
-    if c.estimate is None:
+def launch_commands(advice: HardwareAdvice, c: Candidate) -> tuple[str, str]:
+    """The llama-server command for configuration ``c`` (the estimate service's, for the model's
+    file or a file name made of the model and the preset), and a vLLM command for multi-GPU
+    CUDA/ROCm boxes when vLLM's plan starts ("" otherwise, or the reason it would not, after '#');
+    both "" when ``c`` was settled without an estimate."""
+    if not c.llama_command:
         return "", ""
-    split = tuple(1 for _ in range(c.count)) if c.category == "multi-gpu" else ()
-    layers = c.estimate.gpu_layers if c.category != "cpu" else 0
-    path = model_path or f"{arch.id}-{c.quant}.gguf"
-    llama = server_command(c.estimate, path, layers, arch.sliding_window is not None, tensor_split=split)
-    return llama, vllm_command(arch, c, w)
+    return c.llama_command, vllm_command(advice.arch, c, advice.workload)
+
+
+def advice_json(advice: HardwareAdvice, limit: int = 50) -> dict[str, Any]:
+    """The answer as ``fitscope advise --json`` prints it: the first ``limit`` ranked configurations
+    and the best of each kind, with their launch commands; the failing ones with their reasons."""
+
+    def with_commands(c: Candidate) -> dict[str, Any]:
+        llama, vllm = launch_commands(advice, c)
+        return c.to_json() | {"llama_server_command": llama, "vllm_command": vllm or None}
+
+    return {
+        "model": advice.model_label,
+        "workload": advice.workload.model_dump(mode="json"),
+        "presets": list(advice.presets),
+        "evaluated": advice.evaluated,
+        "estimated": advice.estimated,
+        "seconds": round(advice.seconds, 3),
+        "ranked": [with_commands(c) for c in advice.ranked[:limit]],
+        "best_per_category": {k: with_commands(c) for k, c in advice.best_per_category().items()},
+        "passing": len(advice.passing),
+        "failing": [c.to_json() for c in advice.failing],
+        "assumptions": list(advice.assumptions),
+    }
 
 
 def vllm_command(arch: Architecture, c: Candidate, w: Workload) -> str:
@@ -49,7 +64,9 @@ def vllm_command(arch: Architecture, c: Candidate, w: Workload) -> str:
     ppl = c.ppl_increase if c.ppl_increase is not None else 1.0
     fmt = "FP16" if c.quant in ("F16", "BF16") else "FP8" if ppl <= 0.03 else "AWQ-4bit"
     try:
-        plan = vllm_plan(arch, device, c.count, dtype=fmt, max_model_len=w.context_tokens, max_num_seqs=w.users)
+        plan = vllm_plan(
+            arch, device, c.count, dtype=fmt, max_model_len=w.context_per_user_tokens, max_num_seqs=w.users
+        )
     except FitScopeError as exc:
         return f"# vLLM: {exc}"
     if not plan.starts:

@@ -2,9 +2,9 @@
 
 :class:`Workload` is what the machine must do, in the user's terms; :class:`Candidate` one catalog
 configuration (a machine and a quantization preset) with its placement, price, speed and the
-reason it passes or fails; :class:`Advice` every configuration of one sweep, ranked, with the best
-of each kind of machine and the launch commands (:mod:`app.core.advisor.commands`). The sweep that
-fills them is :func:`app.core.advisor.advise`.
+reason it passes or fails; :class:`HardwareAdvice` every configuration of one sweep, ranked, with the best
+of each kind of machine. The launch commands and the JSON are :mod:`app.core.advisor.commands`; the
+sweep that fills them is :func:`app.services.advisor.advise`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from app.core.advisor.commands import launch_commands
 from app.core.common.errors import FitScopeError
 from app.core.common.units import Frozen
 from app.core.memory.records import Estimate
@@ -47,13 +46,13 @@ CATEGORY_WORDS: dict[str, str] = {
 
 
 class Workload(Frozen):
-    """What the machine must do, in the user's terms. ``context_tokens`` is each user's context;
+    """What the machine must do, in the user's terms. ``context_per_user_tokens`` is each user's context;
     ``min_tokens_per_s`` each user's decode speed; ``quants`` empty means every preset meeting
     ``quality_floor``."""
 
     model: ModelChoice
     quants: tuple[str, ...] = ()
-    context_tokens: int = Field(default=8192, ge=256, le=1 << 20)
+    context_per_user_tokens: int = Field(default=8192, ge=256, le=1 << 20)
     users: int = Field(default=1, ge=1, le=64)
     min_tokens_per_s: float = Field(default=10.0, ge=0, le=10000)
     budget_usd: float | None = Field(default=None, gt=0)
@@ -66,7 +65,7 @@ class Workload(Frozen):
         return self.min_tokens_per_s * WORDS_PER_TOKEN
 
     def controls(self) -> Controls:
-        return Controls(context_tokens=self.context_tokens, users=self.users)
+        return Controls(context_per_user_tokens=self.context_per_user_tokens, users=self.users)
 
 
 @dataclass(frozen=True)
@@ -99,6 +98,8 @@ class Candidate:
     settled_by: Literal["estimate", "memory", "speed", "price"] = "estimate"
     """What decided a failure: the estimator, or a bound on memory or speed, or the price, before any estimate."""
     estimate: Estimate | None = field(default=None, repr=False, compare=False)
+    llama_command: str = ""
+    """The llama-server command of the estimate service's answer ("" when settled without one)."""
 
     @property
     def label(self) -> str:
@@ -157,11 +158,9 @@ class Candidate:
         )
 
     def controls(self, workload: Workload) -> Controls:
-        """The main view's settings for this configuration (its placement pinned)."""
-        pinned = self.placement in ("experts", "partial")
-        return workload.controls().model_copy(
-            update={"gpu_layers": self.gpu_layers if pinned else None, "n_cpu_moe": self.n_cpu_moe if pinned else None}
-        )
+        """The main view's settings for this configuration: the workload's, placed by auto-fit, which
+        places it as it was placed here."""
+        return workload.controls()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -192,7 +191,7 @@ class Candidate:
 
 
 @dataclass(frozen=True)
-class Advice:
+class HardwareAdvice:
     """The answer: ``ranked`` holds one configuration per machine (its best-quality preset that
     passes), ordered by the preference; ``passing`` every configuration that passes; ``failing``
     the others, each with its reason."""
@@ -229,32 +228,8 @@ class Advice:
         wanted = self.workload.min_tokens_per_s
         return max(mine, key=lambda c: c.closeness(wanted)) if mine else None
 
-    def commands(self, c: Candidate) -> tuple[str, str]:
-        """The llama-server command for a configuration, and a vLLM command for multi-GPU CUDA/ROCm
-        boxes when vLLM's plan starts ("" otherwise, or the reason it would not, after '#')."""
-        return launch_commands(self.arch, self.model_path, self.workload, c)
 
-    def to_json(self, limit: int = 50) -> dict[str, Any]:
-        def with_commands(c: Candidate) -> dict[str, Any]:
-            llama, vllm = self.commands(c)
-            return c.to_json() | {"llama_server_command": llama, "vllm_command": vllm or None}
-
-        return {
-            "model": self.model_label,
-            "workload": self.workload.model_dump(mode="json"),
-            "presets": list(self.presets),
-            "evaluated": self.evaluated,
-            "estimated": self.estimated,
-            "seconds": round(self.seconds, 3),
-            "ranked": [with_commands(c) for c in self.ranked[:limit]],
-            "best_per_category": {k: with_commands(c) for k, c in self.best_per_category().items()},
-            "passing": len(self.passing),
-            "failing": [c.to_json() for c in self.failing],
-            "assumptions": list(self.assumptions),
-        }
-
-
-class AdviceCancelled(FitScopeError):
+class AdviceCancelledError(FitScopeError):
     """The sweep was stopped before it finished."""
 
 

@@ -1,12 +1,11 @@
 """The state of one hardware-advisor sweep, and the cheap bounds that settle configurations early.
 
-:class:`Sweep` holds what every configuration of one workload shares (the model's variants,
-llama.cpp's settings, every user's KV cache) and collects the verdicts. The bounds answer, before
-any estimate, what no placement could beat: :func:`speed_bound` feeds the speed model's own formula
-the fewest bytes each memory must read per token, and :func:`offload_bound` does so for the bytes
-that cannot stay on the GPUs. :func:`fewest_cpu_moe` and :func:`verified_cpu_moe` predict the
-``--n-cpu-moe`` that llama.cpp's ``--fit`` would choose, so that most MoE placements need one or
-two estimates rather than its search.
+:class:`Sweep` holds what every configuration of one workload shares (the model's variants, every
+user's KV cache) and collects the verdicts. The bounds answer, before any estimate, what no
+placement could beat: :func:`speed_bound` feeds the speed model's own formula the fewest bytes each
+memory must read per token, and :func:`offload_bound` does so for the bytes that cannot stay on the
+GPUs. :func:`fewest_cpu_moe` guesses the ``--n-cpu-moe`` that llama.cpp's ``--fit`` will choose,
+which auto-fit checks with two estimates instead of searching (its answer is the same either way).
 """
 
 from __future__ import annotations
@@ -21,13 +20,12 @@ from app.core.memory.autofit import DEFAULT_MARGIN_BYTES
 from app.core.memory.estimate import estimate
 from app.core.memory.kv import kv_caches
 from app.core.memory.layers import tensor_totals
-from app.core.memory.records import GPU_RUNTIME_OVERHEAD_BYTES, Estimate, Settings, Target
+from app.core.memory.records import GPU_RUNTIME_OVERHEAD_BYTES, Estimate, Target
 from app.core.model.architecture import Architecture
-from app.core.model.tensors import TensorInfo
 from app.core.report.choices import Machine
 from app.core.report.verdict import gib
 from app.core.speed.model import decode_seconds_per_token, load_speed_model
-from app.core.speed.predict import Range, estimate_speed, kv_bytes_per_token, target_family
+from app.core.speed.predict import Range, kv_bytes_per_token, target_family
 
 NO_MACHINE = Machine()  # catalog hardware only: nothing of this machine is looked at
 # A target large enough for any model, to read the KV bytes per token off one estimate.
@@ -36,55 +34,30 @@ _PROBE_TARGET = Target(name="probe", kind="cpu", capacity_bytes=1 << 62, bandwid
 
 @dataclass
 class Sweep:
-    """One sweep's shared state: the workload, the model's variants, llama.cpp's settings per kind of
-    machine ("gpu", "cpu", "apple"), every user's KV cache (``kv_bytes``), the configurations judged
-    so far (``out``) and how many needed the estimator."""
+    """One sweep's shared state: the workload, the model (``label``, and ``model_path`` when it is a
+    file) and its variants, every user's KV cache (``kv_bytes``), the configurations judged so far
+    (``out``) and how many needed the estimator."""
 
     workload: Workload
     arch: Architecture
+    label: str
+    model_path: str
     variants: list[Variant]
-    settings: dict[str, Settings]
     kv_bytes: int
     kv_read_bytes: float  # every user's KV cache read once per decode step, half-way through the context
     out: list[Candidate] = field(default_factory=list)
     estimated: int = 0
-    # (device id, preset) -> decode speed with every layer on the GPUs. A layer split runs the GPUs
-    # in turn, each reading its own layers, so the speed model's time per token is the same sum
-    # however many identical GPUs share the layers: computed once, for the fewest GPUs that hold them.
-    split_speed: dict[tuple[str, str], tuple[Range, float]] = field(default_factory=dict)
 
     @classmethod
-    def start(cls, workload: Workload, arch: Architecture, variants: list[Variant]) -> Sweep:
+    def start(cls, workload: Workload, arch: Architecture, label: str, path: str, variants: list[Variant]) -> Sweep:
         """A sweep of ``variants`` of ``arch`` for ``workload``, nothing judged yet. Raises
         EstimateError for settings llama.cpp refuses."""
-        controls = workload.controls()
-        settings = {
-            "gpu": controls.settings("x86-avx512"),
-            "cpu": controls.settings("x86-avx512"),
-            "apple": controls.settings("arm-neon"),
-        }
-        caches = kv_caches(arch, settings["gpu"])
+        settings = workload.controls().settings("x86-avx512")
+        caches = kv_caches(arch, settings)
         kv_total = sum(d.total_bytes for d, _ in caches)
-        probe = estimate(arch, variants[0].tensors, settings["cpu"], [_PROBE_TARGET])
-        kv_read = kv_bytes_per_token(probe) * max(workload.context_tokens // 2, 1) * workload.users
-        return cls(workload, arch, variants, settings, kv_total, kv_read)
-
-    @property
-    def depth(self) -> int:
-        return max(self.workload.context_tokens // 2, 1)
-
-    def speed(self, tensors: Sequence[TensorInfo], est: Estimate, targets: list[Target]) -> tuple[Range, float]:
-        """The speed model's decode range and typical figure (tokens/s per user) for a placement."""
-        s = estimate_speed(
-            self.arch,
-            tensors,
-            est,
-            targets,
-            prompt_tokens=min(512, est.settings.context_tokens),
-            depth_tokens=self.depth,
-            users=self.workload.users,
-        )
-        return s.decode_tokens_per_s, s.decode_typical
+        probe = estimate(arch, variants[0].tensors, settings, [_PROBE_TARGET])
+        kv_read = kv_bytes_per_token(probe) * max(workload.context_per_user_tokens // 2, 1) * workload.users
+        return cls(workload, arch, label, path, variants, kv_total, kv_read)
 
     def over_budget(self, price: float | None) -> str:
         """Why ``price`` (US dollars) breaks the workload's budget; "" when it does not."""
@@ -128,11 +101,6 @@ def speed_bound(sw: Sweep, v: Variant, parts: Sequence[tuple[Target, float]], la
     return 1.0 / seconds if seconds > 0 else math.inf
 
 
-def keeps_margin(est: Estimate) -> bool:
-    """Whether every GPU keeps --fit's 1 GiB margin free."""
-    return all(d.total_bytes + DEFAULT_MARGIN_BYTES <= d.capacity_bytes for d in est.devices if d.kind == "gpu")
-
-
 def fewest_cpu_moe(sw: Sweep, v: Variant, full: Estimate) -> int | None:
     """The ``--n-cpu-moe`` that llama.cpp's --fit would choose, predicted from an estimate with the
     experts of its first ``full.cpu_moe_layers`` layers in system memory: the experts of the next
@@ -154,21 +122,6 @@ def fewest_cpu_moe(sw: Sweep, v: Variant, full: Estimate) -> int | None:
             if need[dev] <= 0:
                 del need[dev]
     return sw.arch.n_layer if not need else None
-
-
-def verified_cpu_moe(sw: Sweep, v: Variant, settings: Settings, targets: list[Target], guess: int) -> Estimate | None:
-    """The estimate at ``--n-cpu-moe guess`` when it is what --fit's search would find (it keeps the
-    margin and one layer fewer does not); None otherwise (the caller then runs the search)."""
-
-    def at(n: int) -> Estimate:
-        return estimate(sw.arch, v.tensors, settings.model_copy(update={"n_cpu_moe": n}), targets)
-
-    placed = at(guess)
-    if not keeps_margin(placed):
-        return None
-    if guess > 0 and keeps_margin(at(guess - 1)):
-        return None
-    return placed
 
 
 def offload_bound(sw: Sweep, v: Variant, capacity: int, count: int, gpu: Target, host: Target) -> float:

@@ -72,15 +72,18 @@ def auto_fit(
     targets: list[Target],
     margin_bytes: int = DEFAULT_MARGIN_BYTES,
     fixed_cpu_moe: int | None = None,
+    cpu_moe_hint: int | None = None,
 ) -> FitPlan:
     """The placement llama.cpp's ``--fit`` would choose for ``settings`` on ``targets`` (GPU
     capacities are the memory free for the model), keeping ``margin_bytes`` free on every GPU.
     ``settings.gpu_layers`` and ``settings.n_cpu_moe`` are ignored: they are what is chosen, unless
     ``fixed_cpu_moe`` pins the experts kept in system memory (then only layers move).
-    Raises EstimateError as :func:`estimate` does."""
+    ``cpu_moe_hint`` is a guess at the ``--n-cpu-moe`` the search would find: checked with two
+    estimates (it keeps the margin, one fewer does not) and used only when right, so the answer is the
+    search's either way. Raises EstimateError as :func:`estimate` does."""
     gpus = [t for t in targets if t.kind == "gpu"]
     n_layer = arch.n_layer
-    base = settings.model_copy(update={"gpu_layers": None, "n_cpu_moe": 0})
+    base = settings.model_copy(update={"gpu_layers": "all", "n_cpu_moe": 0})
     if not gpus:
         est = estimate(arch, tensors, base, targets)
         return FitPlan(estimate=est, gpu_layers=0, n_cpu_moe=0, margin_bytes=margin_bytes, steps=("No GPU: CPU only.",))
@@ -105,6 +108,13 @@ def auto_fit(
         if _gpus_keep_margin(all_experts, margin_bytes):
             # The fewest layers whose experts must leave the GPU (GPU use shrinks as N grows).
             lo, hi = 0, n_layer
+            if cpu_moe_hint is not None and 0 < cpu_moe_hint < n_layer:
+                if _gpus_keep_margin(at(n_layer + 1, cpu_moe_hint), margin_bytes):
+                    hi = cpu_moe_hint
+                    if not _gpus_keep_margin(at(n_layer + 1, cpu_moe_hint - 1), margin_bytes):
+                        lo = cpu_moe_hint - 1
+                else:
+                    lo = cpu_moe_hint
             while hi - lo > 1:
                 mid = (lo + hi) // 2
                 if _gpus_keep_margin(at(n_layer + 1, mid), margin_bytes):

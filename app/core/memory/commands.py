@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+import math
 import shlex
+from collections.abc import Sequence
 
+from app.core.common.units import MIB
 from app.core.memory.records import Estimate
+
+MODEL_PLACEHOLDER = "MODEL.gguf"  # the model path in a command when no file is named
+
+
+def tensor_split(capacities: Sequence[int]) -> tuple[int, ...]:
+    """llama.cpp's --tensor-split proportions for these capacities, in lowest terms (MiB-rounded)."""
+    mib = [max(1, c // MIB) for c in capacities]
+    g = math.gcd(*mib)
+    return tuple(m // g for m in mib)
 
 
 def server_command(

@@ -89,7 +89,9 @@ def estimate(
     cpu = cpus[0]
     n_layer = arch.n_layer
     backend = resolve_backend(settings, gpus)
-    ngl = (n_layer + 1) if settings.gpu_layers is None else min(settings.gpu_layers, n_layer + 1)
+    if settings.gpu_layers == "auto":
+        raise EstimateError("-ngl auto is placed by auto_fit (as llama.cpp's --fit), not by one estimate.")
+    ngl = (n_layer + 1) if settings.gpu_layers == "all" else min(settings.gpu_layers, n_layer + 1)
     if not gpus:
         ngl = 0
     layer_dev = layer_devices(n_layer, ngl, tuple(g.capacity_bytes for g in gpus))

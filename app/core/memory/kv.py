@@ -7,8 +7,8 @@ vendored by llama-cpp-python 0.3.36."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Literal
+from collections.abc import Callable, Sequence
+from typing import Literal, TypeVar, cast
 
 from app.core.common.errors import EstimateError
 from app.core.memory.records import TOTALS_CACHE_SIZE, KVCacheDetail, Settings
@@ -60,16 +60,17 @@ def kv_widths(arch: Architecture) -> tuple[tuple[int, int], ...]:
     return widths
 
 
-_ARCH_MEMO: dict[tuple, tuple[Architecture, object]] = {}
+_ARCH_MEMO: dict[tuple[object, ...], tuple[Architecture, object]] = {}
+_Made = TypeVar("_Made")
 
 
-def memo_per_arch(arch: Architecture, key: tuple, make):
+def memo_per_arch(arch: Architecture, key: tuple[object, ...], make: Callable[[], _Made]) -> _Made:
     """``make()`` remembered per architecture object and ``key``: the sweeps behind one chart ask
     the same per-layer questions thousands of times."""
     full_key = (id(arch), *key)
     hit = _ARCH_MEMO.get(full_key)
     if hit is not None and hit[0] is arch:
-        return hit[1]
+        return cast(_Made, hit[1])
     value = make()
     if len(_ARCH_MEMO) >= 64 * TOTALS_CACHE_SIZE:
         _ARCH_MEMO.pop(next(iter(_ARCH_MEMO)))

@@ -3,7 +3,7 @@ to, and the estimate itself (per device, per KV cache), with the constants they 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -23,6 +23,9 @@ MAX_CONTEXT_TOKENS = 16 * 1024 * 1024
 
 
 RepackProfile = Literal["x86-avx2", "x86-avx512", "arm-neon", "none"]
+GpuLayers = Annotated[int, Field(ge=0)] | Literal["auto", "all"]
+"""llama.cpp's ``-ngl``: a number of layers (the output layer counts as one), "all", or "auto" (placed
+as llama.cpp's ``--fit`` places it: :func:`app.core.memory.autofit.auto_fit`)."""
 TOTALS_CACHE_SIZE = 128  # models remembered by the per-object caches below
 
 REPACK_TYPES: dict[str, frozenset[GGMLType]] = {
@@ -54,7 +57,7 @@ class Settings(Frozen):
     parallel_sequences: int = Field(default=1, ge=1, le=256)
     kv_unified: bool = False
     swa_full: bool = True
-    gpu_layers: int | None = Field(default=None, ge=0, description="None: every layer on the GPUs")
+    gpu_layers: GpuLayers = Field(default="all", description='"auto" is placed by auto_fit, never by estimate()')
     repack: RepackProfile = "x86-avx2"
     backend: Backend | Literal["auto"] = Field(
         default="auto", description="the llama.cpp build; auto: CUDA/ROCm/Metal by the GPUs' vendor, CPU without GPUs"
@@ -243,3 +246,69 @@ class Estimate(Frozen):
     @property
     def fits(self) -> bool:
         return all(d.fits for d in self.devices)
+
+
+def projector_json(e: Estimate) -> dict[str, Any] | None:
+    """The ``--mmproj`` projector's parts (bytes), or None without one."""
+    p = e.projector
+    if p is None:
+        return None
+    return {
+        "name": p.spec.name,
+        "projector_type": p.spec.projector_type,
+        "file": p.spec.file_name,
+        "source": p.spec.source,
+        "device": e.devices[e.projector_device].name if e.projector_device is not None else None,
+        "weights_bytes": p.weights_bytes,
+        "compute_bytes": p.compute_bytes,
+        "warmup_compute_bytes": p.warmup_compute_bytes,
+        "total_bytes": p.total_bytes,
+        "image_tokens": p.spec.image_tokens,
+        "flash_attn": p.flash_attn,
+        "approximate": p.approximate,
+    }
+
+
+def estimate_json(e: Estimate) -> dict[str, Any]:
+    """An estimate's figures as ``fitscope estimate --json`` names them: bytes as unrounded
+    integers, ``context_tokens`` as llama.cpp's ``-c``, one entry per device, the settings."""
+    return {
+        "context_tokens": e.settings.context_tokens,
+        "rules": e.rules,
+        "approximate": e.approximate,
+        "weights_bytes": e.weights_bytes,
+        "repack_bytes": e.repack_bytes,
+        "kv_cache_bytes": e.kv_cache_bytes,
+        "recurrent_state_bytes": e.recurrent_state_bytes,
+        "compute_bytes": e.compute_bytes,
+        "output_bytes": e.output_bytes,
+        "overhead_bytes": e.overhead_bytes,
+        "projector_bytes": e.projector_bytes,
+        "total_bytes": e.total_bytes,
+        "model_bytes": e.model_bytes,
+        "gpu_layers": e.gpu_layers,
+        "devices": [
+            {
+                "name": d.name,
+                "kind": d.kind,
+                "capacity_bytes": d.capacity_bytes,
+                "total_bytes": d.total_bytes,
+                "free_bytes": d.free_bytes,
+                "fits": d.fits,
+                "weights_bytes": d.weights_bytes,
+                "repack_bytes": d.repack_bytes,
+                "kv_cache_bytes": d.kv_cache_bytes,
+                "recurrent_state_bytes": d.recurrent_state_bytes,
+                "compute_bytes": d.compute_bytes,
+                "output_bytes": d.output_bytes,
+                "overhead_bytes": d.overhead_bytes,
+                "projector_bytes": d.projector_bytes,
+                "layers": d.layers,
+            }
+            for d in e.devices
+        ],
+        "kv_caches": [c.model_dump() | {"total_bytes": c.total_bytes} for c in e.kv_caches],
+        "projector": projector_json(e),
+        "fits": e.fits,
+        "settings": e.settings.model_dump(),
+    }

@@ -63,6 +63,14 @@ def repack_profile(host: HostSnapshot | None) -> RepackProfile:
     return "none"
 
 
+def repack_of_device(device: DeviceSpec) -> RepackProfile:
+    """The repacking rules of a catalog machine's CPU: Arm for Apple and NVIDIA's Grace boxes;
+    AVX-512 for the rest (every x86 CPU and host platform in the catalog, Zen 4/5 and Xeon 6, has it)."""
+    if device.vendor == "apple" or (device.vendor == "nvidia" and device.memory_kind == "unified"):
+        return "arm-neon"
+    return "x86-avx512"
+
+
 def cpu_target(host: HostSnapshot | None) -> Target:
     """Host memory as a target: what is available now (plus our own overhead, counted separately)."""
     if host is None:

@@ -59,7 +59,7 @@ def load_devices(path: Path = CATALOG_DIR / "devices.json") -> tuple[DeviceSpec,
     return tuple(_load_list(path, DeviceSpec))
 
 
-def _find(items: tuple, item_id: str, what: str):
+def _find(items: tuple[_Item, ...], item_id: str, what: str) -> _Item:
     wanted = item_id.strip().lower()
     for item in items:
         if item.id == wanted:

@@ -22,15 +22,17 @@ from __future__ import annotations
 import math
 import mmap
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from itertools import repeat
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from app.core.common.errors import ModelFileError
 from app.core.common.files import regular_file
 from app.core.model.tensors import GGMLType, TensorInfo
+
+_Read = TypeVar("_Read")
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
@@ -104,11 +106,11 @@ class GgufHeader:
         return sum(t.n_bytes for t in self.tensors)
 
 
-class _Truncated(Exception):
+class _TruncatedError(Exception):
     """The header runs past the end of the file."""
 
 
-class _Corrupt(Exception):
+class _CorruptError(Exception):
     """The header holds something impossible; the message says what."""
 
 
@@ -134,33 +136,33 @@ class _HeaderParser:
     # -- primitives ------------------------------------------------------------------------------
     def _need(self, n: int) -> None:
         if self.off + n > self.size:
-            raise _Truncated
+            raise _TruncatedError
 
     def u32(self) -> int:
         self._need(4)
         value = _U32.unpack_from(self.buf, self.off)[0]
         self.off += 4
-        return value
+        return int(value)
 
     def u64(self) -> int:
         self._need(8)
         value = _U64.unpack_from(self.buf, self.off)[0]
         self.off += 8
-        return value
+        return int(value)
 
     def raw_string(self, what: str, limit: int | None = None) -> bytes:
         """A length-prefixed string; past ``limit`` bytes it is corrupt (names) or, with no limit
         given, stepped over without copying (values longer than MAX_STRING_VALUE_BYTES)."""
         n = self.u64()
         if n > self.size:
-            raise _Corrupt(f"{what} claims a length of {n:,} bytes, more than the whole file")
+            raise _CorruptError(f"{what} claims a length of {n:,} bytes, more than the whole file")
         if limit is not None and n > limit:
-            raise _Corrupt(f"{what} claims a length of {n:,} bytes (names are at most {limit:,})")
+            raise _CorruptError(f"{what} claims a length of {n:,} bytes (names are at most {limit:,})")
         self._need(n)
         if limit is None and n > MAX_STRING_VALUE_BYTES:
             self.off += n
             return f"<{n:,} bytes not read>".encode()
-        data = self.buf[self.off : self.off + n]
+        data = bytes(self.buf[self.off : self.off + n])
         self.off += n
         return data
 
@@ -169,7 +171,7 @@ class _HeaderParser:
         try:
             return raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise _Corrupt(f"{what} is not valid UTF-8 ({raw[:40]!r})") from exc
+            raise _CorruptError(f"{what} is not valid UTF-8 ({raw[:40]!r})") from exc
 
     # -- values ----------------------------------------------------------------------------------
     def value(self, vtype: int, key: str, depth: int = 0) -> Any:
@@ -179,7 +181,7 @@ class _HeaderParser:
             return self.array(key, depth)
         st = _SCALAR_STRUCTS.get(vtype)
         if st is None:
-            raise _Corrupt(f"metadata key '{key}' has an unknown value type ({vtype})")
+            raise _CorruptError(f"metadata key '{key}' has an unknown value type ({vtype})")
         self._need(st.size)
         value = st.unpack_from(self.buf, self.off)[0]
         self.off += st.size
@@ -187,7 +189,7 @@ class _HeaderParser:
 
     def array(self, key: str, depth: int) -> Any:
         if depth >= MAX_ARRAY_DEPTH:
-            raise _Corrupt(f"metadata key '{key}' nests arrays more than {MAX_ARRAY_DEPTH} deep")
+            raise _CorruptError(f"metadata key '{key}' nests arrays more than {MAX_ARRAY_DEPTH} deep")
         etype = self.u32()
         count = self.u64()
         if etype == _STRING:
@@ -197,11 +199,13 @@ class _HeaderParser:
         elif etype in _VALUE_TYPES:
             min_size = _VALUE_TYPES[etype][2]
         else:
-            raise _Corrupt(f"metadata key '{key}' is an array of an unknown value type ({etype})")
+            raise _CorruptError(f"metadata key '{key}' is an array of an unknown value type ({etype})")
         if count * min_size > self.size - self.off:
             if count * min_size > self.size:
-                raise _Corrupt(f"metadata key '{key}' claims {count:,} elements, more than the whole file could hold")
-            raise _Truncated
+                raise _CorruptError(
+                    f"metadata key '{key}' claims {count:,} elements, more than the whole file could hold"
+                )
+            raise _TruncatedError
 
         if count <= SHORT_ARRAY:
             if etype == _STRING:
@@ -234,7 +238,7 @@ class _HeaderParser:
             # Walk again, checking each string, to say precisely what is wrong.
             for _ in range(count):
                 self.raw_string(f"a string in '{key}'")
-            raise _Truncated  # pragma: no cover - the careful walk raises first
+            raise _TruncatedError  # pragma: no cover - the careful walk raises first
         self.off = off
 
 
@@ -306,7 +310,7 @@ def read_gguf_header(path: str | Path) -> GgufHeader:
     return with_file_buffer(path, header_from_buffer)
 
 
-def with_file_buffer(path: str | Path, read: Any) -> Any:
+def with_file_buffer(path: str | Path, read: Callable[[Path, Any, int], _Read]) -> _Read:
     path = Path(path).expanduser()
     close = None
     try:
@@ -364,16 +368,16 @@ def header_from_buffer(path: Path, buf: Any, size: int) -> GgufHeader:
             name = p.name_string(f"the name of tensor {i + 1}", MAX_TENSOR_NAME_BYTES)
             n_dims = p.u32()
             if n_dims > MAX_DIMS:
-                raise _Corrupt(f"tensor '{name}' claims {n_dims} dimensions (ggml allows {MAX_DIMS})")
+                raise _CorruptError(f"tensor '{name}' claims {n_dims} dimensions (ggml allows {MAX_DIMS})")
             p._need(8 * n_dims)
             dims = struct.unpack_from(f"<{n_dims}Q", buf, p.off)
             p.off += 8 * n_dims
             raw_tensors.append(_RawTensor(name, dims, p.u32(), p.u64()))
-    except _Truncated:
+    except _TruncatedError:
         raise ModelFileError(
             f"{shown} ends inside the header ({p.where}); the file is incomplete - download it again."
         ) from None
-    except _Corrupt as exc:
+    except _CorruptError as exc:
         raise ModelFileError(f"{shown} is corrupt: {exc} ({p.where}).") from None
 
     alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)

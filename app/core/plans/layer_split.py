@@ -15,23 +15,20 @@ All byte figures are integers (bytes); nothing here imports Qt.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from app.core.common.errors import EstimateError
-from app.core.common.units import GIB, MIB
+from app.core.common.units import GIB
 from app.core.hardware.devices import DeviceSpec
-from app.core.memory.commands import server_command
+from app.core.memory.commands import MODEL_PLACEHOLDER, server_command, tensor_split
 from app.core.memory.estimate import estimate
 from app.core.memory.limits import max_gpu_layers
 from app.core.memory.records import DeviceBreakdown, Estimate, Settings
 from app.core.memory.targets import host_ram_target, target_from_device
 from app.core.model.architecture import Architecture
 from app.core.model.tensors import TensorInfo
-
-MODEL_PLACEHOLDER = "MODEL.gguf"  # the model path in a command when no file is named
 
 
 def _gib(n: float) -> str:
@@ -144,13 +141,6 @@ def share_json(d: DeviceShare, **extra: int) -> dict[str, Any]:
         "capacity_bytes": d.capacity_bytes,
         "fits": d.fits,
     }
-
-
-def tensor_split(capacities: Sequence[int]) -> tuple[int, ...]:
-    """llama.cpp's --tensor-split proportions for these capacities, in lowest terms (MiB-rounded)."""
-    mib = [max(1, c // MIB) for c in capacities]
-    g = math.gcd(*mib)
-    return tuple(m // g for m in mib)
 
 
 @dataclass(frozen=True)

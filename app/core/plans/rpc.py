@@ -33,14 +33,14 @@ from pydantic import Field
 
 from app.core.common.errors import EstimateError
 from app.core.common.units import MIB, Frozen
-from app.core.memory.commands import server_command
+from app.core.memory.commands import MODEL_PLACEHOLDER, server_command, tensor_split
 from app.core.memory.estimate import estimate
 from app.core.memory.records import CPU_RUNTIME_OVERHEAD_BYTES, GPU_RUNTIME_OVERHEAD_BYTES, Estimate, Settings, Target
 from app.core.memory.targets import host_ram_target, target_from_device
 from app.core.model.architecture import Architecture
 from app.core.model.catalog import find_device
 from app.core.model.tensors import TensorInfo
-from app.core.plans.layer_split import MODEL_PLACEHOLDER, SplitDevice, share_json, share_line, tensor_split
+from app.core.plans.layer_split import SplitDevice, share_json, share_line
 from app.core.speed.measure import MeasuredBuffers
 from app.core.speed.predict import estimate_speed
 

@@ -34,7 +34,7 @@ def mcnemar_p(only_a: int, only_b: int) -> float:
         return 1.0
     k = min(only_a, only_b)
     tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n
-    return min(1.0, 2 * tail)
+    return float(min(1.0, 2 * tail))
 
 
 def prompts_needed(only_a: int, only_b: int, n: int) -> int | None:

@@ -22,7 +22,7 @@ DEFAULT_FLOOR = 0.8
 
 
 @dataclass(frozen=True)
-class Answer:
+class PromptAnswer:
     suite: str
     prompt_id: str
     text: str
@@ -45,7 +45,7 @@ class VariantResult:
     prefill_tokens_per_s: float | None
     ttft_s: float | None
     pass_rates: dict[str, float]
-    answers: tuple[Answer, ...]
+    answers: tuple[PromptAnswer, ...]
     identical_token_share: float | None = None
     top1_agreement: float | None = None
     is_reference: bool = False
@@ -55,7 +55,7 @@ class VariantResult:
 
 
 @dataclass(frozen=True)
-class Advice:
+class QuantRecommendation:
     """For one task profile: the variant to route to (None when none qualifies) and why."""
 
     profile: str
@@ -68,7 +68,7 @@ class Advice:
 class Comparison:
     variants: tuple[VariantResult, ...]
     suites: tuple[Suite, ...]
-    advice: tuple[Advice, ...]
+    advice: tuple[QuantRecommendation, ...]
     hardware: str
     notes: tuple[str, ...] = field(default=())
 
@@ -77,12 +77,12 @@ def score(
     suites: Sequence[Suite],
     answers: dict[tuple[str, str], str],
     errors: dict[tuple[str, str], str] | None = None,
-) -> tuple[dict[str, float], tuple[Answer, ...]]:
+) -> tuple[dict[str, float], tuple[PromptAnswer, ...]]:
     """Pass rate per suite and every checked answer, from ``answers[(suite, prompt id)]`` (text the
     model generated; the prompt's ``answer_prefix`` is put back in front before checking). A prompt
     in ``errors`` produced no answer: it fails, with the reason."""
     rates: dict[str, float] = {}
-    checked: list[Answer] = []
+    checked: list[PromptAnswer] = []
     for suite in suites:
         results = []
         for p in suite.prompts:
@@ -95,7 +95,7 @@ def score(
             else:
                 result = check_answer(p.check, p.answer_prefix + text)
             results.append(result)
-            checked.append(Answer(suite.name, p.id, text, result))
+            checked.append(PromptAnswer(suite.name, p.id, text, result))
         rates[suite.name] = pass_rate(results)
     return rates, tuple(checked)
 
@@ -125,7 +125,9 @@ def rate_with_interval(v: VariantResult, suite: str) -> str:
     return f"{rate:.0%} (95% interval {low:.0%}-{high:.0%}, {n} prompt{'s' if n != 1 else ''})"
 
 
-def advise(variants: Sequence[VariantResult], suites: Sequence[Suite], hardware: str) -> tuple[Advice, ...]:
+def recommend_quant(
+    variants: Sequence[VariantResult], suites: Sequence[Suite], hardware: str
+) -> tuple[QuantRecommendation, ...]:
     """For each suite (a task profile) the cheapest variant, by estimated memory, that meets the
     suite's quality floor and fits ``hardware``; ties go to the faster one. Every reason carries the
     pass rate's interval, and each other variant is set against the chosen one (or the best one)
@@ -166,7 +168,7 @@ def advise(variants: Sequence[VariantResult], suites: Sequence[Suite], hardware:
                     reasons.append(verdict.sentence(anchor.label, v.label))
         if chosen is None:
             reasons.insert(0, f"No variant meets the {floor:.0%} floor and fits {hardware}.")
-        out.append(Advice(suite.name, floor, chosen.label if chosen else None, tuple(reasons)))
+        out.append(QuantRecommendation(suite.name, floor, chosen.label if chosen else None, tuple(reasons)))
     return tuple(out)
 
 
@@ -202,7 +204,7 @@ def routing_config(comparison: Comparison) -> dict[str, Any]:
     }
 
 
-def _evidence(comparison: Comparison, advice: Advice) -> dict[str, Any]:
+def _evidence(comparison: Comparison, advice: QuantRecommendation) -> dict[str, Any]:
     """The chosen variant's pass count, prompts and 95% interval for one route."""
     chosen = next((v for v in comparison.variants if v.label == advice.chosen), None)
     if chosen is None:

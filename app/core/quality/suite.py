@@ -4,7 +4,7 @@
 model's answer (exact, contains, regex, json_schema, similar, fields or tool_call, with the content
 each kind needs). Every record is a frozen pydantic model whose validators refuse a check that
 cannot work (an empty text, an invalid regex or JSON Schema, a reference answer without content
-words, a repeated prompt id) with a :class:`FieldProblem` that says where; the reader
+words, a repeated prompt id) with a :class:`FieldProblemError` that says where; the reader
 (:mod:`app.core.quality.suite_reading`) turns that into a :class:`SuiteError` naming the line.
 """
 
@@ -57,7 +57,7 @@ class SuiteError(FitScopeError):
         super().__init__(f"{where}: {message}" if where else message[:1].upper() + message[1:])
 
 
-class FieldProblem(ValueError):
+class FieldProblemError(ValueError):
     """A validator's complaint, with the path below the validated field that is at fault so the
     error can point at that exact line (a schema's bad keyword, a repeated id)."""
 
@@ -80,7 +80,7 @@ def _check_schema(schema: dict[str, Any]) -> None:
     except schema_exceptions.SchemaError as exc:
         where = tuple(exc.path)
         at = f" at '{'.'.join(str(p) for p in where)}'" if where else ""
-        raise FieldProblem(f"the JSON Schema is invalid{at}: {clip(exc.message, 160)}", where) from None
+        raise FieldProblemError(f"the JSON Schema is invalid{at}: {clip(exc.message, 160)}", where) from None
 
 
 def _plain_json(value: Any) -> Any:
@@ -138,12 +138,12 @@ class Check(BaseModel):
         kind = info.data.get("kind")  # absent when the kind itself was invalid
         if kind in _TEXT_KINDS:
             if not value:
-                raise FieldProblem(f"a '{kind}' check needs a non-empty 'value' (the text to look for)")
+                raise FieldProblemError(f"a '{kind}' check needs a non-empty 'value' (the text to look for)")
             if kind == "regex":
                 try:
                     re.compile(value)
                 except re.error as exc:
-                    raise FieldProblem(
+                    raise FieldProblemError(
                         f"the regex '{value}' is invalid ({exc}); fix it, or use a 'contains' check for plain text"
                     ) from None
         return value
@@ -153,7 +153,7 @@ class Check(BaseModel):
     def _schema_fits_kind(cls, schema: dict[str, Any] | None, info: ValidationInfo) -> dict[str, Any] | None:
         if info.data.get("kind") == "json_schema":
             if schema is None:
-                raise FieldProblem("a 'json_schema' check needs a 'schema' (a JSON Schema mapping)")
+                raise FieldProblemError("a 'json_schema' check needs a 'schema' (a JSON Schema mapping)")
             _check_schema(schema)
         return schema
 
@@ -173,10 +173,10 @@ class Check(BaseModel):
     def _references_fit_kind(cls, references: tuple[str, ...] | None, info: ValidationInfo) -> tuple[str, ...] | None:
         if info.data.get("kind") == "similar":
             if not references:
-                raise FieldProblem("a 'similar' check needs a reference answer (or a list of them)")
+                raise FieldProblemError("a 'similar' check needs a reference answer (or a list of them)")
             for index, text in enumerate(references):
                 if not content_words(text):
-                    raise FieldProblem(
+                    raise FieldProblemError(
                         f"the reference '{clip(text)}' has no content words to compare; write the answer you expect",
                         (index,) if len(references) > 1 else (),
                     )
@@ -191,14 +191,14 @@ class Check(BaseModel):
     @classmethod
     def _fields_fit_kind(cls, fields: dict[str, Any] | None, info: ValidationInfo) -> dict[str, Any] | None:
         if info.data.get("kind") == "fields" and not fields:
-            raise FieldProblem("a 'fields' check needs the expected values, e.g. 'fields: {name: Maria, age: 34}'")
+            raise FieldProblemError("a 'fields' check needs the expected values, e.g. 'fields: {name: Maria, age: 34}'")
         return fields
 
     @field_validator("call")
     @classmethod
     def _call_fits_kind(cls, call: ExpectedCall | None, info: ValidationInfo) -> ExpectedCall | None:
         if info.data.get("kind") == "tool_call" and call is None:
-            raise FieldProblem(
+            raise FieldProblemError(
                 "a 'tool_call' check needs the expected call, e.g. "
                 "'tool_call: {name: set_timer, arguments: {minutes: 5}}'"
             )
@@ -241,7 +241,7 @@ class Suite(BaseModel):
             first = seen.get(prompt.id)
             if first is not None:
                 where = f" on line {first.line}" if first.line is not None else ""
-                raise FieldProblem(
+                raise FieldProblemError(
                     f"the id '{prompt.id}' is already used by the prompt{where}; give each prompt its own id",
                     (index, "id"),
                 )

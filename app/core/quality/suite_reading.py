@@ -29,7 +29,7 @@ from app.core.quality.suite import (
     EDITOR_SOURCE,
     TASKS,
     DocumentPath,
-    FieldProblem,
+    FieldProblemError,
     Suite,
     SuiteError,
     number_as_text,
@@ -326,7 +326,7 @@ def _translate(exc: ValidationError, data: dict[Any, Any], lines: dict[DocumentP
         error = typo[0] if typo else error
     loc: DocumentPath = tuple(error["loc"])
     problem = (error.get("ctx") or {}).get("error")
-    if isinstance(problem, FieldProblem):
+    if isinstance(problem, FieldProblemError):
         loc = (*loc, *problem.where)
     if len(loc) >= 2 and loc[0] == "prompts" and isinstance(loc[1], int):
         who, rest = _prompt_label(data, loc[1]), loc[2:]

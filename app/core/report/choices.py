@@ -17,8 +17,16 @@ from app.core.common.errors import EstimateError, FitScopeError
 from app.core.common.units import GIB, Frozen
 from app.core.hardware.devices import DeviceSpec
 from app.core.hardware.snapshots import GpuSnapshot, HostSnapshot
-from app.core.memory.records import MAX_CONTEXT_TOKENS, Settings, Target
-from app.core.memory.targets import cpu_target, host_ram_beside, host_ram_target, target_from_device, target_from_gpu
+from app.core.memory.records import MAX_CONTEXT_TOKENS, GpuLayers, RepackProfile, Settings, Target
+from app.core.memory.targets import (
+    cpu_target,
+    host_ram_beside,
+    host_ram_target,
+    repack_of_device,
+    repack_profile,
+    target_from_device,
+    target_from_gpu,
+)
 from app.core.model.catalog import find_device, find_projector, load_devices
 from app.core.model.projector import ProjectorSpec
 from app.core.model.source import ModelSource, model_from_catalog, model_from_gguf, model_from_hf_config
@@ -74,15 +82,22 @@ def catalog_projector(choice: ModelChoice) -> ProjectorSpec | None:
 
 
 class Controls(Frozen):
-    """The knobs, named for people: ``context_tokens`` is what each user gets; llama.cpp's ``-c`` is
-    that times ``users`` (its ``-np`` slots). ``gpu_layers=None`` means "auto": the most that fit."""
+    """What the user chooses, named for people, and llama.cpp's flags behind it.
 
-    context_tokens: int = Field(default=4096, ge=1, le=MAX_CONTEXT_TOKENS)
+    ``context_per_user_tokens`` is what each of ``users`` gets; llama.cpp's ``-c``
+    (:attr:`Settings.context_tokens <app.core.memory.records.Settings.context_tokens>`) is their
+    product, shared by its ``-np`` slots. ``gpu_layers`` is llama.cpp's ``-ngl`` ("auto": as its
+    ``--fit`` places the model, keeping ``fit_margin_mib`` free per GPU). ``n_cpu_moe`` None is
+    "auto" too: experts stay where the placement puts them. The window leaves batch sizes, the
+    unified KV cache and the SWA cache at llama.cpp's defaults; the command line sets them.
+    """
+
+    context_per_user_tokens: int = Field(default=4096, ge=1, le=MAX_CONTEXT_TOKENS)
     users: int = Field(default=1, ge=1, le=MAX_USERS)
     cache_type_k: str = "f16"
     cache_type_v: str = "f16"
     flash_attn: bool = True
-    gpu_layers: int | None = Field(default=None, ge=0)
+    gpu_layers: GpuLayers = "auto"
     n_cpu_moe: int | None = Field(default=None, ge=0, description="experts of the first N layers in RAM; None: auto")
     backend: str = Field(default="auto", description="the llama.cpp build; auto: by the hardware")
     consumer: str = "llama-server"
@@ -90,19 +105,35 @@ class Controls(Frozen):
     projector: ProjectorSpec | None = Field(
         default=None, description="the vision projector loaded beside the model (--mmproj); None: text only"
     )
+    mmproj_offload: bool = Field(default=True, description="False: --no-mmproj-offload")
+    batch_tokens: int = Field(default=2048, ge=1, le=1 << 20)
+    ubatch_tokens: int = Field(default=512, ge=1, le=1 << 20)
+    kv_unified: bool = False
+    swa_full: bool | None = Field(default=None, description="None: the program's default (llama-server: no)")
+    fit_margin_mib: int = Field(default=1024, ge=0, le=1 << 20, description="--fit-target: MiB kept free per GPU")
 
-    def settings(self, repack: str = "x86-avx2", gpu_layers: int | None = None) -> Settings:
-        """llama.cpp's settings for these controls. Raises EstimateError for values it refuses."""
-        total = self.context_tokens * self.users
+    @property
+    def n_ctx_tokens(self) -> int:
+        """llama.cpp's ``-c``: every user's context together."""
+        return self.context_per_user_tokens * self.users
+
+    def settings(self, repack: str = "x86-avx2", gpu_layers: GpuLayers = "all") -> Settings:
+        """llama.cpp's settings for these controls, with ``gpu_layers`` placed (never "auto").
+        Raises EstimateError for values it refuses."""
+        total = self.n_ctx_tokens
         if total > MAX_CONTEXT_TOKENS:
             raise EstimateError(
-                f"{self.users} users x {self.context_tokens:,} tokens is a llama.cpp context of {total:,} tokens, "
-                f"beyond the {MAX_CONTEXT_TOKENS:,} FitScope estimates; lower the context or the users."
+                f"{self.users} users x {self.context_per_user_tokens:,} tokens is a llama.cpp context of "
+                f"{total:,} tokens, beyond the {MAX_CONTEXT_TOKENS:,} FitScope estimates; lower the context or "
+                "the users."
             )
         try:
             return Settings(
                 context_tokens=total,
+                batch_tokens=self.batch_tokens,
+                ubatch_tokens=self.ubatch_tokens,
                 parallel_sequences=self.users,
+                kv_unified=self.kv_unified,
                 cache_type_k=self.cache_type_k,
                 cache_type_v=self.cache_type_v,
                 flash_attn=self.flash_attn,
@@ -111,10 +142,11 @@ class Controls(Frozen):
                 backend=self.backend,  # type: ignore[arg-type]
                 consumer=self.consumer,  # type: ignore[arg-type]
                 # llama-server defaults to a window-sized SWA cache, llama-cpp-python to a full one.
-                swa_full=self.consumer != "llama-server",
+                swa_full=self.swa_full if self.swa_full is not None else self.consumer != "llama-server",
                 mmap=self.mmap,
                 n_cpu_moe=self.n_cpu_moe or 0,
                 mmproj=self.projector,
+                mmproj_offload=self.mmproj_offload,
             )
         except ValidationError as exc:
             raise EstimateError(exc.errors()[0]["msg"]) from None
@@ -152,7 +184,7 @@ def match_catalog_device(gpu_name: str, memory_bytes: int | None = None) -> Devi
     "NVIDIA A100-SXM4-80GB"), or None. Every word of the catalog name (memory sizes aside) should
     appear in NVML's; the model number must. Ties (4060 Ti 8/16 GB) go to the closest memory size."""
     tokens = _name_tokens(gpu_name)
-    best: tuple[tuple, DeviceSpec] | None = None
+    best: tuple[tuple[bool, int, int], DeviceSpec] | None = None
     for d in load_devices():
         if d.vendor != "nvidia":
             continue
@@ -192,6 +224,14 @@ def resolve_targets(choice: HardwareChoice, machine: Machine) -> list[Target]:
         host.ram_total_bytes if host else 64 * GIB,
     )
     return [*gpus, host_ram_target(host_bytes, host_memory=choice.host_memory)]
+
+
+def repack_for(choice: HardwareChoice, machine: Machine) -> RepackProfile:
+    """The CPU repacking rules of the machine a choice names: this machine's own CPU for "local" and
+    "cpu", the catalog machine's for a catalog choice (never the CPU FitScope happens to run on)."""
+    if choice.kind != "catalog":
+        return repack_profile(machine.host)
+    return repack_of_device(find_device(choice.device_id or ""))
 
 
 def load_model(choice: ModelChoice, demo_path: str | Path | None = None) -> ModelSource:

@@ -8,10 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.core.memory.estimate import estimate
-from app.core.memory.records import Estimate, Settings, Target
+from app.core.memory.records import Estimate, Settings, Target, estimate_json
 from app.core.model.architecture import Architecture
 from app.core.model.tensors import TensorInfo
-from app.core.report.fit import estimate_json
 from app.core.speed.measure import RunResult, RunSettings, Spread, SweepRow, summary
 from app.core.speed.predict import SpeedEstimate, active_bytes_by_device, estimate_speed, kv_bytes_per_token
 
@@ -28,7 +27,7 @@ def estimate_settings(run: RunSettings, repack: str) -> Settings:
         cache_type_k=run.cache_type_k,
         cache_type_v=run.cache_type_v,
         swa_full=run.swa_full,
-        gpu_layers=None if run.n_gpu_layers < 0 else run.n_gpu_layers,
+        gpu_layers="all" if run.n_gpu_layers < 0 else run.n_gpu_layers,
         repack=repack,  # type: ignore[arg-type]
     )
 

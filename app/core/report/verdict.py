@@ -1,6 +1,6 @@
 """The verdict in plain words: whether it fits (green, amber, red), what takes the memory, how
 fast, how many people can chat at once, and what to change when it does not fit. Pure text from
-an estimate; ``app.core.report.scenario`` puts it in the view."""
+an estimate; ``app.services.view`` puts it in the view."""
 
 from __future__ import annotations
 
@@ -81,15 +81,24 @@ def _percent(part: int, whole: int) -> str:
     return f"{100 * part / whole:.0f}%" if whole > 0 else "-"
 
 
+def rate(x: float) -> str:
+    """A speed for a sentence: whole numbers from 10 up, one decimal below 10, two below 1."""
+    return f"{x:,.0f}" if x >= 10 else f"{x:.1f}" if x >= 1 else f"{x:.2f}"
+
+
+def rate_range(r: Range) -> str:
+    """A speed range for a sentence, the same way everywhere: "8.2-12 tokens/s"."""
+    return f"{rate(r.low)}-{rate(r.high)} tokens/s"
+
+
 def _speed_words(decode: Range) -> str:
     lo, hi = decode.low, decode.high
     if hi <= 0:
         return ""
     if hi < 1:
-        return f"Expect under one token a second ({lo:.2f}-{hi:.2f} tokens/s): too slow for a conversation."
-    r = lambda x: f"{x:,.0f}" if x >= 10 else f"{x:.1f}"  # noqa: E731
+        return f"Expect under one token a second ({rate_range(decode)}): too slow for a conversation."
     w_lo, w_hi = lo * WORDS_PER_TOKEN, hi * WORDS_PER_TOKEN
-    return f"Expect about {r(lo)}-{r(hi)} tokens/s (roughly {r(w_lo)}-{r(w_hi)} words a second)."
+    return f"Expect about {rate_range(decode)} (roughly {rate(w_lo)}-{rate(w_hi)} words a second)."
 
 
 def hardware_note(choice: HardwareChoice) -> str:
@@ -111,14 +120,28 @@ def hardware_note(choice: HardwareChoice) -> str:
     )
 
 
-def people_sentence(users: int, controls: Controls) -> str:
-    """How many conversations fit at once, each with the chosen context."""
-    each = f"{controls.context_tokens:,} tokens (about {controls.context_tokens * WORDS_PER_TOKEN:,.0f} words) each"
-    if users >= MAX_USERS:
-        return f"At least {MAX_USERS} people can chat at once with {each} (FitScope counts up to {MAX_USERS})."
+def people_sentence(users: int, controls: Controls, scope: str = "any", placement: str = "gpu") -> str:
+    """How many conversations fit at once, each with the chosen context. ``scope`` is the rule that
+    counted them (app.services.estimate): "gpu" counts only users that keep everything on the GPUs;
+    ``placement`` is where the chosen number of users runs."""
+    each = (
+        f"{controls.context_per_user_tokens:,} tokens (about "
+        f"{controls.context_per_user_tokens * WORDS_PER_TOKEN:,.0f} words) each"
+    )
+    many = users >= MAX_USERS
+    count = f"at least {MAX_USERS} people" if many else "one person" if users == 1 else f"up to {users} people"
+    cap = f" (FitScope counts up to {MAX_USERS})" if many else ""
+    if scope == "gpu" and placement == "partial":
+        return (
+            f"Everything stays on the GPU for {count} at once with {each}{cap}; with {controls.users}, part of "
+            "the model moves to system memory, which is slower."
+        )
+    if placement == "partial":
+        return f"Memory holds {count} at once with {each}, part of the model in system memory{cap}."
+    where = ", all on the GPU" if scope == "gpu" else ""
     if users == 1:
-        return f"One person at a time can chat with {each}."
-    return f"Up to {users} people can chat at once with {each}."
+        return f"One person at a time can chat with {each}{where}."
+    return f"{count[0].upper()}{count[1:]} can chat at once with {each}{where}{cap}."
 
 
 def make_verdict(
@@ -169,9 +192,9 @@ def _verdict(
 ) -> Verdict:
     budget = budget_of(est)
     convo = (
-        f"remembering the conversation ({controls.context_tokens:,} tokens)"
+        f"remembering the conversation ({controls.context_per_user_tokens:,} tokens)"
         if controls.users == 1
-        else f"remembering {controls.users} conversations of {controls.context_tokens:,} tokens each"
+        else f"remembering {controls.users} conversations of {controls.context_per_user_tokens:,} tokens each"
     )
     shares = (
         f"The model itself takes {_percent(budget.weights_bytes, budget.capacity_bytes)} of the memory; "
@@ -186,7 +209,7 @@ def _verdict(
         )
         shares = f"The model itself needs {gib(budget.weights_bytes)}; {convo} needs {gib(budget.kv_cache_bytes)}."
         advice = []
-        if max_context >= MIN_CONTEXT_TOKENS and max_context < controls.context_tokens:
+        if max_context >= MIN_CONTEXT_TOKENS and max_context < controls.context_per_user_tokens:
             advice.append(f"The largest context that fits is {max_context:,} tokens per user.")
         if smaller_quant:
             advice.append(smaller_quant)
@@ -211,29 +234,29 @@ def _verdict(
         )
         return Verdict("amber", headline, tuple(s for s in (shares, speed_text) if s))
     beyond = ""
-    if n_ctx_train and controls.context_tokens > n_ctx_train:
+    if n_ctx_train and controls.context_per_user_tokens > n_ctx_train:
         beyond = (
             f"That is beyond the {n_ctx_train:,} tokens the model was trained on: answers degrade there unless "
             "the model supports context extension."
         )
     if partial:
         gpus = "GPUs" if len(gpu_devices) > 1 else "GPU"
-        rate = f"{speed.decode_tokens_per_s.low:.0f}-{speed.decode_tokens_per_s.high:.0f} tokens/s"
+        opening = f"Runs partly in system memory, at about {rate_range(speed.decode_tokens_per_s)}"
         if est.gpu_layers >= est.n_layer + 1:
             headline = (
-                f"Runs partly in system memory, at about {rate}: every layer is on the {gpus}, but the experts of "
-                f"{est.cpu_moe_layers} of {est.n_layer} layers stay in system memory (--n-cpu-moe "
-                f"{est.cpu_moe_layers})."
+                f"{opening}: every layer is on the {gpus}, but the experts of {est.cpu_moe_layers} of {est.n_layer} "
+                f"layers stay in system memory (--n-cpu-moe {est.cpu_moe_layers})."
             )
-        elif controls.gpu_layers is None:
+        elif controls.gpu_layers == "auto":
+            margin = controls.fit_margin_mib / 1024
             headline = (
-                f"Runs partly in system memory, at about {rate}: {est.gpu_layers} of {est.n_layer + 1} layers fit "
-                f"on the {gpus} (keeping 1 GiB free, as llama.cpp's --fit does); the rest run on the CPU."
+                f"{opening}: {est.gpu_layers} of {est.n_layer + 1} layers fit on the {gpus} (keeping {margin:g} GiB "
+                "free, as llama.cpp's --fit does); the rest run on the CPU."
             )
         else:
             headline = (
-                f"Runs partly in system memory, at about {rate}: {est.gpu_layers} of {est.n_layer + 1} layers on "
-                f"the {gpus}, as chosen; the rest run on the CPU."
+                f"{opening}: {est.gpu_layers} of {est.n_layer + 1} layers on the {gpus}, as chosen; the rest run on "
+                "the CPU."
             )
         return Verdict("amber", headline, tuple(s for s in (shares, speed_text, beyond) if s))
     level: Literal["green", "amber"] = "green"

@@ -1,10 +1,16 @@
 """The hardware advisor's verdict on one machine: every preset of the model placed, timed, priced.
 
-:func:`evaluate_box` judges a box of identical GPUs on its host platform: all on the GPUs when that
-fits; otherwise MoE experts, then whole layers, in system memory, as llama.cpp's ``--fit`` places
-them, with the smallest RAM size that holds the host's share. :func:`evaluate_single` judges a
-machine with one memory (an Apple machine, a unified-memory box, a CPU server). Each settles what it
-can by the bounds of :mod:`app.core.advisor.sweep` before running the estimator, and appends one
+What the advisor lists for a machine is what the estimate service says for it: every placement and
+speed here is an :func:`app.services.estimate.answer` for the machine exactly as the window and
+``fitscope estimate`` would build it (``resolve_targets`` of its hardware choice, auto-fit with the
+same margin, the same decode depth), so opening a row in the window shows the same figures. The
+sweep only adds cheap bounds (:mod:`app.core.advisor.sweep`) that settle, before any estimate,
+what no placement could make work: too dear, too slow even with everything on the GPUs, weights
+larger than all the memory there is, or too slow with the part that cannot stay on the GPUs.
+
+:func:`evaluate_box` judges a box of identical GPUs on its host platform (with the smallest RAM
+size that holds the host's share); :func:`evaluate_single` a machine with one memory (an Apple
+machine, a unified-memory box, a CPU server). Each appends one
 :class:`~app.core.advisor.records.Candidate` per preset to the sweep, passing or with its reason.
 """
 
@@ -22,26 +28,18 @@ from app.core.advisor.configs import (
     platform_for_gpus,
 )
 from app.core.advisor.records import Candidate, Category, Placement, format_rate, format_usd
-from app.core.advisor.sweep import (
-    NO_MACHINE,
-    Sweep,
-    fewest_cpu_moe,
-    keeps_margin,
-    offload_bound,
-    speed_bound,
-    verified_cpu_moe,
-)
+from app.core.advisor.sweep import NO_MACHINE, Sweep, fewest_cpu_moe, offload_bound, speed_bound
+from app.core.common.errors import EstimateError
 from app.core.common.units import GIB
 from app.core.hardware.devices import DeviceSpec
 from app.core.hardware.host_memory import HOST_MEMORY
-from app.core.memory.autofit import auto_fit
 from app.core.memory.estimate import estimate
 from app.core.memory.layers import tensor_totals
-from app.core.memory.records import Estimate, Target
-from app.core.memory.targets import target_from_device
-from app.core.report.choices import HardwareChoice, resolve_targets
-from app.core.report.verdict import Budget, budget_of, gib
-from app.core.speed.predict import Range
+from app.core.memory.records import Target
+from app.core.model.source import ModelSource
+from app.core.report.choices import HardwareChoice, repack_for, resolve_targets
+from app.core.report.verdict import gib
+from app.services.estimate import Answer, answer
 
 CandidateMaker = Callable[..., Candidate]
 """Builds one machine's verdict for a variant; keywords give the fields that differ from a failure
@@ -78,22 +76,41 @@ def _candidate_maker(sw: Sweep, **machine: Any) -> CandidateMaker:
     return candidate
 
 
-def _judge_fitting(
+def _model(sw: Sweep, v: Variant) -> ModelSource:
+    return ModelSource(sw.arch, v.tensors, sw.label, v.preset)
+
+
+def _answer(sw: Sweep, v: Variant, choice: HardwareChoice, cpu_moe_hint: int | None = None) -> tuple[Answer, str]:
+    """The estimate service's answer for preset ``v`` on ``choice`` (as the window builds it), and
+    the llama-server command that runs it. Raises EstimateError."""
+    targets = resolve_targets(choice, NO_MACHINE)
+    found = answer(
+        _model(sw, v),
+        targets,
+        sw.workload.controls(),
+        repack=repack_for(choice, NO_MACHINE),
+        limits=False,
+        cpu_moe_hint=cpu_moe_hint,
+    )
+    return found, found.command(sw.model_path or f"{sw.arch.id}-{v.preset}.gguf")
+
+
+def _judge(
     sw: Sweep,
     candidate: CandidateMaker,
     v: Variant,
-    est: Estimate,
-    b: Budget,
-    speed: tuple[Range, float],
+    found: Answer,
+    command: str,
     where: str,
     price: float | None,
     shortfall: str = "",
     **placed: Any,
 ) -> None:
-    """The verdict on a placement that fits (``where``, in words): fast enough for the workload
-    (``speed``: the decode range and typical tokens/s per user) and within its budget. ``shortfall``
-    says why the preferred placement did not fit; ``placed`` the candidate's other fields."""
-    decode, typical = speed
+    """The verdict on a placement that fits (``where``, in words): fast enough for the workload and
+    within its budget. ``shortfall`` says why everything did not fit the GPUs; ``placed`` the
+    candidate's other fields."""
+    b = found.budget
+    decode, typical = found.speed.decode_tokens_per_s, found.speed.decode_typical
     ok, reason = sw.judge_speed(v, decode, typical, b.free_bytes, where)
     if not ok and shortfall:
         reason = (
@@ -112,28 +129,33 @@ def _judge_fitting(
             decode_typical=typical,
             passes=ok,
             reason=reason,
-            estimate=est,
+            estimate=found.estimate,
+            llama_command=command,
+            gpu_layers=found.gpu_layers if found.has_gpus else None,
+            n_cpu_moe=found.n_cpu_moe,
             **placed,
         )
     )
 
 
 def evaluate_box(sw: Sweep, device: DeviceSpec, count: int) -> None:
-    """Every preset on ``count`` x ``device`` on its host platform: all on the GPUs when that fits;
-    otherwise experts (MoE) or layers in system memory, as llama.cpp's --fit would place them."""
+    """Every preset on ``count`` x ``device`` on its host platform, placed by the estimate service:
+    all on the GPUs when that keeps auto-fit's margin; otherwise experts (MoE) or layers in system
+    memory, as llama.cpp's --fit places them."""
     w = sw.workload
     platform = platform_for_gpus(count)
     ram_max = platform.ram_options_gib[-1]
     gpu_price = device.price_usd * count if device.price_usd else None
-    choice = HardwareChoice(
-        kind="catalog", device_id=device.id, count=count, host_ram_gib=ram_max, host_memory=platform.host_memory
-    )
-    targets = resolve_targets(choice, NO_MACHINE)
-    settings = sw.settings["gpu"]
+
+    def choice(ram_gib: float) -> HardwareChoice:
+        return HardwareChoice(
+            kind="catalog", device_id=device.id, count=count, host_ram_gib=ram_gib, host_memory=platform.host_memory
+        )
+
+    targets = resolve_targets(choice(ram_max), NO_MACHINE)
     capacity = sum(t.capacity_bytes for t in targets if t.kind == "gpu")
     host_label = HOST_MEMORY[platform.host_memory][0]
     category: Category = "multi-gpu" if count > 1 else "gpu"
-
     candidate = _candidate_maker(
         sw,
         category=category,
@@ -144,7 +166,6 @@ def evaluate_box(sw: Sweep, device: DeviceSpec, count: int) -> None:
         host_memory=platform.host_memory,
         capacity_bytes=capacity,
     )
-    cpu_name = platform.cpu_name
 
     def priced(ram_gib: float) -> tuple[float | None, str]:
         if gpu_price is None:
@@ -152,17 +173,7 @@ def evaluate_box(sw: Sweep, device: DeviceSpec, count: int) -> None:
         host = platform.price_usd(ram_gib)
         return gpu_price + host, (
             f"{count} x {format_usd(device.price_usd or 0)} GPUs + {format_usd(host)} for the {platform.label} "
-            f"around them ({cpu_name}, {ram_gib:g} GiB RAM; assumed)"
-        )
-
-    def too_slow(v: Variant, needed: int, estimated: bool, shortfall: str, moved: str, bound: float) -> Candidate:
-        # With ``moved`` in system memory, even the bound's speed falls short.
-        return candidate(
-            v,
-            needed_bytes=needed,
-            settled_by="estimate" if estimated else "memory",
-            reason=f"{shortfall}; with {moved} in system memory ({host_label}) at most "
-            f"{format_rate(bound)} tokens/s per user < {w.min_tokens_per_s:g}",
+            f"around them ({platform.cpu_name}, {ram_gib:g} GiB RAM; assumed)"
         )
 
     lowest_price, _ = priced(platform.ram_options_gib[0])
@@ -200,147 +211,118 @@ def evaluate_box(sw: Sweep, device: DeviceSpec, count: int) -> None:
                 )
             )
             continue
-        full: Estimate | None = None
         needed = v.layer_bytes + sw.kv_bytes
-        if needed <= capacity:
-            sw.estimated += 1
-            full = estimate(sw.arch, v.tensors, settings, targets)
-            if full.fits:
-                _settle(sw, v, full, targets, platform, priced, candidate, "gpu")
-                continue
-            needed = budget_of(full).used_bytes
-        at_least = "" if full is not None else "at least "
-        shortfall = f"{v.preset}: needs {at_least}{gib(needed)} of GPU memory, has {gib(capacity)}"
-        # Part of the model in system memory: the fastest it could possibly run (the speed model fed
-        # the fewest bytes that must leave the GPUs) settles most cases without an estimate.
-        bound = offload_bound(sw, v, capacity, count, targets[0], targets[-1])
-        if bound < w.min_tokens_per_s:
+        shortfall = f"{v.preset}: needs at least {gib(needed)} of GPU memory, has {gib(capacity)}"
+        hint = None
+        if needed > capacity:
+            # Part of the model in system memory: the fastest it could possibly run (the speed model
+            # fed the fewest bytes that must leave the GPUs) settles most cases without an estimate.
+            bound = offload_bound(sw, v, capacity, count, targets[0], targets[-1])
             what = "the experts" if sw.arch.moe is not None else "the layers that do not fit"
-            sw.out.append(too_slow(v, needed, full is not None, shortfall, what, bound))
-            continue
-        sw.estimated += 1
-        if sw.arch.moe is not None and v.expert_bytes:
-            # The buffers change once any expert leaves the GPUs (fewer pipeline copies of the graph
-            # inputs), so the prediction starts from one layer's experts in system memory.
-            one = estimate(sw.arch, v.tensors, settings.model_copy(update={"n_cpu_moe": 1}), targets)
-            guess = fewest_cpu_moe(sw, v, one)
-            if guess is not None:
-                low = max(guess - 1, 1)  # one layer of slack for rounding
+            if bound < w.min_tokens_per_s:
+                sw.out.append(_too_slow(sw, candidate, v, needed, shortfall, what, bound, host_label))
+                continue
+            hint = _experts_guess(sw, v, targets)
+            if hint is not None:
+                low = max(hint - 1, 1)  # one layer of slack for rounding
                 host_read = sum(tensor_totals(sw.arch, v.tensors).active_expert_bytes[:low])
                 bound = speed_bound(
                     sw, v, [(targets[0], v.active_bytes - host_read), (targets[-1], host_read)], sw.arch.n_layer
                 )
                 if bound < w.min_tokens_per_s:
-                    moved = f"the experts of about {guess} layers"
-                    sw.out.append(too_slow(v, needed, full is not None, shortfall, moved, bound))
+                    moved = f"the experts of about {hint} layers"
+                    sw.out.append(_too_slow(sw, candidate, v, needed, shortfall, moved, bound, host_label))
                     continue
-                placed = one if guess == 1 and keeps_margin(one) else verified_cpu_moe(sw, v, settings, targets, guess)
-                if placed is not None:
-                    _settle(
-                        sw,
-                        v,
-                        placed,
-                        targets,
-                        platform,
-                        priced,
-                        candidate,
-                        "experts",
-                        gpu_layers=sw.arch.n_layer + 1,
-                        n_cpu_moe=guess,
-                        shortfall=shortfall,
-                    )
-                    continue
-        plan = auto_fit(sw.arch, v.tensors, settings, targets)
-        if plan.gpus_hidden or not plan.estimate.fits or plan.gpu_layers == 0:
+        sw.estimated += 1
+        try:
+            found, _ = _answer(sw, v, choice(ram_max), hint)
+        except EstimateError as exc:
+            sw.out.append(candidate(v, needed_bytes=needed, reason=f"{v.preset}: {exc}"))
+            continue
+        if found.gpus_hidden or not found.fits or found.gpu_layers == 0:
             sw.out.append(candidate(v, needed_bytes=needed, reason=f"{shortfall}, and too little fits beside it"))
             continue
+        host = found.estimate.devices[-1]
+        ram = next((r for r in platform.ram_options_gib if host.total_bytes + OS_RESERVE_BYTES <= r * GIB), None)
         placement: Placement = (
-            "gpu" if plan.fully_on_gpu else "experts" if plan.gpu_layers > sw.arch.n_layer else "partial"
+            "gpu" if found.placement == "gpu" else "experts" if found.gpu_layers > sw.arch.n_layer else "partial"
         )
-        _settle(
-            sw,
-            v,
-            plan.estimate,
-            targets,
-            platform,
-            priced,
-            candidate,
-            placement,
-            gpu_layers=plan.gpu_layers,
-            n_cpu_moe=plan.n_cpu_moe,
-            shortfall=shortfall,
-        )
-
-
-def _settle(
-    sw: Sweep,
-    v: Variant,
-    est: Estimate,
-    targets: list[Target],
-    platform: HostPlatform,
-    priced: Callable[[float], tuple[float | None, str]],
-    candidate: CandidateMaker,
-    placement: Placement,
-    gpu_layers: int | None = None,
-    n_cpu_moe: int = 0,
-    shortfall: str = "",
-) -> None:
-    """A placement that fits the GPUs: the host RAM it needs, its price, its speed, the verdict."""
-    host = est.devices[-1]
-    ram = next((r for r in platform.ram_options_gib if host.total_bytes + OS_RESERVE_BYTES <= r * GIB), None)
-    b = budget_of(est)
-    if ram is None:
-        sw.out.append(
-            candidate(
-                v,
-                needed_bytes=b.used_bytes,
-                placement=placement,
-                reason=f"{v.preset}: needs {gib(host.total_bytes)} of host RAM; the {platform.label} takes at most "
-                f"{platform.ram_options_gib[-1]} GiB",
+        if ram is None:
+            sw.out.append(
+                candidate(
+                    v,
+                    needed_bytes=found.budget.used_bytes,
+                    placement=placement,
+                    reason=f"{v.preset}: needs {gib(host.total_bytes)} of host RAM; the {platform.label} takes at "
+                    f"most {ram_max} GiB",
+                )
             )
+            continue
+        # The machine listed is the one with that RAM: its own answer (the same placement and speed).
+        found, command = _answer(sw, v, choice(float(ram)), found.n_cpu_moe or None)
+        price, note = priced(ram)
+        where = {
+            "gpu": "fits on the GPUs" if count > 1 else "fits on the GPU",
+            "experts": f"fits with the experts of {found.n_cpu_moe} layers in system memory",
+            "partial": f"fits with {found.gpu_layers} of {sw.arch.n_layer + 1} layers on the GPUs",
+            "cpu": "fits",
+        }[placement]
+        _judge(
+            sw,
+            candidate,
+            v,
+            found,
+            command,
+            where,
+            price,
+            shortfall if placement != "gpu" else "",
+            host_ram_gib=float(ram),
+            placement=placement,
+            price_usd=price,
+            price_note=note,
         )
-        return
-    price, note = priced(ram)
-    key = (targets[0].name.split(" #")[0], v.preset)
-    memo = sw.split_speed.get(key) if placement == "gpu" else None
-    if memo is None:
-        memo = sw.speed(v.tensors, est, targets)
-        if placement == "gpu":
-            sw.split_speed[key] = memo
-    where = {
-        "gpu": "fits on the GPUs" if sum(d.kind == "gpu" for d in est.devices) > 1 else "fits on the GPU",
-        "experts": f"fits with the experts of {n_cpu_moe} layers in system memory",
-        "partial": f"fits with {gpu_layers} of {sw.arch.n_layer + 1} layers on the GPUs",
-        "cpu": "fits",
-    }[placement]
-    _judge_fitting(
-        sw,
-        candidate,
+
+
+def _too_slow(
+    sw: Sweep,
+    candidate: CandidateMaker,
+    v: Variant,
+    needed: int,
+    shortfall: str,
+    moved: str,
+    bound: float,
+    host_label: str,
+) -> Candidate:
+    """With ``moved`` in system memory, even the bound's speed falls short."""
+    return candidate(
         v,
-        est,
-        b,
-        speed=memo,
-        where=where,
-        price=price,
-        shortfall=shortfall,
-        host_ram_gib=float(ram),
-        placement=placement,
-        gpu_layers=gpu_layers if gpu_layers is not None else est.gpu_layers,
-        n_cpu_moe=n_cpu_moe,
-        price_usd=price,
-        price_note=note,
+        needed_bytes=needed,
+        settled_by="memory",
+        reason=f"{shortfall}; with {moved} in system memory ({host_label}) at most "
+        f"{format_rate(bound)} tokens/s per user < {sw.workload.min_tokens_per_s:g}",
     )
 
 
+def _experts_guess(sw: Sweep, v: Variant, targets: list[Target]) -> int | None:
+    """A guess at the ``--n-cpu-moe`` auto-fit will choose, from one estimate with the experts of
+    one layer in system memory (the buffers change once any expert leaves the GPUs); None for a
+    dense model or when the experts alone are not enough."""
+    if sw.arch.moe is None or not v.expert_bytes:
+        return None
+    settings = sw.workload.controls().settings("x86-avx512").model_copy(update={"n_cpu_moe": 1})
+    return fewest_cpu_moe(sw, v, estimate(sw.arch, v.tensors, settings, targets))
+
+
 def evaluate_single(sw: Sweep, device: DeviceSpec) -> None:
-    """An Apple machine, a unified-memory box or a CPU server: one memory, everything in it."""
+    """An Apple machine, a unified-memory box or a CPU server: one memory, everything in it, placed
+    by the estimate service as the window places it."""
     w = sw.workload
     is_cpu = not device.is_gpu
     category: Category = "cpu" if is_cpu else "apple" if device.vendor == "apple" else "unified"
+    choice = HardwareChoice(kind="catalog", device_id=device.id)
+    targets = resolve_targets(choice, NO_MACHINE)
     if is_cpu:
-        platform = platform_for_cpu(device)
-        targets = [target_from_device(device)]
-        settings = sw.settings["cpu"]
+        platform: HostPlatform = platform_for_cpu(device)
         rest = platform.base_usd + device.memory_gib * RAM_USD_PER_GIB
         price: float | None = device.price_usd + rest if device.price_usd else None
         note = (
@@ -350,8 +332,6 @@ def evaluate_single(sw: Sweep, device: DeviceSpec) -> None:
             else "no list price in the catalog"
         )
     else:
-        targets = resolve_targets(HardwareChoice(kind="catalog", device_id=device.id), NO_MACHINE)
-        settings = sw.settings["apple" if device.vendor == "apple" else "gpu"]
         price = device.price_usd
         note = "the whole computer (catalog list price)" if price else "no list price in the catalog"
     capacity = targets[0].capacity_bytes
@@ -401,9 +381,13 @@ def evaluate_single(sw: Sweep, device: DeviceSpec) -> None:
             )
             continue
         sw.estimated += 1
-        est = estimate(sw.arch, v.tensors, settings, targets)
-        b = budget_of(est)
-        if not est.fits:
+        try:
+            found, command = _answer(sw, v, choice)
+        except EstimateError as exc:
+            sw.out.append(candidate(v, reason=f"{v.preset}: {exc}"))
+            continue
+        b = found.budget
+        if not found.fits:
             sw.out.append(
                 candidate(
                     v,
@@ -412,4 +396,13 @@ def evaluate_single(sw: Sweep, device: DeviceSpec) -> None:
                 )
             )
             continue
-        _judge_fitting(sw, candidate, v, est, b, sw.speed(v.tensors, est, targets), "fits", price)
+        placement: Placement = "cpu" if is_cpu else "gpu"
+        where = "fits"
+        if found.placement == "partial":
+            placement = "experts" if found.gpu_layers > sw.arch.n_layer else "partial"
+            where = (
+                f"fits with the experts of {found.n_cpu_moe} layers outside the GPU's share"
+                if placement == "experts"
+                else f"fits with {found.gpu_layers} of {sw.arch.n_layer + 1} layers in the GPU's share"
+            )
+        _judge(sw, candidate, v, found, command, where, price, placement=placement)

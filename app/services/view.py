@@ -1,45 +1,41 @@
 """What the window shows, worked out without Qt: one request (model, hardware, controls) in, one
-view (the estimate, the verdict in plain words, the data of every chart, the comparison) out. The
-choices themselves are ``app.core.report.choices``, the verdict's words ``app.core.report.verdict``; their
-names are importable from here too.
+view (the answer, the verdict in plain words, the data of every chart, the ladder, the comparison)
+out. Every figure is an :func:`app.services.estimate.answer`: the main one, each quantization
+preset's and each compared machine's, so the window, the command line and the advisor agree.
 
-The window calls :meth:`Evaluator.evaluate` on a worker thread for every change. Whatever does
-not depend on the chosen context (the memory-against-context curve, users against context, the
-largest context, the quantized tensor lists) is cached, so a context-slider step costs one
-estimate per quantization preset and per compared machine, about a millisecond each.
+The window calls :meth:`Evaluator.evaluate` in a worker process for every change. What does not
+depend on the chosen context per user (the memory-against-context curve, users against context,
+the largest context) is cached, so a context-slider step costs one answer per preset and per
+compared machine.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from app.core.common.errors import EstimateError, FitScopeError
-from app.core.memory.autofit import auto_fit
 from app.core.memory.estimate import estimate
-from app.core.memory.limits import max_context_tokens, max_parallel_sequences
-from app.core.memory.records import MAX_CONTEXT_TOKENS, Estimate, Target
-from app.core.memory.targets import repack_profile
+from app.core.memory.records import MAX_CONTEXT_TOKENS, Estimate, RepackProfile, Target
 from app.core.model.catalog import find_device
 from app.core.model.quant import PRESETS, QuantPreset, quality_words, quantize_layout
 from app.core.model.source import ModelSource
 from app.core.model.tensors import TensorInfo
 from app.core.quality.divergence import MeasuredQuality, quality_key
 from app.core.report.choices import (
-    MAX_USERS,
     MIN_CONTEXT_TOKENS,
     Controls,
     HardwareChoice,
     Machine,
     ModelChoice,
     load_model,
+    repack_for,
     resolve_targets,
 )
-from app.core.report.fit import placement_of
 from app.core.report.verdict import (
     Budget,
     Verdict,
@@ -47,8 +43,10 @@ from app.core.report.verdict import (
     hardware_note,
     make_verdict,
     people_sentence,
+    rate_range,
 )
-from app.core.speed.predict import Range, SpeedEstimate, estimate_speed
+from app.core.speed.predict import Range, SpeedEstimate
+from app.services.estimate import Answer, LimitScope, answer, largest_context_per_user, place, users_that_fit
 
 # -- requests and views --------------------------------------------------------------------------
 
@@ -101,11 +99,11 @@ class LadderRow:
     @property
     def placement_words(self) -> str:
         """What this row is, in the three words a buyer needs (plus the CPU-only case)."""
-        rate = f"{self.decode_tokens_per_s.low:.0f}-{self.decode_tokens_per_s.high:.0f} tokens/s"
+        speed = rate_range(self.decode_tokens_per_s)
         return {
             "gpu": "fits on the GPU",
-            "partial": f"runs partly in system memory at {rate}",
-            "cpu": f"runs on the CPU at {rate}",
+            "partial": f"runs partly in system memory at {speed}",
+            "cpu": f"runs on the CPU at {speed}",
             "none": "does not fit",
         }[self.placement]
 
@@ -131,37 +129,64 @@ class CompareRow:
 
 @dataclass(frozen=True)
 class View:
-    """Everything the window shows for one request. ``error`` is set (and the rest may be empty)
-    when the settings are impossible; the message says why in plain words."""
+    """Everything the window shows for one request. ``error`` is set (and ``answer`` None) when the
+    settings are impossible; the message says why in plain words."""
 
     request: Request
     model: ModelSource | None
-    targets: tuple[Target, ...]
-    estimate: Estimate | None
-    speed: SpeedEstimate | None
-    budget: Budget | None
-    gpu_layers: int | None
-    max_context_tokens: int
-    max_users: int
+    answer: Answer | None
     verdict: Verdict
     context_curve: ContextCurve | None
     ladder: tuple[LadderRow, ...]
     ladder_note: str
     concurrency: ConcurrencyCurve | None
     comparison: tuple[CompareRow, ...]
-    assumptions: tuple[str, ...] = field(default=())
+    """The compared machines (the current hardware is ``current``)."""
+    current: CompareRow | None = None
+    """The current hardware as a row of the comparison, from the same answer (its label ends "(current)")."""
+    targets: tuple[Target, ...] = ()
     error: str = ""
 
     @property
     def hardware_label(self) -> str:
         return self.request.hardware.label(self.request.machine)
 
+    @property
+    def estimate(self) -> Estimate | None:
+        return self.answer.estimate if self.answer else None
+
+    @property
+    def speed(self) -> SpeedEstimate | None:
+        return self.answer.speed if self.answer else None
+
+    @property
+    def budget(self) -> Budget | None:
+        return self.answer.budget if self.answer else None
+
+    @property
+    def users_that_fit(self) -> int:
+        return self.answer.limits.users_that_fit if self.answer and self.answer.limits else 0
+
+    @property
+    def largest_context_per_user_tokens(self) -> int:
+        return self.answer.limits.largest_context_per_user_tokens if self.answer and self.answer.limits else 0
+
+    @property
+    def assumptions(self) -> tuple[str, ...]:
+        if self.answer is None:
+            return ()
+        return tuple(self.answer.estimate.assumptions) + tuple(self.answer.speed.assumptions)
+
     def portable(self) -> View:
         """This view without the model's tensor list (thousands of entries nothing downstream of the
         evaluator reads), for sending between processes."""
         if self.model is None or not self.model.tensors:
             return self
-        return dataclasses.replace(self, model=dataclasses.replace(self.model, tensors=()))
+        return dataclasses.replace(
+            self,
+            model=dataclasses.replace(self.model, tensors=()),
+            answer=self.answer.portable() if self.answer else None,
+        )
 
 
 # -- the evaluator -------------------------------------------------------------------------------
@@ -179,12 +204,12 @@ def context_grid(n_ctx_train: int, points_per_octave: int = 4) -> tuple[int, ...
 
 class Evaluator:
     """Turns requests into views, remembering what a context change does not alter. Not thread
-    safe: the window keeps one per worker thread."""
+    safe: the window keeps one per worker."""
 
     def __init__(self) -> None:
         self._models: dict[ModelChoice, ModelSource] = {}
         self._ladder_tensors: dict[tuple[str, str], tuple[TensorInfo, ...] | str] = {}
-        self._curves: dict[tuple, tuple[ContextCurve, ConcurrencyCurve, int]] = {}
+        self._curves: dict[tuple[object, ...], tuple[ContextCurve, ConcurrencyCurve]] = {}
         self._efficiency: dict[str, float] = {}
         self._measured_quality: dict[tuple[str, str], MeasuredQuality] = {}
 
@@ -200,7 +225,7 @@ class Evaluator:
         self._models[choice] = source
         return source
 
-    def _preset_tensors(self, model: ModelSource, preset: QuantPreset) -> tuple[TensorInfo, ...] | str:
+    def _preset_model(self, model: ModelSource, preset: QuantPreset) -> ModelSource | str:
         key = (model.arch.id + "|" + model.label + "|" + str(model.path), preset.name)
         hit = self._ladder_tensors.get(key)
         if hit is None:
@@ -212,133 +237,91 @@ class Evaluator:
                 except (EstimateError, FitScopeError, ValueError, KeyError) as exc:
                     hit = str(exc)
             self._ladder_tensors[key] = hit
-        return hit
+        if isinstance(hit, str):
+            return hit
+        return dataclasses.replace(model, tensors=hit, quant=preset.name)
+
+    def _answer(
+        self,
+        model: ModelSource,
+        targets: list[Target],
+        request: Request,
+        limits: bool,
+        hardware: HardwareChoice | None = None,
+    ) -> Answer:
+        return answer(
+            model,
+            targets,
+            request.controls,
+            repack=repack_for(request.hardware if hardware is None else hardware, request.machine),
+            prompt_tokens=request.prompt_tokens,
+            efficiency=self._efficiency,
+            limits=limits,
+        )
 
     def evaluate(self, request: Request, demo_path: str | None = None) -> View:
         """The view for a request. Raises FitScopeError only when the model cannot be loaded."""
         model = self.model(request.model, demo_path)
         self._efficiency = dict(request.measured_efficiency)
         self._measured_quality = {(m.model_key, m.preset): m for m in request.measured_quality}
-        machine = request.machine
-        targets = resolve_targets(request.hardware, machine)
-        repack = repack_profile(machine.host)
+        targets = resolve_targets(request.hardware, request.machine)
         c = request.controls
-        if c.projector is not None and c.projector.n_embd_text != model.arch.n_embd:
-            return _error_view(
-                request,
-                model,
-                targets,
-                f"The vision projector {c.projector.name} outputs width {c.projector.n_embd_text}, but "
-                f"{model.label} takes {model.arch.n_embd}: it belongs to another model (llama-server refuses it).",
-            )
         try:
-            est, layers = self._placed(model.arch, model.tensors, c, targets, repack)
+            main = self._answer(model, targets, request, limits=True)
         except EstimateError as exc:
             return _error_view(request, model, targets, str(exc))
-        speed = estimate_speed(
-            model.arch,
-            model.tensors,
+        assert main.limits is not None
+        curve, concurrency = self._context_curves(model, targets, request, main.limits.scope)
+        ladder, ladder_note = self._ladder(model, targets, request)
+        smaller = _smaller_quant(main, ladder)
+        est = main.estimate
+        verdict = make_verdict(
             est,
-            targets,
-            prompt_tokens=min(request.prompt_tokens, est.settings.context_tokens),
-            # A conversation half-way through its context, with every user talking at once.
-            depth_tokens=max(c.context_tokens // 2, min(request.prompt_tokens, c.context_tokens)),
-            measured_efficiency=self._efficiency,
-            users=c.users,
+            main.speed,
+            c,
+            main.limits.largest_context_per_user_tokens,
+            smaller,
+            model.arch.n_ctx_train,
+            gpus_hidden=main.gpus_hidden,
         )
-        curve, concurrency, max_ctx = self._context_curves(model, c, targets, repack, est.gpu_layers)
-        users = max_parallel_sequences(
-            model.arch,
-            model.tensors,
-            est.settings.model_copy(update={"kv_unified": False}),
-            targets,
-            c.context_tokens,
-            upper=MAX_USERS,
-        )
-        ladder, note = self._ladder(model, c, targets, repack)
-        smaller = None
-        if not est.fits:
-            # The best-quality preset that fits where the current one does not, on the GPU if any
-            # does; otherwise one that runs partly in system memory, said as such with its speed.
-            fitting = [r for r in ladder if r.fits and r.budget_bytes < budget_of(est).used_bytes]
-            on_gpu = [r for r in fitting if r.placement == "gpu"]
-            if on_gpu:
-                best = on_gpu[-1]
-                smaller = (
-                    f"A smaller quantization, {best.preset}, fits on the GPU at this context "
-                    f"({quality_words(best.ppl_increase)})."
-                )
-            elif fitting:
-                best = fitting[-1]
-                smaller = (
-                    f"A smaller quantization, {best.preset}, {best.placement_words} "
-                    f"({quality_words(best.ppl_increase)})."
-                )
-        hidden = (
-            bool(targets) and any(t.kind == "gpu" for t in targets) and not any(d.kind == "gpu" for d in est.devices)
-        )
-        verdict = make_verdict(est, speed, c, max_ctx, smaller, model.arch.n_ctx_train, gpus_hidden=hidden)
-        if est.fits and users >= 1:
-            verdict = Verdict(verdict.level, verdict.headline, (*verdict.sentences, people_sentence(users, c)))
+        if est.fits and main.limits.users_that_fit >= 1:
+            people = people_sentence(main.limits.users_that_fit, c, main.limits.scope, main.placement)
+            verdict = Verdict(verdict.level, verdict.headline, (*verdict.sentences, people))
         note = hardware_note(request.hardware)
         if note:
             verdict = Verdict(verdict.level, verdict.headline, (*verdict.sentences, note))
-        comparison = tuple(self._compare_row(model, c, choice, machine, repack) for choice in request.compare)
+        current = _compare_row(request.hardware.label(request.machine) + " (current)", main, _price(request.hardware))
+        comparison = tuple(self._compare_row(model, request, choice) for choice in request.compare)
         return View(
             request=request,
             model=model,
-            targets=tuple(targets),
-            estimate=est,
-            speed=speed,
-            budget=budget_of(est),
-            gpu_layers=layers,
-            max_context_tokens=max_ctx,
-            max_users=users,
+            answer=main,
             verdict=verdict,
             context_curve=curve,
             ladder=ladder,
-            ladder_note=note,
+            ladder_note=ladder_note,
             concurrency=concurrency,
             comparison=comparison,
-            assumptions=tuple(est.assumptions) + tuple(speed.assumptions),
+            current=current,
+            targets=main.targets,
         )
 
-    @staticmethod
-    def _placed(
-        arch, tensors: Sequence[TensorInfo], c: Controls, targets: list[Target], repack: str
-    ) -> tuple[Estimate, int | None]:
-        """The estimate with the asked GPU layers, or with the most that fit ("auto")."""
-        has_gpu = any(t.kind == "gpu" for t in targets)
-        settings = c.settings(repack)
-        if c.gpu_layers is not None or not has_gpu:
-            layers = c.gpu_layers if has_gpu else None
-            return estimate(arch, tensors, settings.model_copy(update={"gpu_layers": layers}), targets), layers
-        # "auto": llama.cpp's --fit (a margin per GPU, experts to system memory before layers).
-        plan = auto_fit(arch, tensors, settings, targets, fixed_cpu_moe=c.n_cpu_moe)
-        if plan.estimate.fits:
-            return plan.estimate, plan.gpu_layers
-        # Nothing that fits: show the full-offload picture, which says how far the GPU is from enough.
-        full = estimate(arch, tensors, settings.model_copy(update={"gpu_layers": None}), targets)
-        return full, arch.n_layer + 1
-
     def _context_curves(
-        self, model: ModelSource, c: Controls, targets: list[Target], repack: str, gpu_layers: int
-    ) -> tuple[ContextCurve, ConcurrencyCurve, int]:
-        key = (id(model), model.label, c.model_copy(update={"context_tokens": 1}), tuple(targets), repack, gpu_layers)
+        self, model: ModelSource, targets: list[Target], request: Request, scope: LimitScope
+    ) -> tuple[ContextCurve, ConcurrencyCurve]:
+        c = request.controls
+        repack = repack_for(request.hardware, request.machine)
+        key = (id(model), model.label, c.model_copy(update={"context_per_user_tokens": 1}), tuple(targets), repack)
         hit = self._curves.get(key)
         if hit is not None:
             return hit
-        arch, tensors = model.arch, model.tensors
-        base = c.settings(repack, gpu_layers=gpu_layers)
+        arch = model.arch
         grid = context_grid(arch.n_ctx_train)
         budgets = []
         for n in grid:
-            s = base.model_copy(update={"context_tokens": min(n * c.users, MAX_CONTEXT_TOKENS)})
-            budgets.append(budget_of(estimate(arch, tensors, s, targets)))
-        per_user_limit = (
-            max_context_tokens(arch, tensors, base, targets, upper=min(arch.n_ctx_train * c.users, MAX_CONTEXT_TOKENS))
-            // c.users
-        )
+            at = c.model_copy(update={"context_per_user_tokens": min(n, MAX_CONTEXT_TOKENS // c.users)})
+            budgets.append(budget_of(_curve_estimate(model, targets, at, repack, scope)))
+        largest = largest_context_per_user(model, targets, c, repack, scope)
         first = budgets[0]
         curve = ContextCurve(
             label=first.label,
@@ -348,57 +331,47 @@ class Evaluator:
             compute_bytes=tuple(b.compute_bytes for b in budgets),
             overhead_bytes=tuple(b.overhead_bytes for b in budgets),
             capacity_bytes=first.capacity_bytes,
-            max_context_tokens=per_user_limit,
+            max_context_tokens=largest,
             projector_bytes=tuple(b.projector_bytes for b in budgets) if c.projector is not None else (),
         )
         users_grid = context_grid(arch.n_ctx_train, points_per_octave=2)
-        no_unified = base.model_copy(update={"kv_unified": False})
         users = tuple(
-            max_parallel_sequences(arch, tensors, no_unified, targets, n, upper=MAX_USERS) for n in users_grid
+            users_that_fit(model, targets, c.model_copy(update={"context_per_user_tokens": n}), repack, scope)
+            for n in users_grid
         )
-        result = (curve, ConcurrencyCurve(users_grid, users), per_user_limit)
+        result = (curve, ConcurrencyCurve(users_grid, users))
         if len(self._curves) > 64:
             self._curves.pop(next(iter(self._curves)))
         self._curves[key] = result
         return result
 
-    def _ladder(
-        self, model: ModelSource, c: Controls, targets: list[Target], repack: str
-    ) -> tuple[tuple[LadderRow, ...], str]:
+    def _ladder(self, model: ModelSource, targets: list[Target], request: Request) -> tuple[tuple[LadderRow, ...], str]:
         rows = []
         failures = []
         key = quality_key(model.arch.arch, model.arch.n_layer, model.arch.n_embd, model.arch.n_vocab)
         for preset in PRESETS:
             if preset.name in ("F32", "MXFP4_MOE") and preset.name != model.quant:
                 continue
-            tensors = self._preset_tensors(model, preset)
-            if isinstance(tensors, str):
+            variant = self._preset_model(model, preset)
+            if isinstance(variant, str):
                 failures.append(preset.name)
                 continue
             try:
-                est, layers = self._placed(model.arch, tensors, c, targets, repack)
+                a = self._answer(variant, targets, request, limits=False)
             except EstimateError:
                 continue
-            speed = estimate_speed(
-                model.arch,
-                tensors,
-                est,
-                targets,
-                prompt_tokens=min(512, est.settings.context_tokens),
-                measured_efficiency=self._efficiency,
-            )
-            b = budget_of(est)
+            b = a.budget
             rows.append(
                 LadderRow(
-                    placement=placement_of(est),
+                    placement=a.placement,
                     preset=preset.name,
                     ppl_increase=preset.ppl_increase,
                     description=preset.description,
                     budget_bytes=b.used_bytes,
                     capacity_bytes=b.capacity_bytes,
-                    fits=est.fits,
-                    gpu_layers=est.gpu_layers,
-                    decode_tokens_per_s=speed.decode_tokens_per_s,
+                    fits=a.fits,
+                    gpu_layers=a.estimate.gpu_layers,
+                    decode_tokens_per_s=a.speed.decode_tokens_per_s,
                     current=preset.name == model.quant,
                     measured=self._measured_quality.get((key, preset.name)),
                 )
@@ -411,60 +384,89 @@ class Evaluator:
             note = f"The quantization ladder is not available for the {model.arch.arch} architecture."
         return tuple(rows), note
 
-    def _compare_row(
-        self, model: ModelSource, c: Controls, choice: HardwareChoice, machine: Machine, repack: str
-    ) -> CompareRow:
+    def _compare_row(self, model: ModelSource, request: Request, choice: HardwareChoice) -> CompareRow:
         try:
-            label = choice.label(machine)
-            targets = resolve_targets(choice, machine)
-            est, _ = self._placed(model.arch, model.tensors, c, targets, repack)
-            speed = estimate_speed(
-                model.arch,
-                model.tensors,
-                est,
-                targets,
-                prompt_tokens=min(512, est.settings.context_tokens),
-                measured_efficiency=self._efficiency,
-            )
+            label = choice.label(request.machine)
+            targets = resolve_targets(choice, request.machine)
+            a = self._answer(model, targets, request, limits=False, hardware=choice)
         except FitScopeError as exc:
             return CompareRow(
                 choice.device_id or choice.kind, 0, 0, False, None, model.arch.n_layer, None, None, str(exc)
             )
-        price = None
-        if choice.kind == "catalog":
-            device = find_device(choice.device_id or "")
-            price = device.price_usd * choice.count if device.price_usd else None
-        b = budget_of(est)
-        has_gpu = any(t.kind == "gpu" for t in targets)
-        return CompareRow(
-            label=label,
-            budget_bytes=b.used_bytes,
-            capacity_bytes=b.capacity_bytes,
-            fits=est.fits,
-            gpu_layers=est.gpu_layers if has_gpu else None,
-            n_layer=model.arch.n_layer,
-            decode_tokens_per_s=speed.decode_tokens_per_s,
-            price_usd=price,
+        return _compare_row(label, a, _price(choice))
+
+
+def _curve_estimate(
+    model: ModelSource, targets: list[Target], controls: Controls, repack: RepackProfile, scope: LimitScope
+) -> Estimate:
+    """The memory-against-context chart's estimate at one context, placed by the rule that decides
+    what fits (so the curve crosses the capacity where the largest context that fits is): every
+    layer on the GPUs ("gpu"), the chosen layers ("fixed"), auto-fit's placement ("any")."""
+    if scope == "any":
+        try:
+            return place(model, targets, controls, repack)[0]
+        except EstimateError:
+            pass
+    layers = controls.gpu_layers if scope == "fixed" and controls.gpu_layers != "auto" else "all"
+    return estimate(model.arch, model.tensors, controls.settings(repack, layers), targets)
+
+
+def _price(choice: HardwareChoice) -> float | None:
+    if choice.kind != "catalog" or not choice.device_id:
+        return None
+    try:
+        device = find_device(choice.device_id)
+    except FitScopeError:
+        return None
+    return device.price_usd * choice.count if device.price_usd else None
+
+
+def _compare_row(label: str, a: Answer, price: float | None) -> CompareRow:
+    b = a.budget
+    return CompareRow(
+        label=label,
+        budget_bytes=b.used_bytes,
+        capacity_bytes=b.capacity_bytes,
+        fits=a.fits,
+        gpu_layers=a.estimate.gpu_layers if a.has_gpus else None,
+        n_layer=a.estimate.n_layer,
+        decode_tokens_per_s=a.speed.decode_tokens_per_s,
+        price_usd=price,
+    )
+
+
+def _smaller_quant(main: Answer, ladder: tuple[LadderRow, ...]) -> str | None:
+    """When the model does not fit: the best-quality preset that fits, on the GPU if any does;
+    otherwise one that runs partly in system memory, said as such with its speed."""
+    if main.fits:
+        return None
+    used = main.budget.used_bytes
+    fitting = [r for r in ladder if r.fits and r.budget_bytes < used]
+    on_gpu = [r for r in fitting if r.placement == "gpu"]
+    if on_gpu:
+        best = on_gpu[-1]
+        return (
+            f"A smaller quantization, {best.preset}, fits on the GPU at this context "
+            f"({quality_words(best.ppl_increase)})."
         )
+    if fitting:
+        best = fitting[-1]
+        return f"A smaller quantization, {best.preset}, {best.placement_words} ({quality_words(best.ppl_increase)})."
+    return None
 
 
 def _error_view(request: Request, model: ModelSource, targets: list[Target], message: str) -> View:
     return View(
         request=request,
         model=model,
-        targets=tuple(targets),
-        estimate=None,
-        speed=None,
-        budget=None,
-        gpu_layers=None,
-        max_context_tokens=0,
-        max_users=0,
+        answer=None,
         verdict=Verdict("red", "These settings are not possible.", (message,)),
         context_curve=None,
         ladder=(),
         ladder_note="",
         concurrency=None,
         comparison=(),
+        targets=tuple(targets),
         error=message,
     )
 
@@ -485,3 +487,4 @@ def evaluate_in_worker(request: Request, demo_path: Callable[[], Path] | None = 
     if request.model.kind == "demo" and _DEMO_PATH is None and demo_path is not None:
         _DEMO_PATH = str(demo_path())
     return _PROCESS_EVALUATOR.evaluate(request, _DEMO_PATH).portable()
+

@@ -11,9 +11,10 @@ enumerates what the device catalog can build —
 
 — and, for each, every llama.cpp quantization preset that meets the user's quality floor (the
 published perplexity increase in plain words, :func:`app.core.model.quant.quality_words`). Each one is
-placed as llama.cpp places it (the estimator's layer split over identical GPUs; MoE experts or
-whole layers moved to system memory as ``--fit`` does when the GPUs are too small), timed with the
-speed model at half the context for every user at once, and priced from the catalog. The passing
+placed and timed by the estimate service exactly as ``fitscope estimate`` and the window do for
+that machine (:func:`app.services.estimate.answer`: llama.cpp's layer split over identical GPUs;
+MoE experts or whole layers moved to system memory as ``--fit`` does, with its margin; decode at
+half the context for every user at once), and priced from the catalog. The passing
 configurations are ranked by the user's preference, one per machine (its best-quality preset that
 passes); :func:`format_advice` writes the answer as ``fitscope advise`` prints it.
 
@@ -30,9 +31,8 @@ case and disk, and DDR5 at a round price per GiB), not a quote.
 
 The parts, by job: :mod:`app.core.advisor.records` (the workload, a configuration's verdict, the
 answer), :mod:`app.core.advisor.configs` (the machines and presets swept),
-:mod:`app.core.advisor.sweep` (the sweep's state and its bounds), :mod:`app.core.advisor.evaluate`
-(one machine's verdicts) and :mod:`app.core.advisor.commands` (launch commands). Their public names
-are importable from here.
+:mod:`app.core.advisor.sweep` (the sweep's state and its bounds), :mod:`app.core.advisor.commands`
+(launch commands and the JSON) and :mod:`app.services.advisor_evaluate` (one machine's verdicts).
 """
 
 from __future__ import annotations
@@ -41,21 +41,20 @@ import math
 import time
 from collections.abc import Callable, Sequence
 
+from app.core.advisor.commands import launch_commands
 from app.core.advisor.configs import (
     OS_RESERVE_BYTES,
     PLATFORMS,
     RAM_USD_PER_GIB,
     catalog_machines,
     load_variants,
-    presets_for,
 )
-from app.core.advisor.evaluate import evaluate_box, evaluate_single
 from app.core.advisor.records import (
     CATEGORY_WORDS,
     QUALITY_FLOORS,
-    Advice,
-    AdviceCancelled,
+    AdviceCancelledError,
     Candidate,
+    HardwareAdvice,
     Preference,
     Workload,
     format_rate,
@@ -64,25 +63,11 @@ from app.core.advisor.records import (
 from app.core.advisor.sweep import Sweep
 from app.core.common.units import GIB
 from app.core.report.verdict import WORDS_PER_TOKEN, gib
-
-# What the command line, the "Which machine?" tab and the tests import from here.
-__all__ = [
-    "CATEGORY_WORDS",
-    "PREFERENCE_WORDS",
-    "QUALITY_FLOORS",
-    "Advice",
-    "AdviceCancelled",
-    "Candidate",
-    "Workload",
-    "advise",
-    "format_advice",
-    "presets_for",
-    "words_to_tokens",
-    "workload_sentence",
-]
+from app.services.advisor_evaluate import evaluate_box, evaluate_single
+from app.services.estimate import decode_depth_tokens
 
 
-def _rank_key(c: Candidate, prefer: Preference) -> tuple:
+def _rank_key(c: Candidate, prefer: Preference) -> tuple[float, float, float]:
     """Sort key of a passing configuration: the preference first, then price, quality and speed."""
     price = c.price_usd if c.price_usd is not None else math.inf
     quality = c.ppl_increase if c.ppl_increase is not None else 9.0
@@ -97,29 +82,29 @@ def advise(
     workload: Workload,
     progress: Callable[[float, str], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
-) -> Advice:
+) -> HardwareAdvice:
     """Every catalog configuration for ``workload``, judged and ranked (see the module docstring).
 
     ``progress(fraction, message)`` is called as the sweep goes, ``should_stop()`` is polled between
     machines. Raises CatalogError / ModelFileError / EstimateError for a model or preset that cannot
-    be read, EstimateError for settings llama.cpp refuses, AdviceCancelled when stopped.
+    be read, EstimateError for settings llama.cpp refuses, AdviceCancelledError when stopped.
     """
     started = time.perf_counter()
     arch, label, path, variants = load_variants(workload)
-    sw = Sweep.start(workload, arch, variants)
+    sw = Sweep.start(workload, arch, label, path, variants)
     boxes, singles = catalog_machines(workload.max_gpus)
     steps = len(boxes) + len(singles)
     done = 0
     for device, count in boxes:
         if should_stop is not None and should_stop():
-            raise AdviceCancelled("Stopped.")
+            raise AdviceCancelledError("Stopped.")
         evaluate_box(sw, device, count)
         done += 1
         if progress is not None and count == workload.max_gpus:
             progress(done / steps, f"{device.name}: 1-{count} GPUs")
     for device in singles:
         if should_stop is not None and should_stop():
-            raise AdviceCancelled("Stopped.")
+            raise AdviceCancelledError("Stopped.")
         evaluate_single(sw, device)
         done += 1
         if progress is not None:
@@ -130,7 +115,7 @@ def advise(
         best.setdefault((c.device_id, c.count), c)
     ranked = sorted(best.values(), key=lambda c: _rank_key(c, workload.prefer))
     failing = tuple(c for c in sw.out if not c.passes)
-    return Advice(
+    return HardwareAdvice(
         workload=workload,
         model_label=label,
         arch=arch,
@@ -154,8 +139,9 @@ def _assumptions(w: Workload) -> tuple[str, ...]:
         for p in PLATFORMS
     )
     return (
-        f"Speed per user at {w.context_tokens // 2:,} tokens into each conversation, all {w.users} user(s) at once; "
-        "a configuration passes when the speed model's typical figure reaches the minimum (the range is shown).",
+        f"Speed per user at {decode_depth_tokens(w.controls(), 512):,} tokens into each conversation, all {w.users} "
+        "user(s) at once, as the estimate for each machine says it; a configuration passes when the speed model's "
+        "typical figure reaches the minimum (the range is shown).",
         f"Quality floor: {QUALITY_FLOORS[w.quality_floor][0]} (llama.cpp's published perplexity increase).",
         f"GPU boxes: llama.cpp's layer split over identical GPUs; host platforms (assumed prices): {platforms}; "
         f"DDR5 at {format_usd(RAM_USD_PER_GIB)} per GiB; the smallest RAM that holds the host's share plus "
@@ -185,13 +171,13 @@ def workload_sentence(w: Workload, model_label: str) -> str:
     users = f"{w.users} users" if w.users > 1 else "one user"
     budget = f", budget {format_usd(w.budget_usd)}" if w.budget_usd else ""
     return (
-        f"{model_label}, {w.context_tokens:,} tokens of context for each of {users}, at least "
+        f"{model_label}, {w.context_per_user_tokens:,} tokens of context for each of {users}, at least "
         f"{w.min_tokens_per_s:g} tokens/s each (about {format_rate(w.min_words_per_s)} words a second); "
         f"{QUALITY_FLOORS[w.quality_floor][0]}{budget}."
     )
 
 
-def format_advice(advice: Advice, top: int = 10, why: Sequence[str] = ()) -> str:
+def format_advice(advice: HardwareAdvice, top: int = 10, why: Sequence[str] = ()) -> str:
     """The answer as ``fitscope advise`` prints it: the ranked machines, the best of each kind, why
     single GPUs of the ranked boxes (and ``why`` device ids) fail, and the launch command of the first."""
     w = advice.workload
@@ -227,7 +213,7 @@ def format_advice(advice: Advice, top: int = 10, why: Sequence[str] = ()) -> str
             lines.append(f"  {c.device_name}: {c.reason}.")
     if advice.ranked:
         first = advice.ranked[0]
-        llama, vllm = advice.commands(first)
+        llama, vllm = launch_commands(advice, first)
         lines += ["", f"Launch #1 ({first.label}, {first.quant}):", f"  {llama}"]
         if vllm:
             lines.append(f"  {vllm}")

@@ -1,4 +1,4 @@
-"""Exports of one evaluated :class:`~app.core.report.scenario.View`: JSON (the CLI's ``estimate --json``
+"""Exports of one evaluated :class:`~app.services.view.View`: JSON (the CLI's ``estimate --json``
 keys plus the window's extras), CSV, a self-contained HTML page to email, and the llama-server /
 llama-cpp-python launch commands that reproduce the estimated settings; and the rows and texts the
 window's tables and model summary show (the comparison, the per-device breakdown, the model's facts).
@@ -12,22 +12,18 @@ import base64
 import csv
 import html
 import io
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from app.core.common.errors import EstimateError, FitScopeError
+from app.core.common.errors import EstimateError
 from app.core.common.units import GIB
-from app.core.memory.commands import server_command
 from app.core.memory.records import MAX_CONTEXT_TOKENS, Estimate
-from app.core.model.catalog import find_device
-from app.core.model.coverage import APPROXIMATE_NOTE, coverage
 from app.core.model.tensors import CACHE_TYPES
-from app.core.report.fit import estimate_json
-from app.core.report.scenario import CompareRow, View
 from app.core.speed.predict import Range
+from app.services.estimate import model_file
+from app.services.tables import BREAKDOWN_HEADER, COMPARE_HEADER, breakdown_rows, compare_cells, comparison_rows
+from app.services.view import View
 
-_MODEL_PLACEHOLDER = "MODEL.gguf"
 _DOT_COLOURS = {"green": "#2e9d4a", "amber": "#e0a100", "red": "#d23c3c"}
 
 
@@ -46,17 +42,8 @@ def _require_estimate(view: View) -> Estimate:
 
 
 def _model_path(view: View, model_path: str | None) -> str:
-    """The GGUF to load: the caller's, else the model's own file, else a placeholder to edit.
-
-    A Hugging Face model's path is its config.json, which llama.cpp cannot load, so only a
-    ``.gguf`` path counts as the model's file.
-    """
-    if model_path:
-        return model_path
-    path = view.model.path if view.model is not None else None
-    if path is not None and path.suffix.lower() == ".gguf":
-        return str(path)
-    return _MODEL_PLACEHOLDER
+    """The GGUF to load: the caller's, else the model's own file, else a placeholder to edit."""
+    return model_file(view.model, model_path)
 
 
 def _ngl(view: View, est: Estimate) -> int:
@@ -69,13 +56,12 @@ def _ngl(view: View, est: Estimate) -> int:
 def report_json(view: View) -> dict[str, Any]:
     """The view as a JSON-serialisable dict.
 
-    With an estimate, the top-level keys are those of ``fitscope estimate --json``: memory figures
-    in bytes (integers, never rounded), ``context_tokens`` as llama.cpp's total ``-c``,
-    ``max_context`` in tokens per user, speeds in tokens/s and ``ttft_s`` in seconds as
-    ``{"low", "high"}``. The window's extras follow: ``hardware``, ``controls``,
-    ``context_tokens_per_user``, ``users``, ``verdict``, ``ladder``, ``comparison`` and ``error``.
-    Without an estimate (impossible settings) the estimate's keys are absent, ``fits`` is false
-    and ``error`` says why.
+    With an answer, the top-level keys are those of ``fitscope estimate --json``
+    (:meth:`app.services.estimate.Answer.to_json`): memory figures in bytes (integers, never
+    rounded), ``context_tokens`` as llama.cpp's total ``-c``, speeds in tokens/s and ``ttft_s`` in
+    seconds as ``{"low", "high"}``. The window's extras follow: ``hardware``, ``controls``,
+    ``verdict``, ``ladder``, ``comparison`` and ``error``. Without an answer (impossible settings)
+    the estimate's keys are absent, ``fits`` is false and ``error`` says why.
     """
     model = view.model
     controls = view.request.controls
@@ -84,23 +70,15 @@ def report_json(view: View) -> dict[str, Any]:
         "architecture": model.arch.arch if model is not None else None,
         "quant": model.quant if model is not None else None,
     }
-    if view.estimate is not None:
-        out |= estimate_json(view.estimate)
+    if view.answer is not None:
+        out |= view.answer.to_json(_model_path(view, None))
     else:
-        out["fits"] = False
-    out["max_context"] = view.max_context_tokens
-    out["max_users_at_context"] = view.max_users
-    if view.speed is not None:
-        out["decode_tokens_per_s"] = view.speed.decode_tokens_per_s.as_dict()
-        out["decode_total_tokens_per_s"] = view.speed.decode_total_tokens_per_s.as_dict()
-        out["prefill_tokens_per_s"] = view.speed.prefill_tokens_per_s.as_dict()
-        out["ttft_s"] = view.speed.ttft_s.as_dict()
-    out["assumptions"] = list(view.assumptions)
+        out |= {"fits": False, "assumptions": []}
     out |= {
+        "context_per_user_tokens": controls.context_per_user_tokens,
+        "users": controls.users,
         "hardware": view.hardware_label,
         "controls": controls.model_dump(),
-        "context_tokens_per_user": controls.context_tokens,
-        "users": controls.users,
         "verdict": {"level": view.verdict.level, "headline": view.verdict.headline, "text": view.verdict.text},
         "ladder": [
             {
@@ -253,8 +231,7 @@ def _kv_table(rows: list[tuple[str, str]]) -> str:
 def _gpu_layers_text(view: View) -> str:
     est = view.estimate
     if est is None:
-        chosen = view.request.controls.gpu_layers
-        return "auto" if chosen is None else str(chosen)
+        return str(view.request.controls.gpu_layers)
     if not _has_gpu(view):
         return "0 (CPU only)"
     return f"{est.gpu_layers} of {est.n_layer + 1}"
@@ -264,13 +241,13 @@ def _settings_rows(view: View) -> list[tuple[str, str]]:
     c = view.request.controls
     est = view.estimate
     # Without an estimate, -c is what Controls.settings would have asked llama.cpp for.
-    n_ctx = est.settings.context_tokens if est is not None else min(c.context_tokens * c.users, MAX_CONTEXT_TOKENS)
+    n_ctx = est.settings.context_tokens if est is not None else min(c.n_ctx_tokens, MAX_CONTEXT_TOKENS)
     k, v = (
         (est.settings.cache_type_k, est.settings.cache_type_v) if est is not None else (c.cache_type_k, c.cache_type_v)
     )
     flash = est.settings.flash_attn if est is not None else c.flash_attn
     return [
-        ("Context per user (tokens)", f"{c.context_tokens:,}"),
+        ("Context per user (tokens)", f"{c.context_per_user_tokens:,}"),
         ("Users", str(c.users)),
         ("llama.cpp -c (tokens)", f"{n_ctx:,}"),
         ("K cache type", k),
@@ -291,133 +268,6 @@ def _image_tags(images: dict[str, bytes]) -> str:
             f'<figcaption style="font-size:12px;color:#555555;">{_e(caption)}</figcaption></figure>'
         )
     return "".join(parts)
-
-
-COMPARE_HEADER = ["Hardware", "Memory needed", "Memory there", "Fits", "Expected tokens/s", "Price (USD)"]
-
-
-def current_row(view: View) -> CompareRow | None:
-    """The hardware the view is for, as a row of the comparison (None without an estimate)."""
-    est, budget = view.estimate, view.budget
-    if est is None or budget is None:
-        return None
-    hw = view.request.hardware
-    price = None
-    if hw.kind == "catalog" and hw.device_id:
-        try:
-            device = find_device(hw.device_id)
-        except FitScopeError:
-            device = None
-        if device is not None and device.price_usd:
-            price = device.price_usd * hw.count
-    has_gpu = any(t.kind == "gpu" for t in view.targets)
-    return CompareRow(
-        label=view.hardware_label + " (current)",
-        budget_bytes=budget.used_bytes,
-        capacity_bytes=budget.capacity_bytes,
-        fits=est.fits,
-        gpu_layers=est.gpu_layers if has_gpu else None,
-        n_layer=est.n_layer,
-        decode_tokens_per_s=view.speed.decode_tokens_per_s if view.speed else None,
-        price_usd=price,
-    )
-
-
-def comparison_rows(view: View) -> list[CompareRow]:
-    """The comparison as the window and the report show it: the current hardware first."""
-    current = current_row(view)
-    return ([current] if current is not None else []) + list(view.comparison)
-
-
-def compare_cells(r: CompareRow) -> list[str]:
-    """One comparison row in words (``COMPARE_HEADER``'s columns). A row that failed has only its
-    label and the reason; hardware that cannot hold the model gets no speed (nothing would run)."""
-    if r.error:
-        return [r.label, "-", "-", r.error, "-", "-"]
-    fit_text = "yes" if r.fits else "no"
-    if r.fits and r.gpu_layers is not None and r.gpu_layers < r.n_layer + 1:
-        fit_text = f"partly ({r.gpu_layers} of {r.n_layer + 1} layers on GPU)"
-    decode = r.decode_tokens_per_s
-    return [
-        r.label,
-        f"{r.budget_bytes / GIB:.1f} GiB",
-        f"{r.capacity_bytes / GIB:.1f} GiB",
-        fit_text,
-        f"{decode.low:,.0f}-{decode.high:,.0f}" if decode and r.fits else "-",
-        f"${r.price_usd:,.0f}" if r.price_usd else "unknown",
-    ]
-
-
-BREAKDOWN_HEADER = [
-    "Device",
-    "Weights",
-    "KV cache",
-    "Compute",
-    "Output",
-    "Overhead",
-    "Vision projector",
-    "Total",
-    "Capacity",
-]
-
-
-def breakdown_rows(view: View) -> list[list[str]]:
-    """The per-device table under the window's Details (``BREAKDOWN_HEADER``'s columns), in GiB
-    with two decimals. Weights include the CPU's rearranged copy, the KV cache any recurrent state.
-    Empty without an estimate."""
-    if view.estimate is None:
-        return []
-    return [
-        [d.name]
-        + [
-            f"{v / GIB:,.2f}"
-            for v in (
-                d.weights_bytes + d.repack_bytes,
-                d.kv_cache_bytes + d.recurrent_state_bytes,
-                d.compute_bytes,
-                d.output_bytes,
-                d.overhead_bytes,
-                d.projector_bytes,
-                d.total_bytes,
-                d.capacity_bytes,
-            )
-        ]
-        for d in view.estimate.devices
-    ]
-
-
-@dataclass(frozen=True)
-class ModelSummary:
-    """What the window says about the model under its list: ``name`` (shown bold), ``kind``
-    ("architecture, quantization") and one plain sentence per line."""
-
-    name: str
-    kind: str
-    lines: tuple[str, ...]
-
-
-def model_summary(view: View, demo_name: str, demo_license: str) -> ModelSummary | None:
-    """The model's facts: parameters, layers, KV heads, trained context, whether its architecture's
-    memory rules are proven, its file, and the ladder's note. The built-in demo model is called
-    ``demo_name`` and its ``demo_license`` is quoted. None when the view has no model."""
-    m = view.model
-    if m is None:
-        return None
-    arch = m.arch
-    kv = arch.n_head_kv if isinstance(arch.n_head_kv, int) else f"{min(arch.n_head_kv)}-{max(arch.n_head_kv)}"
-    params = f"{arch.params_billions:g} billion parameters" if arch.params_billions else "parameters unknown"
-    is_demo = view.request.model.kind == "demo"
-    lines = [f"{params}; {arch.n_layer} layers; {kv} KV heads; trained context {arch.n_ctx_train:,} tokens"]
-    rules = coverage(arch.arch)
-    if rules.status != "exact":
-        lines.append(f"Memory rules for {arch.arch}: {APPROXIMATE_NOTE} ({rules.detail}).")
-    if m.path is not None:
-        lines.append(f"File: {m.path.name} (in {m.path.parent})")
-    if is_demo:
-        lines.append(f"Built-in demo model. License: {demo_license}")
-    if view.ladder_note:
-        lines.append(view.ladder_note)
-    return ModelSummary(name=demo_name if is_demo else m.label, kind=f"{arch.arch}, {m.quant}", lines=tuple(lines))
 
 
 def report_html(view: View, images: dict[str, bytes]) -> str:
@@ -519,10 +369,9 @@ def llama_server_command(view: View, model_path: str | None = None) -> str:
     context in tokens, ``-np`` the users). ``model_path`` overrides the model's own GGUF; without
     either, ``MODEL.gguf`` stands in. Raises EstimateError when the view has no estimate.
     """
-    est = _require_estimate(view)
-    gpus_hidden = any(t.kind == "gpu" for t in view.targets) and not any(d.kind == "gpu" for d in est.devices)
-    sliding = view.model is not None and view.model.arch.sliding_window is not None
-    return server_command(est, _model_path(view, model_path), _ngl(view, est), sliding, gpus_hidden)
+    _require_estimate(view)
+    assert view.answer is not None
+    return view.answer.command(_model_path(view, model_path))
 
 
 def llama_cpp_python_snippet(view: View, model_path: str | None = None) -> str:
