@@ -442,6 +442,14 @@ def open_model(llama_cpp: Any, settings: Any) -> Any:
     )
 
 
+def _context_sentence(n_prompt: int, settings: RunSettings, n_ctx: int) -> str:
+    needed = n_prompt + settings.max_tokens + settings.depth_tokens
+    return (
+        f"the prompt ({n_prompt} tokens) and {settings.max_tokens} new tokens need a context "
+        f"of {needed}, more than the {n_ctx} set; raise the context or shorten the prompt"
+    )
+
+
 def _child_run(child: ChildChannel, settings: RunSettings) -> int:
     started_at = time.time()
     import llama_cpp
@@ -464,6 +472,12 @@ def _child_run(child: ChildChannel, settings: RunSettings) -> int:
         return 1
     load_s = time.perf_counter() - t0
     parsed = parse_llama_log(log.text())
+    if settings.prompt_tokens or settings.mode == "bench":
+        # A synthetic prompt's length is known: refuse it before building it (a billion tokens
+        # would take gigabytes just to be refused afterwards).
+        known = settings.prompt_tokens or 512
+        if known + settings.max_tokens + settings.depth_tokens > llm.n_ctx():
+            return child.fail(_context_sentence(known, settings, llm.n_ctx()))
     renderer = PromptRenderer(llama_cpp, llm, settings.chat and not settings.prompt_tokens, settings.system_prompt)
     try:
         prompt = _prompt_tokens(llm, settings, renderer) if settings.mode == "generate" else []
@@ -495,10 +509,7 @@ def _child_run(child: ChildChannel, settings: RunSettings) -> int:
         )
     )
     if needed > llm.n_ctx():
-        return child.fail(
-            f"the prompt ({n_prompt} tokens) and {settings.max_tokens} new tokens need a context "
-            f"of {needed}, more than the {llm.n_ctx()} set; raise the context or shorten the prompt"
-        )
+        return child.fail(_context_sentence(n_prompt, settings, llm.n_ctx()))
     for run in range(settings.repeat):
         if settings.mode == "bench":
             _bench(child, llama_cpp, llm, settings, run)

@@ -44,7 +44,7 @@ from typing import Any
 
 from app.adapters.child import child_env, module_command
 from app.adapters.child_protocol import ChildEvent
-from app.core.common.errors import FitScopeError
+from app.adapters.rpc_hello import RpcError, rpc_hello, split_endpoint
 from app.core.common.units import MIB
 from app.core.plans.rpc import RpcBufferCheck, RpcPlan
 from app.core.speed.measure import RunResult, RunSettings
@@ -57,10 +57,6 @@ STOP_GRACE_S = 2.0
 _GGML_BACKEND_DEVICE_TYPE_CPU = 0  # enum ggml_backend_dev_type, ggml-backend.h
 _GGML_BACKEND_DEVICE_TYPE_GPU = 1
 _GGML_BACKEND_DEVICE_TYPE_IGPU = 2
-
-
-class RpcError(FitScopeError):
-    """The RPC backend is missing, a server would not start, or a server is unreachable."""
 
 
 # -- is it built in? ------------------------------------------------------------------------------
@@ -115,14 +111,6 @@ def require_rpc_backend() -> None:
 
 
 # -- endpoints ------------------------------------------------------------------------------------
-
-
-def split_endpoint(endpoint: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:50052`` for IPv6) → (host, port). Raises RpcError."""
-    host, sep, port = endpoint.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise RpcError(f"'{endpoint}' is not HOST:PORT (e.g. 127.0.0.1:50052).")
-    return host.strip("[]"), int(port)
 
 
 def parse_endpoints(text: str) -> tuple[str, ...]:
@@ -245,11 +233,16 @@ class LocalRpcServers:
                         f"The RPC server at {endpoint} exited at start (status {proc.returncode})"
                         + (f": {tail}" if tail else ".")
                     )
-                if answers(endpoint, timeout_s=0.2):
+                try:
+                    # Up only once it answers llama.cpp's hello: anything else may accept on a port.
+                    rpc_hello(endpoint, timeout_s=1.0)
+                except RpcError:
+                    pass
+                else:
                     del waiting[endpoint]
             if waiting and time.monotonic() > deadline:
                 raise RpcError(
-                    f"The RPC server(s) at {', '.join(waiting)} accepted no connection within "
+                    f"The RPC server(s) at {', '.join(waiting)} did not answer llama.cpp's RPC hello within "
                     f"{self.start_timeout_s:g} s."
                 )
             if waiting:
@@ -408,9 +401,10 @@ def register_rpc_servers(endpoints: Sequence[str]) -> Any:
     # An unreachable server or a dropped connection makes ggml-rpc abort; skip the gdb backtrace
     # ggml would otherwise attach, so that the process ends at once.
     os.environ.setdefault("GGML_NO_BACKTRACE", "1")
-    gone = unreachable(endpoints)
-    if gone:
-        raise RpcError(f"No RPC server answers at {', '.join(gone)}.")
+    # llama.cpp's own connection has no timeout: a server that accepts and never answers (or
+    # trickles bytes) would hang the load without a word. Each must answer the hello in time first.
+    for endpoint in endpoints:
+        rpc_hello(endpoint)
     from llama_cpp._ggml import libggml as g
 
     pointer, text = ctypes.c_void_p, ctypes.c_char_p

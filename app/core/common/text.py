@@ -15,6 +15,7 @@ through here: it carries the exact text, with JSON's own escapes.
 from __future__ import annotations
 
 import re
+import shlex
 
 _ESCAPE_SEQUENCE = re.compile(
     r"""
@@ -57,3 +58,29 @@ def safe_label(text: object, limit: int | None = None) -> str:
     if limit is not None and len(cleaned) > limit:
         return cleaned[: max(limit - 1, 0)] + "…"
     return cleaned
+
+
+def undecodable(text: str) -> bool:
+    """Whether ``text`` holds bytes that were not UTF-8 (a file name read with surrogate escapes)."""
+    return _OTHER_SURROGATE.search(text) is not None
+
+
+def shell_quote(text: str) -> str:
+    """``text`` as one word of a POSIX shell command naming exactly it: ``shlex.quote`` for
+    printable text; for text with control characters or bytes that are not UTF-8 (a file name
+    read with surrogate escapes), bash and zsh's ``$'...'`` quoting with ``\\xNN`` for each such
+    byte, so that the command names the real file and the terminal sees no control character."""
+    if text.isprintable() and not undecodable(text):
+        return shlex.quote(text)
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a lone surrogate that is no escaped byte
+        raw = text.encode("utf-8", "surrogatepass")
+    out = []
+    for byte in raw:
+        char = chr(byte)
+        if 0x20 <= byte < 0x7F and char not in "\\'":
+            out.append(char)
+        else:
+            out.append(f"\\x{byte:02x}")
+    return "$'" + "".join(out) + "'"

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import shlex
-
+from app.core.common.text import shell_quote
 from app.core.memory.records import Estimate
 
 
@@ -17,12 +16,13 @@ def server_command(
 ) -> str:
     """The one llama-server command builder: the estimate's context settings and placement as
     llama-server flags (``--n-cpu-moe`` for experts kept in RAM, ``--device none`` when the GPUs
-    must be hidden, ``--swa-full`` only where the model has a sliding window)."""
+    must be hidden, ``--swa-full`` only where the model has a sliding window). File names are
+    quoted as they are on disk, bytes that are not UTF-8 included (:func:`shell_quote`)."""
     s = est.settings
     args = [
         "llama-server",
         "-m",
-        shlex.quote(model_path),
+        shell_quote(model_path),
         "-c",
         str(s.context_tokens),
         "-np",
@@ -41,7 +41,7 @@ def server_command(
         str(gpu_layers),
     ]
     if s.mmproj is not None:
-        args += ["--mmproj", shlex.quote(s.mmproj.file_name)]
+        args += ["--mmproj", shell_quote(s.mmproj.file_name)]
         if not s.mmproj_offload:
             args.append("--no-mmproj-offload")
     if len(tensor_split) > 1:
