@@ -27,6 +27,7 @@ from app.core.quality.suite_schema import (
     REGEX_TIME_LIMIT_S,
     RegexTimeout,
     budget_validator,
+    check_budget,
     schema_policy_problem,
     timed_search,
 )
@@ -386,7 +387,8 @@ def check_answer(check: Check, answer: str) -> CheckResult:
     """Judge one answer. Never raises: a broken check is a failed result saying so; a pattern
     that takes longer than REGEX_TIME_LIMIT_S fails its check."""
     try:
-        return _check_answer(check, answer)
+        with check_budget():
+            return _check_answer(check, answer)
     except RegexTimeout as exc:
         return CheckResult(False, _timeout_reason(exc.pattern))
     except RecursionError:

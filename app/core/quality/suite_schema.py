@@ -17,6 +17,9 @@ comparison after every variant has run:
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,7 +27,9 @@ import regex
 from jsonschema import ValidationError
 from jsonschema.validators import extend, validator_for
 
-REGEX_TIME_LIMIT_S = 1.0
+REGEX_TIME_LIMIT_S = 0.5
+CHECK_TIME_LIMIT_S = 2.0
+"""All the pattern matching one check may do (a schema may hold many patterns, an answer many keys)."""
 MAX_SCHEMA_DEPTH = 32
 MAX_PATTERN_CHARS = 2000
 _REFUSED_KEYWORDS = ("$dynamicRef", "$recursiveRef", "$id", "id")
@@ -49,11 +54,29 @@ def compile_problem(pattern: str) -> str | None:
     return None
 
 
-def timed_search(pattern: str, text: str, flags: int = 0) -> Any:
-    """``regex.search`` held to REGEX_TIME_LIMIT_S. Raises RegexTimeout past it, regex.error for
-    an invalid pattern."""
+_budget = threading.local()
+
+
+@contextlib.contextmanager
+def check_budget(seconds: float = CHECK_TIME_LIMIT_S) -> Iterator[None]:
+    """Within the block, every :func:`timed_search` together gets at most ``seconds``."""
+    previous = getattr(_budget, "deadline", None)
+    _budget.deadline = time.monotonic() + seconds
     try:
-        return regex.search(pattern, text, flags, timeout=REGEX_TIME_LIMIT_S)
+        yield
+    finally:
+        _budget.deadline = previous
+
+
+def timed_search(pattern: str, text: str, flags: int = 0) -> Any:
+    """``regex.search`` held to REGEX_TIME_LIMIT_S (and to what is left of an enclosing
+    :func:`check_budget`). Raises RegexTimeout past it, regex.error for an invalid pattern."""
+    deadline = getattr(_budget, "deadline", None)
+    limit = REGEX_TIME_LIMIT_S if deadline is None else min(REGEX_TIME_LIMIT_S, deadline - time.monotonic())
+    if limit <= 0:
+        raise RegexTimeout(pattern)
+    try:
+        return regex.search(pattern, text, flags, timeout=limit)
     except TimeoutError:
         raise RegexTimeout(pattern) from None
 
