@@ -68,6 +68,8 @@ HOSTILE_TEMPLATES = {
     ),
     "a 31 MB template": "'x' * (31 * 1024 * 1024)",
     "a padded method call": repr("{{ 'a'.ljust(10**9) }}"),
+    # Found by scripts/fuzz.py: Python refused the code Jinja made ("too many levels of indentation").
+    "loops nested 200 deep": repr("{% for k in range(1) %}" * 200 + "{% endfor %}" * 200),
 }
 
 

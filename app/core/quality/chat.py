@@ -247,8 +247,10 @@ def compile_template(template: str) -> Any:
         )
     try:
         return BudgetSandbox().from_string(template)
-    except RecursionError:
+    except (RecursionError, SyntaxError):  # Python refuses the code Jinja made ("too many levels of indentation")
         raise ChatTemplateError(f"{TEMPLATE_NAME} nests too deeply to compile") from None
+    except MemoryError:
+        raise TemplateBudgetError(f"{TEMPLATE_NAME} needed more memory than FitScope allows to compile") from None
     except (TemplateError, ValueError, TypeError, OverflowError) as exc:
         raise ChatTemplateError(f"{TEMPLATE_NAME} cannot be rendered: {exc}") from None
 
