@@ -1,5 +1,6 @@
-"""A quick fuzz run: mutated GGUF headers, odd config.json files and command lines never end in a
-traceback, a hang or a memory blow-up (scripts/fuzz.py runs the long version and counts)."""
+"""A quick fuzz run: mutated GGUF headers, odd config.json files and command lines, and what files
+control (chat templates, suites, kept runs, settings files) never end in a traceback, a hang or a
+memory blow-up (scripts/fuzz.py runs the long version and counts)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,16 @@ from tests.fuzz_targets import (
     command_case,
     config_case,
     gguf_case,
+    kept_run_case,
     mutate_gguf,
     random_command,
     random_config,
+    random_suite,
+    random_template,
+    settings_case,
     small_seeds,
+    suite_case,
+    template_case,
 )
 
 
@@ -61,3 +68,27 @@ def test_odd_config_json(rng):
 @given(rng=st.randoms(use_true_random=False))
 def test_odd_command_lines(tmp_path: Path, rng):
     _ok(command_case(random_command(random.Random(rng.random()), tmp_path)))
+
+
+@fuzz(8)
+@given(rng=st.randoms(use_true_random=False))
+def test_hostile_chat_templates(rng):
+    _ok(template_case(random_template(random.Random(rng.random()))))
+
+
+@fuzz(60)
+@given(rng=st.randoms(use_true_random=False))
+def test_odd_suites(rng):
+    _ok(suite_case(*random_suite(random.Random(rng.random()))))
+
+
+@fuzz(40)
+@given(rng=st.randoms(use_true_random=False))
+def test_odd_kept_runs(tmp_path, rng):
+    _ok(kept_run_case(random.Random(rng.random()), tmp_path / "data"))
+
+
+@fuzz(40)
+@given(rng=st.randoms(use_true_random=False))
+def test_odd_settings_files(tmp_path, rng):
+    _ok(settings_case(random.Random(rng.random()), tmp_path / "config"))

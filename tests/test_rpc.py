@@ -11,7 +11,7 @@ import threading
 import psutil
 import pytest
 
-from app.adapters import rpc_servers
+from app.adapters import rpc_backend
 from app.adapters.child_protocol import ChildEvent, Token
 from app.adapters.llamacpp_runner import RunError
 from app.adapters.rpc_backend import RpcError, parse_endpoints, rpc_backend_problem
@@ -39,7 +39,7 @@ def test_endpoints_are_parsed_as_llama_cpp_takes_them():
 
 
 def test_a_missing_rpc_backend_says_how_to_rebuild(monkeypatch):
-    monkeypatch.setattr(rpc_servers, "rpc_library_path", lambda: None)
+    monkeypatch.setattr(rpc_backend, "rpc_library_path", lambda: None)
     rpc_backend_problem.cache_clear()
     try:
         problem = rpc_backend_problem()
@@ -107,9 +107,9 @@ def _children() -> list[psutil.Process]:
 def test_local_servers_accept_connections_and_leave_nothing_behind():
     with LocalRpcServers(2) as servers:
         assert len(servers.endpoints) == 2 and len(set(servers.endpoints)) == 2
-        assert rpc_servers.unreachable(servers.endpoints) == []
+        assert rpc_backend.unreachable(servers.endpoints) == []
         pids = servers.pids
-    assert rpc_servers.unreachable(servers.endpoints) == list(servers.endpoints)
+    assert rpc_backend.unreachable(servers.endpoints) == list(servers.endpoints)
     assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids)
 
 

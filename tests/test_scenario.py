@@ -311,7 +311,7 @@ def test_unreadable_preferences_give_defaults_and_a_reason(tmp_path, content):
     prefs, note = load_preferences(path)
     assert prefs == Preferences()
     assert note.startswith("Your saved settings could not be read")
-    assert not path.exists() and path.with_suffix(".json.unreadable").exists()
+    assert not path.exists() and path.with_name("settings.json.bad").exists()
 
 
 def test_estimate_error_is_a_fitscope_error():

@@ -419,7 +419,7 @@ def test_unreadable_saved_settings_fall_back_to_defaults_with_a_message(qtbot, t
         window.show()
     assert "could not be read" in blocker.args[0]
     assert window.preferences == Preferences()
-    assert services.prefs_path.with_suffix(".json.unreadable").exists()
+    assert services.prefs_path.with_name("settings.json.bad").exists()
 
 
 def test_a_saved_model_file_that_vanished_falls_back_to_the_demo(qtbot, tmp_path, demo_gguf):

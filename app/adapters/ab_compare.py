@@ -6,8 +6,12 @@ reference on a text (``app.adapters.divergence_runner``, cached per file and tex
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
+import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -18,6 +22,7 @@ from app.adapters.divergence_runner import (
     measure_divergence,
     record_measured_quality,
 )
+from app.adapters.paths import data_dir
 from app.adapters.suite_runner import Agreement, PromptDone, PromptJob, SuiteRun, SuiteRunSettings, run_suite
 from app.core.common.errors import FitScopeError
 from app.core.memory.estimate import estimate
@@ -29,7 +34,35 @@ from app.core.quality.suite import Suite
 from app.core.report.verdict import budget_of
 
 MAX_VARIANTS = 4
+KEPT_ANSWER_FILES = 10
 Progress = Callable[[float, str], None]
+
+
+def answers_dir() -> Path:
+    """Where each comparison's measured answers are kept before they are scored."""
+    return data_dir() / "compare-answers"
+
+
+def keep_answers(paths: Sequence[str | Path], runs: dict[int, SuiteRun]) -> Path | None:
+    """Write every variant's answers and figures to a file of their own before scoring, so that a
+    check that fails however it fails cannot lose what took minutes to measure; the newest
+    KEPT_ANSWER_FILES are kept. Returns the file, or None when it could not be written."""
+    folder = answers_dir()
+    target = folder / f"answers-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.json"
+    payload = {"variants": [{"gguf_path": str(paths[i]), "run": runs[i].model_dump(mode="json")} for i in runs]}
+    partial = target.with_suffix(".partial")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        partial.write_text(json.dumps(payload), encoding="utf-8")
+        os.replace(partial, target)
+    except (OSError, ValueError):
+        with contextlib.suppress(OSError):
+            partial.unlink()
+        return None
+    with contextlib.suppress(OSError):
+        for old in sorted(folder.glob("answers-*.json"))[:-KEPT_ANSWER_FILES]:
+            old.unlink()
+    return target
 
 
 def prompt_jobs(suites: Sequence[Suite]) -> tuple[PromptJob, ...]:
@@ -123,13 +156,18 @@ def compare_variants(
         if rank == 0:
             reference = {o.id: list(o.tokens) for o in run.outcomes}
 
+    kept = keep_answers(paths, runs)
     variants = []
     for i in order:
         run, model = runs[i], models[i]
         est = estimate(model.arch, model.tensors, settings, targets)
         answers = {tuple(o.id.split("/", 1)): o.text for o in run.outcomes}
         errors = {tuple(o.id.split("/", 1)): o.error for o in run.outcomes if o.error}
-        rates, checked = score(suites, answers, errors)  # type: ignore[arg-type]
+        try:
+            rates, checked = score(suites, answers, errors)  # type: ignore[arg-type]
+        except (RecursionError, MemoryError, ValueError, TypeError) as exc:  # a check must never lose the runs
+            where = f"; the answers are kept in {kept}" if kept is not None else ""
+            raise FitScopeError(f"Scoring the answers of {Path(paths[i]).name} failed ({exc}){where}.") from exc
         ref_tokens = sum(o.reference_tokens or 0 for o in run.outcomes)
         is_reference = i == order[0]
         variants.append(
@@ -158,6 +196,8 @@ def compare_variants(
             )
         )
     notes = [f"Reference (highest precision): {variants[0].label}."]
+    if measured is not None:
+        notes += measured.notes
     if measured is not None:
         variants = [dataclasses.replace(v, divergence=measured.figures.get(v.gguf_path)) for v in variants]
         others = [v for v in variants if not v.is_reference]

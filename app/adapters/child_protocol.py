@@ -41,6 +41,7 @@ from pydantic import BaseModel, ValidationError
 
 from app.adapters.child import start_child
 from app.core.common.errors import FitScopeError
+from app.core.common.text import safe_label, shell_quote, undecodable
 from app.core.common.units import Frozen
 
 STOP_GRACE_S = 1.0
@@ -246,8 +247,17 @@ def parse_event(line: str, vocabulary: Mapping[str, type[ChildEvent]]) -> ChildE
 
 
 def require_file(path: str | os.PathLike[str], error: type[FitScopeError]) -> Path:
-    """``path`` when it is a regular file; raises ``error`` saying it does not exist otherwise."""
+    """``path`` when it is a regular file with a UTF-8 name; raises ``error`` in one sentence
+    otherwise. llama-cpp-python encodes a model's path as UTF-8 before llama.cpp opens it, so a
+    name with other bytes (read with surrogate escapes) cannot reach it: the sentence says how to
+    rename it, quoting the real bytes."""
     p = Path(path)
+    if undecodable(str(p)):
+        fixed = p.name.encode("utf-8", "surrogateescape").decode("utf-8", "replace").replace("\ufffd", "_")
+        raise error(
+            f"{safe_label(p.name)}: its file name is not valid UTF-8, and llama-cpp-python opens models by "
+            f"UTF-8 names only; rename it, e.g. mv {shell_quote(str(p))} {shell_quote(str(p.with_name(fixed)))}"
+        )
     if not p.is_file():
         raise error(f"{p} does not exist or is not a file.")
     return p
@@ -294,6 +304,14 @@ class WorkerProcess:
         args: Sequence[str] = (),
     ) -> None:
         event_types = tuple(events)
+        # Serialised before the child starts: a value JSON cannot carry (a file name that is not
+        # UTF-8) is refused here, rather than leaving the child waiting for a line never sent.
+        try:
+            first_line = settings.model_dump_json() + "\n" if settings is not None else None
+        except (ValueError, TypeError) as exc:
+            raise FitScopeError(
+                f"{safe_label(name)}: its settings cannot be sent to the worker process ({safe_label(exc, 200)})."
+            ) from None
         self.settings = settings
         self.name = name
         self.timeout_s = timeout_s
@@ -316,10 +334,10 @@ class WorkerProcess:
             self._timer.start()
         with self._stdin_lock, contextlib.suppress(OSError, ValueError):
             assert self._proc.stdin is not None
-            if settings is None:
+            if first_line is None:
                 self._proc.stdin.close()
             else:
-                self._proc.stdin.write(settings.model_dump_json() + "\n")
+                self._proc.stdin.write(first_line)
                 self._proc.stdin.flush()
 
     # -- state --

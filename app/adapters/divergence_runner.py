@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import sys
 import threading
@@ -62,9 +63,11 @@ from app.adapters.child_protocol import (
     serve_child,
 )
 from app.adapters.cpu_topology import with_llama_threads
+from app.adapters.divergence_cache import CACHE_LIMIT_BYTES, usable_cache_file
 from app.adapters.llamacpp_runner import RunError, open_model
 from app.adapters.paths import data_dir
 from app.core.common.errors import FitScopeError
+from app.core.common.files import move_aside, read_json_file
 from app.core.common.units import Frozen
 from app.core.model.catalog import RESOURCES_DIR
 from app.core.quality.divergence import (
@@ -78,9 +81,9 @@ from app.core.quality.divergence import (
 SCORE_BATCH = 128
 BUILTIN_TEXT = RESOURCES_DIR / "texts" / "pride-and-prejudice-1-3.txt"
 BUILTIN_TEXT_NAME = "Pride and Prejudice, chapters 1-3 (Jane Austen, 1813)"
-CACHE_LIMIT_BYTES = 512 * 1024**2
 
 OnProgress = Callable[[float, str], None]
+_log = logging.getLogger(__name__)
 
 
 class DivergenceSettings(Frozen):
@@ -152,6 +155,7 @@ class DivergenceResult:
     values: dict[str, PositionValues]
     cached: dict[str, bool]
     seconds: float
+    notes: tuple[str, ...] = ()  # cache files that were unusable and measured again
 
     def pair_sentence(self, a: str, b: str, label_a: str, label_b: str) -> str:
         """Whether two variants' KL differ beyond chance on the same positions, in a sentence."""
@@ -211,20 +215,33 @@ def record_measured_quality(records: Sequence[MeasuredQuality]) -> None:
 _read_cache: dict[tuple[str, int, int], tuple[MeasuredQuality, ...]] = {}
 
 
+MAX_MEASURED_QUALITY_BYTES = 4 * 1024**2  # a record per model and preset: a few KiB
+
+
 def measured_quality() -> tuple[MeasuredQuality, ...]:
-    """Every recorded measurement (none when the file is missing or unreadable). Read again only
-    when the file changes: the window asks on every estimate."""
+    """Every recorded measurement (none when the file is missing or unreadable; a file that is not
+    a list of measurements is moved aside as ``.bad``). Read again only when the file changes: the
+    window asks on every estimate."""
     path = measured_quality_path()
     try:
         st = path.stat()
-        key = (str(path), st.st_mtime_ns, st.st_size)
-        if key not in _read_cache:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            _read_cache.clear()
-            _read_cache[key] = tuple(MeasuredQuality.model_validate(m) for m in data)
-        return _read_cache[key]
-    except (OSError, ValueError, TypeError):
+    except OSError:
         return ()
+    key = (str(path), st.st_mtime_ns, st.st_size)
+    if key in _read_cache:
+        return _read_cache[key]
+    try:
+        data = read_json_file(path, "measured quality file", MAX_MEASURED_QUALITY_BYTES)
+        if not isinstance(data, list):
+            raise ValueError("not a list")
+        records = tuple(MeasuredQuality.model_validate(m) for m in data)
+    except (FitScopeError, ValueError, TypeError) as exc:
+        _log.warning("%s is unreadable (%s); moved aside", path, exc)
+        move_aside(path)
+        return ()
+    _read_cache.clear()
+    _read_cache[key] = records
+    return records
 
 
 def _llama_version() -> str:
@@ -329,9 +346,14 @@ def measure_divergence(
     ref_file = folder / f"ref-{ref_key}.npz"
     var_files = {v: folder / f"var-{variant_key(v, ref_key)}.npz" for v in variants}
     passes: list[tuple[str, Literal["reference", "variant"], Path]] = []
-    if not ref_file.is_file():
+    notes: list[str] = []
+    if not usable_cache_file(ref_file, "reference", notes):
         passes.append((reference, "reference", ref_file))
-    passes += [(v, "variant", f) for v, f in var_files.items() if not f.is_file()]
+        # Variants measured against another copy of the reference must be measured again too.
+        for f in var_files.values():
+            with contextlib.suppress(OSError):
+                f.unlink()
+    passes += [(v, "variant", f) for v, f in var_files.items() if not usable_cache_file(f, "variant", notes)]
     names = labels or {}
 
     def label(path: str) -> str:
@@ -394,6 +416,7 @@ def measure_divergence(
         values=values,
         cached={p: p not in done for p in [reference, *variants]},
         seconds=time.perf_counter() - started,
+        notes=tuple(notes),
     )
 
 

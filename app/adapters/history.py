@@ -26,8 +26,10 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from app.adapters.kept_runs import keep_unsaved, read_kept_run, unsaved_runs_dir
 from app.adapters.paths import data_dir
 from app.core.common.errors import FitScopeError
+from app.core.common.files import move_aside, non_finite_problem
 from app.core.speed import measure
 from app.core.speed.measure import RunResult
 
@@ -106,22 +108,11 @@ CREATE INDEX IF NOT EXISTS efficiency_machine ON efficiency (machine_key, target
 """
 
 
-def unsaved_runs_dir() -> Path:
-    """Where a finished run goes when the history cannot take it; the next open imports it."""
-    return data_dir() / "unsaved-runs"
-
-
-def keep_unsaved(result: RunResult, estimate: dict | None, reason: str) -> Path:
-    """Writes a run the history could not store to its own JSON file (atomically) and returns the
-    path. Raises OSError only when even that folder cannot be written."""
-    folder = unsaved_runs_dir()
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / f"run-{int(result.started_at * 1000)}-{os.getpid()}.json"
-    partial = target.with_suffix(".partial")
-    payload = {"result": json.loads(result.model_dump_json()), "estimate": estimate, "reason": reason}
-    partial.write_text(json.dumps(payload), encoding="utf-8")
-    os.replace(partial, target)
-    return target
+OPEN_TIMEOUT_S = 5.0
+"""How long a write waits for another process's lock (a run being saved by the other FitScope)."""
+BUSY_TIMEOUT_S = 0.25
+"""How long opening the history waits for another process's write lock before it opens without
+importing kept runs (they are imported next time): start-up never waits on another FitScope."""
 
 
 def default_history_path() -> Path:
@@ -244,6 +235,8 @@ class RunHistory:
         """
         self.path = Path(path) if path is not None else default_history_path()
         self._lock = threading.RLock()
+        self.notices: list[str] = []
+        """Sentences for the user about this open: kept runs refused or left for later."""
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -252,28 +245,56 @@ class RunHistory:
             raise FitScopeError(f"The run history {self.path} is a folder, not a file; move it away.")
         self._conn = self._open()
         if path is None:
-            self.import_unsaved()
+            # Start-up must not wait on another process's write lock: a short wait, then the kept
+            # runs stay for the next open.
+            self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            try:
+                self.import_unsaved()
+            finally:
+                self._conn.execute(f"PRAGMA busy_timeout = {int(OPEN_TIMEOUT_S * 1000)}")
 
     def import_unsaved(self, folder: Path | None = None) -> int:
         """Adds the runs kept aside while the history could not be written (see keep_unsaved) and
-        removes their files; returns how many. A file that cannot be read stays for later."""
+        removes their files; returns how many. A file that is not a kept run is moved aside as
+        ``NAME.bad``; while the history is busy (another process writing) the files stay for the
+        next open. What happened is added to ``notices``, one sentence each."""
         folder = folder or unsaved_runs_dir()
         count = 0
-        for kept in sorted(folder.glob("run-*.json")) if folder.is_dir() else []:
+        try:
+            kept_files = sorted(folder.glob("run-*.json")) if folder.is_dir() else []
+        except OSError:
+            return 0
+        for kept in kept_files:
             try:
-                payload = json.loads(kept.read_text(encoding="utf-8"))
-                self.add(RunResult.model_validate(payload["result"]), payload.get("estimate"))
+                result, estimate = read_kept_run(kept)
+            except FitScopeError as exc:
+                moved = move_aside(kept)
+                where = f"; it was moved aside as {moved.name}" if moved is not None else ""
+                self.notices.append(f"A run kept aside could not be added to the history: {exc}{where}")
+                _log.warning("kept run %s refused: %s", kept, exc)
+                continue
+            try:
+                self.add(result, estimate)
+            except sqlite3.OperationalError as exc:
+                self.notices.append(
+                    f"The run history is busy ({exc}); the runs kept in {folder} will be added the next time."
+                )
+                break
+            except (ValueError, sqlite3.Error) as exc:
+                moved = move_aside(kept)
+                where = f"; it was moved aside as {moved.name}" if moved is not None else ""
+                self.notices.append(f"A run kept aside could not be added to the history ({exc}){where}.")
+                continue
+            with contextlib.suppress(OSError):
                 kept.unlink()
-                count += 1
-            except (OSError, ValueError, KeyError, FitScopeError):
-                _log.warning("could not import the kept run %s", kept, exc_info=True)
+            count += 1
         return count
 
     def _open(self) -> sqlite3.Connection:
         try:
             # isolation_level=None: transactions are explicit (_transaction), so nothing is left
             # uncommitted by an implicit BEGIN.
-            conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=5.0)
+            conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=OPEN_TIMEOUT_S)
         except sqlite3.Error as exc:
             raise FitScopeError(f"Cannot open the run history {self.path}: {exc}.") from exc
         try:
@@ -316,7 +337,9 @@ class RunHistory:
         except sqlite3.DatabaseError as exc:
             conn.close()
             if not _is_corrupt(exc):
-                raise FitScopeError(f"Cannot open the run history {self.path}: {exc}.") from exc
+                busy = "locked" in str(exc) or "busy" in str(exc)
+                why = " (another FitScope is writing to it; runs are saved again once it is free)" if busy else ""
+                raise FitScopeError(f"Cannot open the run history {self.path}: {exc}{why}.") from exc
             try:
                 moved = _move_aside(self.path)
             except OSError as move_exc:
@@ -350,7 +373,12 @@ class RunHistory:
 
     def add(self, result: RunResult, estimate: dict | None = None) -> int:
         """Stores a finished (or stopped) run and the estimate it was compared with (any JSON-able
-        dict, or None). Committed to disk before it returns; returns the new run id."""
+        dict, or None). Committed to disk before it returns; returns the new run id. Raises
+        FitScopeError for a run with a figure that is not a finite number (SQLite would store a
+        NaN start time as NULL and refuse the row)."""
+        problem = non_finite_problem(result.model_dump()) or non_finite_problem(estimate)
+        if problem:
+            raise FitScopeError(f"This run cannot be stored: {problem}.")
         figures = measure.summary(result)
         settings = result.settings
         values = (

@@ -24,10 +24,11 @@ import codecs
 import hashlib
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from app.adapters.chat_render import render_conversations
 from app.adapters.child_protocol import (
     ChildChannel,
     ChildEvent,
@@ -45,7 +46,7 @@ from app.adapters.cpu_topology import llama_math_threads, with_llama_threads
 from app.adapters.llama_log import GGML_TYPE_IDS, parse_llama_log
 from app.adapters.rpc_backend import offloads_to_local_gpu
 from app.core.common.errors import FitScopeError
-from app.core.quality.chat import ChatTemplateError, messages_for, render_chat
+from app.core.quality.chat import ChatTemplateError, messages_for
 from app.core.speed import llama_defaults
 from app.core.speed.measure import MeasuredBuffers, RunFigures, RunResult, RunSettings, figures_from_times
 
@@ -263,7 +264,9 @@ def _relevant_log(log: str, limit: int = 120) -> str:
 class PromptRenderer:
     """Turns a prompt into the tokens the model is given: through the model's own chat template (as
     llama-server does with ``--jinja``) when asked and the GGUF has one, else as typed. The Run tab,
-    ``fitscope run --chat`` and the task suites all prompt through this."""
+    ``fitscope run --chat`` and the task suites all prompt through this. Templates are rendered in
+    a child process under a time and memory budget (:mod:`app.adapters.chat_render`); call
+    :meth:`render_all` first to render many prompts in one child."""
 
     def __init__(self, llama_cpp: Any, llm: Any, chat: bool, system_prompt: str | None = None) -> None:
         self._llm = llm
@@ -272,6 +275,7 @@ class PromptRenderer:
         vocab = llama_cpp.llama_model_get_vocab(llm.model)
         self._bos = self._token_text(llama_cpp.llama_vocab_bos(vocab))
         self._eos = self._token_text(llama_cpp.llama_vocab_eos(vocab))
+        self._rendered: dict[str, str | ChatTemplateError] = {}
 
     @property
     def prompt_format(self) -> Literal["chat template", "raw"]:
@@ -280,11 +284,24 @@ class PromptRenderer:
     def _token_text(self, token: int) -> str:
         return self._llm.detokenize([token], special=True).decode("utf-8", "replace") if token >= 0 else ""
 
+    def render_all(self, texts: Sequence[str]) -> None:
+        """Render every prompt of ``texts`` not rendered yet, in one child process."""
+        if not self.template:
+            return
+        todo = [t for t in dict.fromkeys(texts) if t not in self._rendered]
+        conversations = [messages_for(t, self._system) for t in todo]
+        rendered = render_conversations(self.template, conversations, self._bos, self._eos)
+        self._rendered.update(zip(todo, rendered, strict=True))
+
     def tokens(self, text: str) -> list[int]:
-        """Raises ChatTemplateError when the template refuses the messages."""
+        """Raises ChatTemplateError when the template refuses the messages or goes over its budget."""
         if not self.template:
             return self._llm.tokenize(text.encode("utf-8"), add_bos=True)
-        rendered = render_chat(self.template, messages_for(text, self._system), self._bos, self._eos)
+        if text not in self._rendered:
+            self.render_all([text])
+        rendered = self._rendered[text]
+        if isinstance(rendered, ChatTemplateError):
+            raise ChatTemplateError(str(rendered))
         return self._llm.tokenize(rendered.encode("utf-8"), add_bos=True, special=True)
 
 
@@ -373,12 +390,39 @@ def _bench(child: ChildChannel, llama_cpp: Any, llm: Any, settings: RunSettings,
     child.emit(RunDone(run=run, figures=figures))
 
 
+class _TemplateNotCompiled:
+    """Stands in for llama-cpp-python's ``Jinja2ChatFormatter`` in a worker (see
+    :func:`skip_binding_templates`)."""
+
+    def __init__(self, *_args: Any, **_kwargs: Any) -> None:
+        pass
+
+    def to_chat_handler(self) -> Any:
+        def refuse(*_args: Any, **_kwargs: Any) -> Any:
+            raise RuntimeError("FitScope renders chat templates itself (app.adapters.chat_render)")
+
+        return refuse
+
+
+def skip_binding_templates(llama_cpp: Any) -> None:
+    """Keep llama-cpp-python from compiling the model's chat templates when ``Llama`` loads it.
+
+    ``Llama.__init__`` compiles every ``tokenizer.chat_template*`` of the file with Jinja, without
+    limits, for its chat-completion API, which FitScope never calls: a hostile template would hang
+    or exhaust memory there, and one nested too deeply failed the load as "llama.cpp could not load
+    it: maximum recursion depth exceeded". FitScope renders templates itself, under a budget."""
+    formats = getattr(llama_cpp, "llama_chat_format", None)
+    if formats is not None:
+        formats.Jinja2ChatFormatter = _TemplateNotCompiled
+
+
 def open_model(llama_cpp: Any, settings: Any) -> Any:
     """``llama_cpp.Llama`` for a worker's settings (any record with the RunSettings field names;
     batch, ubatch, swa_full and seed default to llama-server's defaults when absent, threads to
     llama-server's count: :mod:`app.core.speed.llama_defaults`). Raises ValueError or RuntimeError when
     llama.cpp refuses the file."""
     n_threads = settings.n_threads or llama_math_threads()
+    skip_binding_templates(llama_cpp)
     return llama_cpp.Llama(
         model_path=settings.gguf_path,
         n_ctx=settings.n_ctx,
@@ -395,6 +439,14 @@ def open_model(llama_cpp: Any, settings: Any) -> Any:
         seed=getattr(settings, "seed", 0),
         tensor_split=list(getattr(settings, "tensor_split", ())) or None,
         verbose=False,
+    )
+
+
+def _context_sentence(n_prompt: int, settings: RunSettings, n_ctx: int) -> str:
+    needed = n_prompt + settings.max_tokens + settings.depth_tokens
+    return (
+        f"the prompt ({n_prompt} tokens) and {settings.max_tokens} new tokens need a context "
+        f"of {needed}, more than the {n_ctx} set; raise the context or shorten the prompt"
     )
 
 
@@ -420,6 +472,12 @@ def _child_run(child: ChildChannel, settings: RunSettings) -> int:
         return 1
     load_s = time.perf_counter() - t0
     parsed = parse_llama_log(log.text())
+    if settings.prompt_tokens or settings.mode == "bench":
+        # A synthetic prompt's length is known: refuse it before building it (a billion tokens
+        # would take gigabytes just to be refused afterwards).
+        known = settings.prompt_tokens or 512
+        if known + settings.max_tokens + settings.depth_tokens > llm.n_ctx():
+            return child.fail(_context_sentence(known, settings, llm.n_ctx()))
     renderer = PromptRenderer(llama_cpp, llm, settings.chat and not settings.prompt_tokens, settings.system_prompt)
     try:
         prompt = _prompt_tokens(llm, settings, renderer) if settings.mode == "generate" else []
@@ -451,10 +509,7 @@ def _child_run(child: ChildChannel, settings: RunSettings) -> int:
         )
     )
     if needed > llm.n_ctx():
-        return child.fail(
-            f"the prompt ({n_prompt} tokens) and {settings.max_tokens} new tokens need a context "
-            f"of {needed}, more than the {llm.n_ctx()} set; raise the context or shorten the prompt"
-        )
+        return child.fail(_context_sentence(n_prompt, settings, llm.n_ctx()))
     for run in range(settings.repeat):
         if settings.mode == "bench":
             _bench(child, llama_cpp, llm, settings, run)

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from app.core.common.errors import FitScopeError
+from app.adapters.rpc_hello import RpcError, rpc_hello, split_endpoint
 
 RPC_REBUILD_COMMAND = 'CMAKE_ARGS="-DGGML_RPC=ON" pip install --force-reinstall --no-cache-dir llama-cpp-python==0.3.36'
 
@@ -34,10 +34,6 @@ GGML_BACKEND_DEVICE_TYPE_GPU = 1
 
 
 GGML_BACKEND_DEVICE_TYPE_IGPU = 2
-
-
-class RpcError(FitScopeError):
-    """The RPC backend is missing, a server would not start, or a server is unreachable."""
 
 
 def _llama_lib_dir() -> Path | None:
@@ -86,14 +82,6 @@ def require_rpc_backend() -> None:
     problem = rpc_backend_problem()
     if problem:
         raise RpcError(problem[0].upper() + problem[1:])
-
-
-def split_endpoint(endpoint: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:50052`` for IPv6) → (host, port). Raises RpcError."""
-    host, sep, port = endpoint.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise RpcError(f"'{endpoint}' is not HOST:PORT (e.g. 127.0.0.1:50052).")
-    return host.strip("[]"), int(port)
 
 
 def parse_endpoints(text: str) -> tuple[str, ...]:
@@ -152,9 +140,10 @@ def register_rpc_servers(endpoints: Sequence[str]) -> Any:
     # An unreachable server or a dropped connection makes ggml-rpc abort; skip the gdb backtrace
     # ggml would otherwise attach, so that the process ends at once.
     os.environ.setdefault("GGML_NO_BACKTRACE", "1")
-    gone = unreachable(endpoints)
-    if gone:
-        raise RpcError(f"No RPC server answers at {', '.join(gone)}.")
+    # llama.cpp's own connection has no timeout: a server that accepts and never answers (or
+    # trickles bytes) would hang the load without a word. Each must answer the hello in time first.
+    for endpoint in endpoints:
+        rpc_hello(endpoint)
     from llama_cpp._ggml import libggml as g
 
     pointer, text = ctypes.c_void_p, ctypes.c_char_p

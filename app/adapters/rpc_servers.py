@@ -43,13 +43,11 @@ from app.adapters.child import child_env, module_command
 from app.adapters.child_protocol import ChildEvent
 from app.adapters.rpc_backend import (
     GGML_BACKEND_DEVICE_TYPE_CPU,
-    RpcError,
-    answers,
     require_rpc_backend,
     rpc_backend_problem,
     rpc_library_path,
-    split_endpoint,
 )
+from app.adapters.rpc_hello import RpcError, rpc_hello, split_endpoint
 from app.core.common.units import MIB
 from app.core.plans.rpc import RpcBufferCheck, RpcPlan
 from app.core.speed.measure import RunResult, RunSettings
@@ -157,11 +155,16 @@ class LocalRpcServers:
                         f"The RPC server at {endpoint} exited at start (status {proc.returncode})"
                         + (f": {tail}" if tail else ".")
                     )
-                if answers(endpoint, timeout_s=0.2):
+                try:
+                    # Up only once it answers llama.cpp's hello: anything else may accept on a port.
+                    rpc_hello(endpoint, timeout_s=1.0)
+                except RpcError:
+                    pass
+                else:
                     del waiting[endpoint]
             if waiting and time.monotonic() > deadline:
                 raise RpcError(
-                    f"The RPC server(s) at {', '.join(waiting)} accepted no connection within "
+                    f"The RPC server(s) at {', '.join(waiting)} did not answer llama.cpp's RPC hello within "
                     f"{self.start_timeout_s:g} s."
                 )
             if waiting:

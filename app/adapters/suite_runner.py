@@ -184,6 +184,20 @@ def _logits_argmax(llama_cpp: Any, llm: Any, n_vocab: int) -> int:
     return int(np.argmax(np.ctypeslib.as_array(ptr, shape=(n_vocab,))))
 
 
+def _refused(prompt_id: str, prompt_tokens: int, reason: str) -> PromptOutcome:
+    """A prompt that got no answer, and why."""
+    return PromptOutcome(
+        id=prompt_id,
+        text="",
+        tokens=(),
+        prompt_tokens=prompt_tokens,
+        ttft_s=0.0,
+        prefill_tokens_per_s=None,
+        decode_tokens_per_s=None,
+        error=reason,
+    )
+
+
 def _child_run(child: ChildChannel, settings: SuiteRunSettings) -> int:
     import llama_cpp
 
@@ -213,27 +227,24 @@ def _child_run(child: ChildChannel, settings: SuiteRunSettings) -> int:
         )
     )
     n_vocab = llama_cpp.llama_vocab_n_tokens(vocab)
+    renderer.render_all([job.prompt for job in settings.prompts])
     for job in settings.prompts:
         if child.stop_requested:
             return 0
         try:
             prompt = prompt_tokens(job.prompt)
         except FitScopeError as exc:
-            return child.fail(str(exc))
+            # The template refused this prompt (or went over its budget): the prompt fails with
+            # that sentence, and the other prompts and variants go on.
+            child.emit(PromptDone(outcome=_refused(job.id, 0, str(exc))))
+            continue
         if len(prompt) + 1 >= llm.n_ctx():
             # Answering is impossible; the other prompts still are (a compare keeps what it has).
-            refused = PromptOutcome(
-                id=job.id,
-                text="",
-                tokens=(),
-                prompt_tokens=len(prompt),
-                ttft_s=0.0,
-                prefill_tokens_per_s=None,
-                decode_tokens_per_s=None,
-                error=f"the prompt has {len(prompt):,} tokens, more than the context of "
-                f"{llm.n_ctx():,} holds with room for an answer",
+            reason = (
+                f"the prompt has {len(prompt):,} tokens, more than the context of "
+                f"{llm.n_ctx():,} holds with room for an answer"
             )
-            child.emit(PromptDone(outcome=refused))
+            child.emit(PromptDone(outcome=_refused(job.id, len(prompt), reason)))
             continue
         budget = max(1, min(job.max_tokens, llm.n_ctx() - len(prompt) - 1))
         llm.reset()

@@ -19,14 +19,19 @@ from pathlib import Path
 
 import yaml
 
+from app.adapters.locks import file_lock
 from app.adapters.paths import data_dir
 from app.core.common.errors import FitScopeError
+from app.core.common.files import MAX_TEXT_BYTES, read_text_file
 from app.core.quality.suite import Suite, SuiteError, SuitePrompt
 from app.core.quality.suite_reading import builtin_suites, load_suite, parse_suite
 from app.core.quality.suite_writing import example_prompt, suite_to_yaml, with_prompt
 
 EXAMPLES_SUITE = "my-examples"
 SUFFIXES = (".yaml", ".yml", ".json")
+MAX_EXAMPLE_CHARS = 100_000
+"""The longest prompt or expected answer an example may have (a long document to summarize fits)."""
+LOCK_NAME = ".suites.lock"
 
 
 @dataclass(frozen=True)
@@ -109,6 +114,19 @@ def add_example(
     folder = user_suites_dir() if folder is None else folder
     if suite_name.lower() in {name.lower() for name in builtin_suites()}:
         raise SuiteError(f"'{suite_name}' is a built-in suite; add examples to a suite of your own", source="")
+    for what, text in (("prompt", prompt), ("expected answer", expected)):
+        if len(text) > MAX_EXAMPLE_CHARS:
+            raise SuiteError(
+                f"the example's {what} is {len(text):,} characters long, more than the {MAX_EXAMPLE_CHARS:,} "
+                "an example may have",
+                source="",
+            )
+    # Read, append and write under one lock: two additions at once must both be kept.
+    with file_lock(folder / LOCK_NAME, "your suites"):
+        return _add_example(prompt, expected, check, suite_name, folder)
+
+
+def _add_example(prompt: str, expected: str, check: str, suite_name: str, folder: Path) -> UserSuite:
     existing, _problems = load_user_suites(folder)
     mine = next((u for u in existing if u.suite.name.lower() == suite_name.lower()), None)
     file_name = re.sub(r"[^\w.-]+", "-", suite_name.strip()).strip(".-") or EXAMPLES_SUITE
@@ -129,7 +147,7 @@ def add_example(
         else:
             new = example_prompt(prompt, expected, check, [p.id for p in mine.suite.prompts])
             suite = with_prompt(mine.suite, new)
-            text = _appended(path.read_text(encoding="utf-8"), new)
+            text = _appended(read_text_file(path, "suite file"), new)
             try:
                 again = parse_suite(text, path.name)
                 appended_cleanly = len(again.prompts) == len(suite.prompts) and _same_prompt(again.prompts[-1], new)
@@ -137,6 +155,12 @@ def add_example(
                 appended_cleanly = False
             if not appended_cleanly or path.suffix.lower() == ".json":
                 text = _whole(suite, path)
+        if len(text.encode("utf-8")) > MAX_TEXT_BYTES:
+            raise SuiteError(
+                f"{path.name} would grow past {MAX_TEXT_BYTES // 1024**2} MiB, more than a suite file may have; "
+                "start another suite (--to NAME)",
+                source="",
+            )
         _write_atomically(path, text)
     except OSError as exc:
         raise FitScopeError(f"Could not save the example to {path}: {exc.strerror or exc}.") from None

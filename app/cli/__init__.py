@@ -19,15 +19,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import io
 import math
-import re
 import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import NoReturn
+from typing import NoReturn, TextIO
 
 from app.core.common.errors import FitScopeError
+from app.core.common.text import safe_label, safe_text
 
 # The module (under app.cli) of each command; its function is cmd_<command>.
 COMMAND_MODULES = {
@@ -73,6 +74,35 @@ def _run_module(module: str, rest: list[str]) -> int:
 # -- input hygiene ---------------------------------------------------------------------------------
 
 _NON_NEGATIVE = {"depth", "n_cpu_moe", "fit_target", "think", "temp"}
+_MAX_CONTEXT = 1 << 24  # app.core.memory.records.MAX_CONTEXT_TOKENS (not imported: the start stays fast)
+# Options whose meaning has a far lower ceiling than a 32-bit count, checked where they are parsed,
+# before any work: the estimator's and llama.cpp's limits, and what a simulation can finish.
+_UPPER = {
+    "ctx_size": _MAX_CONTEXT,
+    "batch_size": _MAX_CONTEXT,
+    "ubatch_size": _MAX_CONTEXT,
+    "prompt_tokens": _MAX_CONTEXT,
+    "n_prompt": _MAX_CONTEXT,
+    "depth": _MAX_CONTEXT,
+    "prompt": _MAX_CONTEXT,
+    "n_predict": 1 << 20,
+    "n_gen": 1 << 20,
+    "output": 1 << 20,
+    "parallel": 256,  # llama.cpp's LLAMA_MAX_SEQ
+    "slots": 256,
+    "max_num_seqs": 65_536,
+    "repeat": 100,
+    "requests": 100_000,
+    "count": 64,
+    "nodes": 64,
+    "rpc_local": 16,
+    "threads": 1024,
+    "kl_tokens": 1 << 20,
+    "kl_chunk": 16_384,
+    "max_gpus": 8,
+    "top": 10_000,
+    "users": 1_000_000,
+}
 _MINUS_ONE_OK = {"n_gpu_layers"}  # -1: every layer
 _INT_MAX = 1 << 31
 _FLOAT_MAX = 1e9
@@ -91,7 +121,7 @@ def _bounded(kind: type, dest: str):
             ) from None
         if kind is float and not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
-        limit = _INT_MAX if kind is int else _FLOAT_MAX
+        limit = _UPPER.get(dest, _INT_MAX) if kind is int else _FLOAT_MAX
         if kind is float and low == 1:
             if not 0 < value <= limit:
                 raise argparse.ArgumentTypeError(f"{value:g} must be above 0 and at most {limit:g}")
@@ -117,12 +147,51 @@ def _harden(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def clean_message(text: str, limit: int = 500) -> str:
-    """One printable line of at most ``limit`` characters: control characters and escape sequences
-    from files never reach the terminal."""
-    text = re.sub(r"\x1b\[[0-9;?]*[ -/]*[@-~]", "", str(text))
-    text = "".join(ch if ch.isprintable() else " " for ch in text)
-    text = re.sub(r"\s+", " ", text).strip()
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    """One printable line of at most ``limit`` characters (:func:`app.core.common.text.safe_label`):
+    control characters and escape sequences from files never reach the terminal."""
+    return safe_label(text, limit)
+
+
+class _SafeStream(io.TextIOBase):
+    """A terminal stream that passes on only :func:`app.core.common.text.safe_text`: whatever a
+    command prints (a model's ``general.name``, a file, suite or prompt name), no escape sequence
+    or control character from a file reaches the terminal. JSON output is not filtered: it is exact,
+    with JSON's own escapes."""
+
+    def __init__(self, inner: TextIO) -> None:
+        super().__init__()
+        self._inner = inner
+        self.inner = inner  # closing the wrapper (or collecting it) leaves the terminal stream open
+
+    def write(self, text: str) -> int:
+        self._inner.write(safe_text(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self._inner.flush()
+
+    def isatty(self) -> bool:
+        return self._inner.isatty()
+
+    def fileno(self) -> int:
+        return self._inner.fileno()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self._inner, "encoding", "utf-8")
+
+
+@contextlib.contextmanager
+def _safe_output(json_output: bool) -> Iterator[None]:
+    """stderr always, and stdout unless the command prints JSON, through :class:`_SafeStream`."""
+    saved = sys.stdout, sys.stderr
+    if not json_output:
+        sys.stdout = _SafeStream(sys.stdout)  # type: ignore[assignment]
+    sys.stderr = _SafeStream(sys.stderr)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
 
 
 class _Parser(argparse.ArgumentParser):
@@ -192,6 +261,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command != "window" and threading.current_thread() is threading.main_thread():
         # SIGTERM like Ctrl+C: cleanup runs and llama.cpp children are ended, not orphaned.
         signal.signal(signal.SIGTERM, _interrupt)
+    with _safe_output(bool(getattr(args, "json", False))):
+        return _run_command(args)
+
+
+def _validation_sentence(exc: Exception) -> str | None:
+    """One sentence for a pydantic ValidationError (a setting out of its record's range), else None."""
+    errors = getattr(exc, "errors", None)
+    if type(exc).__name__ != "ValidationError" or not callable(errors):
+        return None
+    first = errors()[0]
+    where = ".".join(str(part) for part in first.get("loc", ())) or "setting"
+    return f"Invalid {where}: {str(first.get('msg', exc)).removeprefix('Value error, ')}."
+
+
+def _run_command(args: argparse.Namespace) -> int:
     try:
         return _command(args.command)(args)
     except FitScopeError as exc:
@@ -200,9 +284,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # output piped into `head` and the like
-        sys.stderr.close()
+        getattr(sys.stderr, "inner", sys.stderr).close()
         return 0
     except Exception as exc:  # a defect: one line for the user, the traceback in the log
+        settings_problem = _validation_sentence(exc)
+        if settings_problem is not None:  # a value past a record's limit that no option check caught
+            print(f"fitscope: {clean_message(settings_problem)}", file=sys.stderr)
+            return 2
         import logging
 
         from app.adapters.logs import log_path, setup_logging

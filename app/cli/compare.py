@@ -151,6 +151,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_stdin_prompt() -> str:
+    """The prompt piped to ``suites --add -``, read with a cap: a stream without end is refused
+    after MAX_EXAMPLE_CHARS characters, never read whole."""
+    from app.adapters.user_suites import MAX_EXAMPLE_CHARS
+
+    text = sys.stdin.read(MAX_EXAMPLE_CHARS + 1)
+    if len(text) > MAX_EXAMPLE_CHARS:
+        raise FitScopeError(f"The prompt on standard input is longer than {MAX_EXAMPLE_CHARS:,} characters.")
+    return text
+
+
 def cmd_suites(args: argparse.Namespace) -> int:
     from app.adapters.user_suites import add_example, load_user_suites, user_suites_dir
     from app.core.quality.suite_reading import builtin_suites
@@ -158,7 +169,7 @@ def cmd_suites(args: argparse.Namespace) -> int:
     if args.add is not None:
         if not args.expect:
             raise FitScopeError("--add needs --expect: the answer you expect to the prompt.")
-        prompt = sys.stdin.read() if args.add == "-" else args.add
+        prompt = _read_stdin_prompt() if args.add == "-" else args.add
         saved = add_example(prompt, args.expect, args.check, suite_name=args.to)
         added = saved.suite.prompts[-1]
         count = len(saved.suite.prompts)

@@ -59,6 +59,15 @@ def _run_settings(args: argparse.Namespace, mode: str):
         }
         if args.system and not args.chat:
             raise FitScopeError("--system goes with --chat (a system prompt is part of a chat).")
+    # A synthetic prompt's length is known: held against the context before any model is loaded.
+    known = fields.get("prompt_tokens") or (512 if mode == "bench" else 0)
+    if known:
+        needed = known + fields["max_tokens"] + fields.get("depth_tokens", 0)
+        if needed > args.ctx_size:
+            raise FitScopeError(
+                f"The prompt ({known:,} tokens) and {fields['max_tokens']:,} new tokens need a context of "
+                f"{needed:,}, more than the {args.ctx_size:,} set (-c); raise the context or shorten the prompt."
+            )
     try:
         return RunSettings(**fields)
     except ValidationError as exc:

@@ -10,6 +10,7 @@ usable.
 
 from __future__ import annotations
 
+import html
 import json
 import threading
 from collections.abc import Callable
@@ -44,6 +45,7 @@ from app.adapters.llamacpp_runner import LiveRun
 from app.adapters.quantizer import Quantization, default_variant_path, quantize
 from app.adapters.user_suites import UserSuite, add_example, load_user_suites, save_suite, user_suites_dir
 from app.core.common.errors import FitScopeError
+from app.core.common.text import safe_label
 from app.core.common.units import GIB
 from app.core.memory.records import Target
 from app.core.model.quant import PRESETS
@@ -339,7 +341,7 @@ class AbPanel(QWidget):
     def _add_suite_item(self, suite: Suite, checked: bool, path: Path | None = None) -> None:
         floor = f", floor {suite.quality_floor:.0%}" if suite.quality_floor is not None else ""
         yours = ", yours" if path is not None else ""
-        item = QListWidgetItem(f"{suite.name} ({len(suite.prompts)} prompts{floor}{yours})")
+        item = QListWidgetItem(f"{safe_label(suite.name)} ({len(suite.prompts)} prompts{floor}{yours})")
         item.setData(Qt.ItemDataRole.UserRole, suite)
         item.setData(Qt.ItemDataRole.UserRole + 1, str(path) if path is not None else None)
         item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
@@ -367,7 +369,7 @@ class AbPanel(QWidget):
             self.error_shown.emit(f"Compare at most {MAX_VARIANTS} variants; remove one first.")
             return
         size = Path(path).stat().st_size / GIB if Path(path).exists() else 0.0
-        item = QListWidgetItem(f"{Path(path).name} ({size:.2f} GiB)")
+        item = QListWidgetItem(f"{safe_label(Path(path).name)} ({size:.2f} GiB)")
         item.setData(Qt.ItemDataRole.UserRole, path)
         self.variant_list.addItem(item)
 
@@ -614,7 +616,7 @@ class AbPanel(QWidget):
         for v in comparison.variants:
             rows.append(
                 [
-                    v.label + (" (reference)" if v.is_reference else ""),
+                    safe_label(v.label) + (" (reference)" if v.is_reference else ""),
                     v.quant,
                     f"{v.estimated_total_bytes / GIB:.2f} GiB" + ("" if v.fits else " (does not fit)"),
                     f"{v.peak_rss_bytes / GIB:.2f} GiB" if v.peak_rss_bytes else "-",
@@ -638,7 +640,7 @@ class AbPanel(QWidget):
             self.chart.removeItem(item)
         self.labels = []
         for v, spot in zip(comparison.variants, spots, strict=True):
-            label = pg.TextItem(v.label, color=self.chart._fg, anchor=(0.5, 1.6))
+            label = pg.TextItem(safe_label(v.label), color=self.chart._fg, anchor=(0.5, 1.6))
             x, y = spot["pos"]
             label.setPos(x, y)
             self.chart.addItem(label)
@@ -655,15 +657,18 @@ class AbPanel(QWidget):
         measured = [v for v in comparison.variants if v.divergence is not None]
         if measured:
             lines.append("<b>Measured on this model</b> (next-token distributions against the reference):")
-            lines += [f"&nbsp;&nbsp;• {v.label}: {meaning(v.divergence)}" for v in measured if v.divergence]
-            lines += [f"&nbsp;&nbsp;• {n}" for n in comparison.notes[1:]]
+            lines += [
+                f"&nbsp;&nbsp;• {_html_label(v.label)}: {meaning(v.divergence)}" for v in measured if v.divergence
+            ]
+            lines += [f"&nbsp;&nbsp;• {_html_label(n)}" for n in comparison.notes[1:]]
         for a in comparison.advice:
-            lines.append(f"<b>{a.profile}</b> (needs ≥ {a.floor:.0%}): <b>{a.chosen or 'none qualifies'}</b>")
-            lines += [f"&nbsp;&nbsp;• {r}" for r in a.reasons]
+            chosen = _html_label(a.chosen) if a.chosen else "none qualifies"
+            lines.append(f"<b>{a.profile}</b> (needs ≥ {a.floor:.0%}): <b>{chosen}</b>")
+            lines += [f"&nbsp;&nbsp;• {_html_label(r)}" for r in a.reasons]
         self.advice.setText("<br>".join(lines))
         self.export_json.setEnabled(True)
         self.export_toml.setEnabled(True)
-        self.status.setText("Done. " + " ".join(comparison.notes))
+        self.status.setText("Done. " + safe_label(" ".join(comparison.notes)))
 
     def export_routing(self, path: Path, kind: str) -> None:
         if self.comparison is None:
@@ -685,6 +690,11 @@ class AbPanel(QWidget):
             self.error_shown.emit(str(exc))
             return
         self.status.setText(f"Wrote {name}.")
+
+
+def _html_label(text: str) -> str:
+    """Text from a file (a variant's name) in the rich-text advice: sanitised, then HTML-escaped."""
+    return html.escape(safe_label(text))
 
 
 def divergence_cells(d: DivergenceFigures | None) -> list[str]:

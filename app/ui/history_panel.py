@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
 
 from app.adapters.history import HistoryRow, RunHistory
 from app.core.common.errors import FitScopeError
+from app.core.common.text import safe_label
 from app.core.common.units import MIB
 from app.ui.panels import fill_table, readonly_table
 
@@ -101,7 +102,7 @@ class HistoryPanel(QWidget):
                 [
                     str(row.run_id),
                     dt.datetime.fromtimestamp(row.started_at).strftime("%Y-%m-%d %H:%M"),
-                    row.model_name,
+                    safe_label(row.model_name),
                     row.hardware,
                     row.mode,
                     f"{row.n_ctx:,}",

@@ -21,6 +21,7 @@ from app.adapters.demo_model import DEMO_MODEL_NAME
 from app.adapters.history import RunHistory
 from app.adapters.load_profile import cached_profile, measure_profile, memory_slots
 from app.core.common.errors import FitScopeError
+from app.core.common.text import safe_label
 from app.core.common.units import GIB
 from app.core.hardware.snapshots import machine_key
 from app.core.memory.records import Settings, Target
@@ -115,7 +116,7 @@ class ToolTabs(QObject):
     def _update_run_context(self, view: View) -> None:
         choice = view.request.model
         if choice.kind not in ("demo", "gguf") or view.model is None:
-            label = view.model.label if view.model is not None else "This model"
+            label = safe_label(view.model.label) if view.model is not None else "This model"
             self.run_panel.set_context(
                 None,
                 f"{label} is an estimate from the catalog: live runs need a GGUF file. Open one (Ctrl+O) or "
@@ -126,7 +127,7 @@ class ToolTabs(QObject):
         self.run_panel.set_context(
             RunContext(
                 gguf_path=demo_or_path(choice.ref if choice.kind == "gguf" else None, self._demo_path),
-                model_label=DEMO_MODEL_NAME if choice.kind == "demo" else view.model.label,
+                model_label=DEMO_MODEL_NAME if choice.kind == "demo" else safe_label(view.model.label),
                 is_demo=choice.kind == "demo",
                 n_ctx=c.context_per_user_tokens,
                 flash_attn=c.flash_attn,

@@ -101,6 +101,7 @@ class MainWindow(QMainWindow):
         self.walkthrough: Walkthrough | None = None
         try:
             self.history: RunHistory | None = RunHistory(services.history_path)
+            self._history_note = " ".join(self.history.notices)
         except FitScopeError as exc:
             self.history = None
             self._history_note = str(exc)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import math
-import shlex
 from collections.abc import Sequence
 
+from app.core.common.text import shell_quote
 from app.core.common.units import MIB
 from app.core.memory.records import Estimate
 
@@ -29,12 +29,13 @@ def server_command(
 ) -> str:
     """The one llama-server command builder: the estimate's context settings and placement as
     llama-server flags (``--n-cpu-moe`` for experts kept in RAM, ``--device none`` when the GPUs
-    must be hidden, ``--swa-full`` only where the model has a sliding window)."""
+    must be hidden, ``--swa-full`` only where the model has a sliding window). File names are
+    quoted as they are on disk, bytes that are not UTF-8 included (:func:`shell_quote`)."""
     s = est.settings
     args = [
         "llama-server",
         "-m",
-        shlex.quote(model_path),
+        shell_quote(model_path),
         "-c",
         str(s.context_tokens),
         "-np",
@@ -53,7 +54,7 @@ def server_command(
         str(gpu_layers),
     ]
     if s.mmproj is not None:
-        args += ["--mmproj", shlex.quote(s.mmproj.file_name)]
+        args += ["--mmproj", shell_quote(s.mmproj.file_name)]
         if not s.mmproj_offload:
             args.append("--no-mmproj-offload")
     if len(tensor_split) > 1:

@@ -22,9 +22,9 @@ dry-run proof checks for one machine; the network term has not been measured her
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
-import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +32,7 @@ from typing import Any
 from pydantic import Field
 
 from app.core.common.errors import EstimateError
+from app.core.common.text import shell_quote
 from app.core.common.units import MIB, Frozen
 from app.core.memory.commands import MODEL_PLACEHOLDER, server_command, tensor_split
 from app.core.memory.estimate import estimate
@@ -44,6 +45,10 @@ from app.core.plans.layer_split import SplitDevice, share_json, share_line
 from app.core.speed.measure import MeasuredBuffers
 from app.core.speed.predict import estimate_speed
 
+RPC_TRUST_NOTE = (
+    "The RPC protocol has no authentication: anyone who reaches a host's port can use its memory and devices; "
+    "run it only on a trusted network."
+)
 DEFAULT_RPC_PORT = 50052  # ggml-rpc-server's default port (tools/rpc/rpc-server.cpp)
 RPC_SERVER_BINARY = "ggml-rpc-server"  # tools/rpc in this llama.cpp; older releases built it as rpc-server
 RPC_ROUND_TRIPS_PER_STEP = 3
@@ -198,6 +203,17 @@ class RpcPlan:
         return lines
 
 
+def bind_address(address: str) -> str:
+    """The address a host's ``ggml-rpc-server -H`` binds to: the one the client reaches it by,
+    never every interface (0.0.0.0, what llama.cpp's README shows). The server takes an IPv4
+    address only (``inet_addr`` in ggml-rpc's transport.cpp), so a host named otherwise gets a
+    placeholder naming it (IPV4_OF_NAME) to replace with its own IPv4 address."""
+    try:
+        return str(ipaddress.IPv4Address(address))
+    except ValueError:
+        return "IPV4_OF_" + (re.sub(r"[^A-Za-z0-9]+", "_", address.strip("[]")).strip("_").upper() or "HOST")
+
+
 def _host_target(host: RpcHost, index: int, given: Target | None = None) -> list[Target]:
     """The devices one ``ggml-rpc-server`` exposes, as the client's (GPU-type) devices; ``given``:
     a server exposing one device described by that target (this machine's CPU, say) instead of
@@ -295,7 +311,7 @@ def rpc_plan(
         else:
             device = find_device(h.device_id)
             label = f"{h.count}x {device.name}" if device.is_gpu and h.count > 1 else device.name
-        command = f"{RPC_SERVER_BINARY} -H 0.0.0.0 -p {h.port}"
+        command = f"{RPC_SERVER_BINARY} -H {shell_quote(bind_address(h.address))} -p {h.port}"
         host_plans.append(part(f"host {i + 1}", h.endpoint, label, idx, command, sum(t.capacity_bytes for t in ts)))
     client_idx = list(range(start, len(devices)))
     client_label = (
@@ -303,7 +319,7 @@ def rpc_plan(
         if local and client_gpu_id
         else "host memory only"
     )
-    endpoints = ",".join(shlex.quote(h.endpoint) for h in hosts)
+    endpoints = ",".join(shell_quote(h.endpoint) for h in hosts)
     split = tensor_split([t.capacity_bytes for t in (*remote, *local)])
     command = (
         server_command(est, model_path, est.gpu_layers, arch.sliding_window is not None, tensor_split=split)
@@ -328,8 +344,8 @@ def rpc_plan(
         f"runtime ({GPU_RUNTIME_OVERHEAD_BYTES // MIB} MiB per GPU) on GPU hosts.",
         "RPC devices come first in llama.cpp's device list, then the client's GPUs: the first host holds the "
         "first layers, the client's last device the output layer.",
-        f"Start {RPC_SERVER_BINARY} with -c to cache the weights on each host (later loads skip the network); "
-        "never expose it on an untrusted network.",
+        f"Start {RPC_SERVER_BINARY} with -c to cache the weights on each host (later loads skip the network).",
+        RPC_TRUST_NOTE,
     )
     return RpcPlan(
         model_name=arch.name,

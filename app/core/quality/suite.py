@@ -11,7 +11,6 @@ words, a repeated prompt id) with a :class:`FieldProblemError` that says where; 
 from __future__ import annotations
 
 import datetime
-import re
 from typing import Any, Literal
 
 from jsonschema import exceptions as schema_exceptions
@@ -19,12 +18,14 @@ from jsonschema.validators import validator_for
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from app.core.common.errors import FitScopeError
+from app.core.quality.suite_schema import compile_problem, schema_policy_problem
 from app.core.quality.suite_similarity import content_words
 
 EDITOR_SOURCE = "<editor>"
 TASKS = ("chat", "summarization", "extraction", "tool_call", "custom")
 CHECK_KINDS = ("exact", "contains", "regex", "json_schema", "similar", "fields", "tool_call")
 DEFAULT_MAX_TOKENS = 96
+MAX_PREFIX_CHARS = 10_000  # an answer_prefix is the start of an answer: "{" or a few words
 DEFAULT_SIMILARITY = 0.4  # content-word F1 a 'similar' check needs unless it sets its own threshold
 
 Task = Literal["chat", "summarization", "extraction", "tool_call", "custom"]
@@ -75,6 +76,11 @@ def number_as_text(value: Any) -> Any:
 
 
 def _check_schema(schema: dict[str, Any]) -> None:
+    policy = schema_policy_problem(schema)
+    if policy is not None:
+        message, where = policy
+        at = f" at '{'.'.join(str(p) for p in where)}'" if where else ""
+        raise FieldProblemError(f"the JSON Schema is refused{at}: {message}", where)
     try:
         validator_for(schema).check_schema(schema)
     except schema_exceptions.SchemaError as exc:
@@ -140,12 +146,12 @@ class Check(BaseModel):
             if not value:
                 raise FieldProblemError(f"a '{kind}' check needs a non-empty 'value' (the text to look for)")
             if kind == "regex":
-                try:
-                    re.compile(value)
-                except re.error as exc:
+                problem = compile_problem(value)
+                if problem:
                     raise FieldProblemError(
-                        f"the regex '{value}' is invalid ({exc}); fix it, or use a 'contains' check for plain text"
-                    ) from None
+                        f"the regex '{clip(value, 80)}' is invalid ({problem}); fix it, or use a 'contains' "
+                        "check for plain text"
+                    )
         return value
 
     @field_validator("schema_")
@@ -215,7 +221,7 @@ class SuitePrompt(BaseModel):
     prompt: str = Field(min_length=1)
     check: Check
     max_tokens: int = Field(default=DEFAULT_MAX_TOKENS, ge=1, le=4096)
-    answer_prefix: str = ""
+    answer_prefix: str = Field(default="", max_length=MAX_PREFIX_CHARS)
     line: int | None = None  # where the prompt starts in its file; set by the loader
 
     @field_validator("id", mode="before")

@@ -18,10 +18,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import regex
 from jsonschema import exceptions as schema_exceptions
 from jsonschema.validators import validator_for
 
 from app.core.quality.suite import DEFAULT_SIMILARITY, Check, SuitePrompt, clip
+from app.core.quality.suite_schema import (
+    REGEX_TIME_LIMIT_S,
+    RegexTimeoutError,
+    budget_validator,
+    check_budget,
+    schema_policy_problem,
+    timed_search,
+)
 from app.core.quality.suite_similarity import answer_opening, content_words, paragraphs, similarity
 
 
@@ -84,16 +93,25 @@ def _check_contains(check: Check, answer: str) -> CheckResult:
 
 def _check_regex(check: Check, answer: str) -> CheckResult:
     pattern = check.value or ""
-    flags = re.DOTALL | (0 if check.case_sensitive else re.IGNORECASE)
+    flags = regex.DOTALL | (0 if check.case_sensitive else regex.IGNORECASE)
     try:
-        match = re.search(pattern, answer, flags)
-    except re.error as exc:  # only a Check built without validation can get here
+        match = timed_search(pattern, answer, flags)
+    except RegexTimeoutError:
+        return CheckResult(False, _timeout_reason(pattern))
+    except regex.error as exc:  # only a Check built without validation can get here
         return CheckResult(False, f"The check's regex {_quoted(pattern)} is invalid ({exc}).")
     if match is not None:
         return CheckResult(True, f"The answer matches {_quoted(pattern)} at {_quoted(match.group(0), 40)}.")
     if not answer.strip():
         return CheckResult(False, f"The answer is empty; expected it to match {_quoted(pattern)}.")
     return CheckResult(False, f"The answer does not match {_quoted(pattern)}.")
+
+
+def _timeout_reason(pattern: str) -> str:
+    return (
+        f"The check's pattern {_quoted(pattern)} took longer than {REGEX_TIME_LIMIT_S:g} s on this answer and "
+        "was stopped (a pattern that backtracks without end); the check fails."
+    )
 
 
 # A fenced block: ```json ... ``` (the closing fence may be missing when max_tokens cut the answer).
@@ -192,13 +210,19 @@ def _check_json_schema(check: Check, answer: str) -> CheckResult:
         if scan.cut_off:
             return CheckResult(False, f"The {what} is never closed; the answer may have been cut off by max_tokens.")
         return CheckResult(False, f"No {what} found in the answer.")
+    policy = schema_policy_problem(schema)
+    if policy is not None:  # only a Check built without validation can get here
+        return CheckResult(False, f"The check's JSON Schema is refused: {policy[0]}.")
     try:
-        cls = validator_for(schema)
-        cls.check_schema(schema)
+        validator_for(schema).check_schema(schema)
     except schema_exceptions.SchemaError as exc:  # only a Check built without validation can get here
         return CheckResult(False, f"The check's JSON Schema is invalid: {clip(exc.message, 120)}.")
-    validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
-    error = schema_exceptions.best_match(validator.iter_errors(scan.value))
+    try:
+        error = schema_exceptions.best_match(budget_validator(schema).iter_errors(scan.value))
+    except RegexTimeoutError as exc:
+        return CheckResult(False, _timeout_reason(exc.pattern))
+    except (RecursionError, schema_exceptions.SchemaError, LookupError) as exc:
+        return CheckResult(False, f"The check's JSON Schema cannot be applied ({clip(str(exc), 120)}).")
     if error is None:
         return CheckResult(True, f"The {what.removesuffix(' or array')} matches the schema.")
     at = ".".join(str(p) for p in error.absolute_path)
@@ -360,7 +384,18 @@ def _check_tool_call(check: Check, answer: str) -> CheckResult:
 
 
 def check_answer(check: Check, answer: str) -> CheckResult:
-    """Judge one answer. Never raises: a broken check is a failed result saying so."""
+    """Judge one answer. Never raises: a broken check is a failed result saying so; a pattern
+    that takes longer than REGEX_TIME_LIMIT_S fails its check."""
+    try:
+        with check_budget():
+            return _check_answer(check, answer)
+    except RegexTimeoutError as exc:
+        return CheckResult(False, _timeout_reason(exc.pattern))
+    except RecursionError:
+        return CheckResult(False, "The check nests too deeply to be applied to this answer.")
+
+
+def _check_answer(check: Check, answer: str) -> CheckResult:
     if check.kind == "exact":
         return _check_exact(check, answer)
     if check.kind == "contains":

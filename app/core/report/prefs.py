@@ -1,23 +1,25 @@
 """What FitScope remembers between launches: the last hardware, model and settings.
 
 One pydantic model with a schema version, saved as JSON. A file from a newer or unknown schema,
-or one that no longer validates (a catalog id that was renamed), is set aside rather than
-trusted, and the defaults are used; nothing here raises for a bad file.
+or one that no longer validates (a catalog id that was renamed), is set aside as ``settings.json.bad``
+rather than trusted, and the defaults are used; nothing here raises or blocks for a bad file (a
+FIFO, a link to a device, a huge or deeply nested file: :func:`app.core.common.files.read_json_file`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import tempfile
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from app.core.common.errors import FitScopeError
+from app.core.common.files import move_aside, read_json_file
 from app.core.report.choices import Controls, HardwareChoice, ModelChoice
 
 SCHEMA_VERSION = 1
+MAX_PREFERENCES_BYTES = 1024 * 1024  # the file is about 2 KiB
 MAX_COMPARED = 4
 
 
@@ -37,25 +39,23 @@ class Preferences(BaseModel):
 def load_preferences(path: Path) -> tuple[Preferences, str]:
     """The saved preferences, or the defaults with a sentence saying why they were not used
     (empty when there was simply no file yet)."""
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         return Preferences(), ""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = read_json_file(path, "settings file", MAX_PREFERENCES_BYTES)
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
         version = data.get("schema_version")
         if version != SCHEMA_VERSION:
             raise ValueError(f"schema version {version!r}, this FitScope reads {SCHEMA_VERSION}")
         return Preferences.model_validate(data), ""
-    except (OSError, ValueError, ValidationError) as exc:
-        reason = str(exc).splitlines()[0]
-        _set_aside(path)
-        return Preferences(), f"Your saved settings could not be read ({reason}); FitScope started with its defaults."
-
-
-def _set_aside(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        path.replace(path.with_suffix(path.suffix + ".unreadable"))
+    except (FitScopeError, ValueError, ValidationError) as exc:
+        reason = str(exc).splitlines()[0].rstrip(".")
+        moved = move_aside(path)
+        kept = f" The file was kept as {moved.name}." if moved is not None else ""
+        return Preferences(), (
+            f"Your saved settings could not be read ({reason}); FitScope started with its defaults.{kept}"
+        )
 
 
 def save_preferences(prefs: Preferences, path: Path) -> None:

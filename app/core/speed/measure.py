@@ -42,13 +42,15 @@ class RunSettings(Frozen):
     prompt: str | None = None
     chat: bool = Field(default=False, description="the prompt as one user turn through the model's chat template")
     system_prompt: str | None = Field(default=None, max_length=100_000, description="with chat: a system turn first")
-    prompt_tokens: int | None = Field(default=None, ge=1, description="a synthetic prompt of exactly N tokens")
+    prompt_tokens: int | None = Field(
+        default=None, ge=1, le=1 << 24, description="a synthetic prompt of exactly N tokens"
+    )
     max_tokens: int = Field(default=128, ge=1, le=1 << 20)
     temperature: float = Field(default=0.0, ge=0.0, le=5.0)
     seed: int = 0
     repeat: int = Field(default=1, ge=1, le=100)
     ignore_eos: bool = False
-    depth_tokens: int = Field(default=0, ge=0, description="bench: context already in the cache")
+    depth_tokens: int = Field(default=0, ge=0, le=1 << 24, description="bench: context already in the cache")
     rpc_servers: tuple[str, ...] = Field(
         default=(), max_length=16, description="llama.cpp --rpc: HOST:PORT of each RPC server, first device first"
     )
