@@ -108,11 +108,11 @@ def _model(args: argparse.Namespace):
 
 def _targets(args: argparse.Namespace):
     """The estimator's targets for --gpu/--cpu, and this machine's host (its CPU flags choose the
-    repacking). Raises FitScopeError for --cpu with --gpu, for 'local' without an NVIDIA driver, and
+    repacking). Raises FitScopeError for --cpu with --gpu, for 'local' without a detected GPU, and
     for a catalog CPU machine named beside other hardware; CatalogError for an unknown id.
 
     This machine (--cpu, or --gpu local, or neither) resolves as in the window
-    (``resolve_targets``): its NVIDIA GPUs matched to their catalog entries, or its CPU, and its
+    (``resolve_targets``): its GPUs (any vendor) matched to their catalog entries, or its CPU, and its
     measured memory bandwidth. Catalog ids may be several and different, and 'local' may join them,
     which the window's one device times a count cannot say: those stay here, built from the same
     targets. A catalog-only estimate does not import the window's scenario module (a quick start)."""
@@ -144,10 +144,10 @@ def _targets(args: argparse.Namespace):
 
 
 def _local_gpus(required: bool) -> tuple[GpuSnapshot, ...]:
-    """This machine's NVIDIA GPUs; none without a driver, unless ``required`` (then FitScopeError)."""
-    from app.adapters.nvml import NvmlMonitor  # pynvml only for this machine's own GPUs
+    """This machine's GPUs (any vendor); none when none is found, unless ``required`` (then FitScopeError)."""
+    from app.adapters.gpus import detect_gpus  # the drivers only for this machine's own GPUs
 
-    status = NvmlMonitor().status()
+    status = detect_gpus()
     if not status.available and required:
         raise FitScopeError(f"{status.message} Use --cpu, or --gpu CATALOG_ID for hardware you do not own.")
     return status.gpus if status.available else ()
@@ -164,7 +164,7 @@ def _this_machine_targets(args: argparse.Namespace, host: HostSnapshot, gpus: tu
         # The RAM beside the GPUs; a CPU target counts the available RAM, left as detected.
         update["ram_total_bytes"] = int(args.host_ram_gib * GIB)
     machine = Machine(gpus=gpus, host=host.model_copy(update=update))
-    return resolve_targets(HardwareChoice(kind="cpu" if args.cpu else "local"), machine)
+    return resolve_targets(HardwareChoice(kind="cpu" if args.cpu else "local"), machine, args.backend)
 
 
 def _catalog_targets(args: argparse.Namespace, devices: list[DeviceSpec], host: HostSnapshot) -> list[Target]:

@@ -220,7 +220,7 @@ class Evaluator:
         self._efficiency = dict(request.measured_efficiency)
         self._measured_quality = {(m.model_key, m.preset): m for m in request.measured_quality}
         machine = request.machine
-        targets = resolve_targets(request.hardware, machine)
+        targets = resolve_targets(request.hardware, machine, request.controls.backend)
         repack = repack_profile(machine.host)
         c = request.controls
         if c.projector is not None and c.projector.n_embd_text != model.arch.n_embd:
@@ -280,7 +280,7 @@ class Evaluator:
         verdict = make_verdict(est, speed, c, max_ctx, smaller, model.arch.n_ctx_train, gpus_hidden=hidden)
         if est.fits and users >= 1:
             verdict = Verdict(verdict.level, verdict.headline, (*verdict.sentences, people_sentence(users, c)))
-        note = hardware_note(request.hardware)
+        note = hardware_note(request.hardware, machine, c.backend)
         if note:
             verdict = Verdict(verdict.level, verdict.headline, (*verdict.sentences, note))
         comparison = tuple(self._compare_row(model, c, choice, machine, repack) for choice in request.compare)
@@ -416,7 +416,7 @@ class Evaluator:
     ) -> CompareRow:
         try:
             label = choice.label(machine)
-            targets = resolve_targets(choice, machine)
+            targets = resolve_targets(choice, machine, c.backend)
             est, _ = self._placed(model.arch, model.tensors, c, targets, repack)
             speed = estimate_speed(
                 model.arch,
