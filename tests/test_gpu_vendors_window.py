@@ -31,6 +31,20 @@ def window_with(qtbot, tmp_path, probe, here):
     return open_window(qtbot, services)
 
 
+def assert_build_hint(qtbot, window, words: str, switch: str) -> None:
+    """The Run tab names the llama.cpp build this GPU needs when the installed one is CPU-only (as
+    here, unless this machine's llama-cpp-python offloads to a GPU)."""
+    import llama_cpp
+
+    from app.adapters.rpc_servers import offloads_to_local_gpu
+
+    qtbot.waitUntil(lambda: window.run_panel.gpu_offload_supported is not None, timeout=20000)
+    if offloads_to_local_gpu(llama_cpp):
+        return
+    assert words in window.run_panel.gpu_note.text()
+    assert switch in window.run_panel.gpu_command.text()
+
+
 def test_m4_max_48gb_shows_its_wired_limit_and_follows_the_sysctl(qtbot, tmp_path):
     commands = RecordedCommands({"system_profiler SPDisplaysDataType SPHardwareDataType": M4_MAX_TEXT})
     available = {"bytes": 30 * GIB}  # what macOS can give up now: not published, chosen
@@ -57,6 +71,7 @@ def test_m4_max_48gb_shows_its_wired_limit_and_follows_the_sysctl(qtbot, tmp_pat
     settle(qtbot, window, lambda v: v.targets[0].capacity_bytes == 40 * GIB)
     assert bar.format() == "used 0.0 GiB · free 40.0 GiB of 40.0 GiB (the GPU's wired limit)"
     assert "set with iogpu.wired_limit_mb=40960" in window.banner.details.text()
+    assert_build_hint(qtbot, window, "For an Apple GPU, install the Metal build:", "-DGGML_METAL=on")
 
 
 def test_rx_7900_xtx_shows_its_vram_and_follows_its_use(qtbot, tmp_path):
@@ -101,6 +116,7 @@ def test_strix_halo_shows_carveout_and_gtt_and_the_build_choice_moves_the_estima
     assert shown.targets[1].capacity_bytes == 28 * GIB  # 124 GiB less the 96 GiB of GTT Vulkan may take
     assert "counts what llama.cpp's Vulkan build sees, 100.0 GiB" in window.banner.details.text()
     assert "its ROCm build 96.0 GiB" in window.banner.details.text()
+    assert_build_hint(qtbot, window, "install the ROCm build (or the Vulkan build, -DGGML_VULKAN=on):", "-DGGML_HIP=on")
 
 
 def test_arc_b580_shows_its_vram_and_says_when_its_use_is_unknown(qtbot, tmp_path):

@@ -40,7 +40,7 @@ from app.adapters.cpu_topology import llama_math_threads, logical_cpus
 from app.adapters.llamacpp_runner import LiveLoaded, LiveRun, RunDone, run_live, sweep_threads
 from app.adapters.rpc_servers import rpc_backend_problem, run_across_rpc
 from app.core.common.units import MIB
-from app.core.report.run_vs_estimate import CUDA_INSTALL_HINT, RunReport
+from app.core.report.run_vs_estimate import CUDA_INSTALL_HINT, RunReport, install_hint
 from app.core.speed.llama_defaults import thread_sweep
 from app.core.speed.measure import RunResult, RunSettings, Spread, SweepRow, summary, sweep_rows
 from app.services.runs import rpc_run_report
@@ -368,7 +368,9 @@ class RunPanel(QWidget):
             self.model_label.setText(f"{context.model_label}{extra}; context {context.n_ctx:,} tokens")
         self._update_buttons()
 
-    def set_gpu_offload_supported(self, supported: bool, gpus_present: bool) -> None:
+    def set_gpu_offload_supported(self, supported: bool, gpu_vendor: str | None) -> None:
+        """Whether the installed llama.cpp offloads to a GPU; when not, the build this machine's GPU
+        (``gpu_vendor``, None without one) needs and the command that installs it."""
         self.gpu_offload_supported = supported
         self.ngl.setEnabled(supported)
         self.gpu_command.setVisible(not supported)
@@ -376,10 +378,15 @@ class RunPanel(QWidget):
             self.gpu_note.setText("")
         else:
             self.ngl.setValue(0)
-            where = "" if gpus_present else " (and no NVIDIA GPU was found)"
+            maker, build, command = install_hint(gpu_vendor or "nvidia")
+            where = "" if gpu_vendor else " (and no GPU was found)"
+            vulkan = " (or the Vulkan build, -DGGML_VULKAN=on)" if gpu_vendor in ("amd", "intel") else ""
             self.gpu_note.setText(
-                f"This llama-cpp-python runs on the CPU only{where}. For an NVIDIA GPU, install the CUDA build:"
+                f"This llama-cpp-python runs on the CPU only{where}. For an {maker} GPU, install the {build} "
+                f"build{vulkan}:"
             )
+            self.gpu_command.setText(command)
+            self.gpu_command.setAccessibleName(f"Command that installs the {build} build")
 
     @property
     def child_pid(self) -> int | None:

@@ -466,7 +466,8 @@ class MainWindow(QMainWindow):
 
     def _on_gpus(self, _job_id: int, status: GpuStatus | bool) -> None:
         if isinstance(status, bool):  # the answer to gpu_offload_supported()
-            self.run_panel.set_gpu_offload_supported(status, bool(self.machine.gpus))
+            gpus = self.machine.gpus
+            self.run_panel.set_gpu_offload_supported(status, gpus[0].vendor if gpus else None)
             return
         gpus = status.gpus if status.available else ()
         self.hardware_view.set_gpus(gpus, status.message)

@@ -16,6 +16,22 @@ from app.core.speed.measure import RunResult, RunSettings, Spread, SweepRow, sum
 from app.core.speed.predict import SpeedEstimate, active_bytes_by_device, estimate_speed, kv_bytes_per_token
 
 CUDA_INSTALL_HINT = 'CMAKE_ARGS="-DGGML_CUDA=on" pip install --force-reinstall --no-cache-dir llama-cpp-python==0.3.36'
+# The llama-cpp-python build each vendor's GPUs need, with its CMake switches (llama-cpp-python's
+# README: Metal, hipBLAS for ROCm, SYCL with Intel's oneAPI compilers).
+GPU_BUILDS: dict[str, tuple[str, str, str]] = {
+    "nvidia": ("NVIDIA", "CUDA", "-DGGML_CUDA=on"),
+    "apple": ("Apple", "Metal", "-DGGML_METAL=on"),
+    "amd": ("AMD", "ROCm", "-DGGML_HIP=on"),
+    "intel": ("Intel", "SYCL", "-DGGML_SYCL=on -DCMAKE_C_COMPILER=icx -DCMAKE_CXX_COMPILER=icpx"),
+}
+
+
+def install_hint(vendor: str) -> tuple[str, str, str]:
+    """(maker, build name, the command that installs it) for a GPU vendor; NVIDIA's CUDA for an
+    unknown one. AMD and Intel GPUs also run the Vulkan build (-DGGML_VULKAN=on)."""
+    maker, name, switches = GPU_BUILDS.get(vendor, GPU_BUILDS["nvidia"])
+    command = f'CMAKE_ARGS="{switches}" pip install --force-reinstall --no-cache-dir llama-cpp-python==0.3.36'
+    return maker, name, command
 
 
 def estimate_settings(run: RunSettings, repack: str) -> Settings:
