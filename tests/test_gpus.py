@@ -255,6 +255,8 @@ def test_arc_b580_is_estimated_with_the_sycl_build(tmp_path):
     assert (gpu.name, gpu.capacity_bytes, gpu.efficiency_class) == ("GPU 0: Intel Arc B580", 12216 * MIB - GIB, "intel")
     assert gpu.bandwidth_gb_s == 456
     assert view.estimate.backend == "sycl"
+    # SYCL has a pinned host buffer type: weights left on the CPU are not repacked (backends.py).
+    assert view.estimate.repack_bytes == 0
     assert view.estimate.devices[0].name == "GPU 0: Intel Arc B580"
     vulkan = view_of(machine, "qwen2.5-14b", context_tokens=4096, backend="vulkan")
     assert vulkan.targets[0].capacity_bytes == gpu.capacity_bytes  # both see the same VRAM

@@ -40,7 +40,7 @@ from app.adapters.cpu_topology import llama_math_threads, logical_cpus
 from app.adapters.llamacpp_runner import LiveLoaded, LiveRun, RunDone, run_live, sweep_threads
 from app.adapters.rpc_servers import rpc_backend_problem, run_across_rpc
 from app.core.common.units import MIB
-from app.core.report.run_vs_estimate import CUDA_INSTALL_HINT, RunReport, install_hint
+from app.core.report.run_vs_estimate import CUDA_INSTALL_HINT, RunReport, gpu_build_advice
 from app.core.speed.llama_defaults import thread_sweep
 from app.core.speed.measure import RunResult, RunSettings, Spread, SweepRow, summary, sweep_rows
 from app.services.runs import rpc_run_report
@@ -232,7 +232,7 @@ class RunPanel(QWidget):
         self.gpu_command = QLabel(CUDA_INSTALL_HINT)
         self.gpu_command.setWordWrap(True)
         self.gpu_command.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.gpu_command.setAccessibleName("Command that installs the CUDA build")
+        self.gpu_command.setAccessibleName("Command that installs a GPU build of llama.cpp")
         self.gpu_command.setVisible(False)
         form.addRow("", self.gpu_command)
         buttons = QHBoxLayout()
@@ -369,8 +369,7 @@ class RunPanel(QWidget):
         self._update_buttons()
 
     def set_gpu_offload_supported(self, supported: bool, gpu_vendor: str | None) -> None:
-        """Whether the installed llama.cpp offloads to a GPU; when not, the build this machine's GPU
-        (``gpu_vendor``, None without one) needs and the command that installs it."""
+        """When the installed llama.cpp cannot offload: the build ``gpu_vendor``'s GPU needs (None: none found)."""
         self.gpu_offload_supported = supported
         self.ngl.setEnabled(supported)
         self.gpu_command.setVisible(not supported)
@@ -378,15 +377,9 @@ class RunPanel(QWidget):
             self.gpu_note.setText("")
         else:
             self.ngl.setValue(0)
-            maker, build, command = install_hint(gpu_vendor or "nvidia")
-            where = "" if gpu_vendor else " (and no GPU was found)"
-            vulkan = " (or the Vulkan build, -DGGML_VULKAN=on)" if gpu_vendor in ("amd", "intel") else ""
-            self.gpu_note.setText(
-                f"This llama-cpp-python runs on the CPU only{where}. For an {maker} GPU, install the {build} "
-                f"build{vulkan}:"
-            )
+            sentence, command = gpu_build_advice(gpu_vendor)
+            self.gpu_note.setText(sentence)
             self.gpu_command.setText(command)
-            self.gpu_command.setAccessibleName(f"Command that installs the {build} build")
 
     @property
     def child_pid(self) -> int | None:

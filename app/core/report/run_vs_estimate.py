@@ -26,12 +26,17 @@ GPU_BUILDS: dict[str, tuple[str, str, str]] = {
 }
 
 
-def install_hint(vendor: str) -> tuple[str, str, str]:
-    """(maker, build name, the command that installs it) for a GPU vendor; NVIDIA's CUDA for an
-    unknown one. AMD and Intel GPUs also run the Vulkan build (-DGGML_VULKAN=on)."""
-    maker, name, switches = GPU_BUILDS.get(vendor, GPU_BUILDS["nvidia"])
+def gpu_build_advice(vendor: str | None) -> tuple[str, str]:
+    """(sentence, install command) for a CPU-only llama-cpp-python on a machine whose GPU is of
+    ``vendor`` (None: no GPU found, NVIDIA's CUDA build named). AMD and Intel GPUs also run the
+    Vulkan build (-DGGML_VULKAN=on)."""
+    maker, name, switches = GPU_BUILDS.get(vendor or "nvidia", GPU_BUILDS["nvidia"])
+    where = "" if vendor else " (and no GPU was found)"
+    vulkan = " (or the Vulkan build, -DGGML_VULKAN=on)" if vendor in ("amd", "intel") else ""
+    sentence = f"This llama-cpp-python runs on the CPU only{where}. For an {maker} GPU, install the {name} build"
+    sentence += f"{vulkan}:"
     command = f'CMAKE_ARGS="{switches}" pip install --force-reinstall --no-cache-dir llama-cpp-python==0.3.36'
-    return maker, name, command
+    return sentence, command
 
 
 def estimate_settings(run: RunSettings, repack: str) -> Settings:
