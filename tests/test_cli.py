@@ -225,7 +225,7 @@ def test_cpu_and_gpu_together(capsys):
 @pytest.mark.skipif(_has_nvidia_driver(), reason="this machine has an NVIDIA driver")
 def test_local_gpu_without_a_driver(capsys):
     line = run_fail(capsys, "estimate", "--model", "llama-3.1-8b", "--gpu", "local")
-    assert "No NVIDIA driver" in line
+    assert "no NVIDIA driver" in line
     assert "--cpu" in line
 
 
@@ -235,7 +235,7 @@ def test_this_machines_gpus_resolve_as_in_the_window(capsys, monkeypatch):
     from types import SimpleNamespace
 
     from app.adapters import nvml
-    from app.core.hardware.snapshots import GpuSnapshot, NvmlStatus
+    from app.core.hardware.snapshots import GpuSnapshot, GpuStatus
 
     gpu = GpuSnapshot(
         index=0,
@@ -245,7 +245,7 @@ def test_this_machines_gpus_resolve_as_in_the_window(capsys, monkeypatch):
         memory_free_bytes=23 * GIB,
         timestamp=1.0,
     )
-    status = NvmlStatus(available=True, driver_version="550.54", gpus=(gpu,))
+    status = GpuStatus(available=True, driver_version="550.54", gpus=(gpu,))
     monkeypatch.setattr(nvml, "NvmlMonitor", lambda: SimpleNamespace(status=lambda: status))
 
     alone = run_ok(capsys, "estimate", "--model", "llama-3.1-8b", "--gpu", "local", "--json")
@@ -302,8 +302,8 @@ def test_models_and_gpus_tables(capsys):
 @pytest.mark.skipif(_has_nvidia_driver(), reason="this machine has an NVIDIA driver")
 def test_hw_json_without_a_driver(capsys):
     r = run_ok(capsys, "hw", "--json")
-    assert r["nvml"]["available"] is False
-    assert r["nvml"]["message"]
+    assert r["gpus"]["available"] is False
+    assert r["gpus"]["message"]
     assert r["host"]["ram_total_bytes"] > 0
 
 

@@ -3,7 +3,8 @@ estimator's own numbers; bad files leave it usable; settings come back after a r
 hold the numbers on screen.
 
 NVIDIA GPUs cannot exist on this machine, so GPU tests feed the real NvmlMonitor a fake pynvml
-(the same seam as tests/test_nvml.py) with an RTX 4090's values; one test runs the real NVML path.
+(the same seam as tests/test_nvml.py) with an RTX 4090's values; one test runs the real detection
+path (every vendor). Apple, AMD and Intel GPUs in the window: tests/test_gpu_vendors_window.py.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from PySide6.QtGui import QKeySequence
 from test_nvml import FakeNvml, rtx_4090
 
 from app.adapters.demo_model import demo_model_path
+from app.adapters.gpus import GpuDetector
 from app.adapters.host import detect_host
 from app.adapters.nvml import NvmlMonitor
 from app.core.common.units import GIB
@@ -68,11 +70,13 @@ SHARED_ESTIMATE_POOL = SharedEstimatePool()
 atexit.register(SHARED_ESTIMATE_POOL.close)
 
 
-def make_services(tmp_path: Path, nvml=None) -> Services:
+def make_services(tmp_path: Path, nvml=None, probes=None) -> Services:
+    """The window's services with a fake NVML (no driver unless ``nvml``), or with ``probes`` as
+    this machine's GPU detectors."""
     monitor = NvmlMonitor(api=nvml if nvml is not None else FakeNvml([], init_error=_no_driver()))
     return Services(
         make_estimate_pool=lambda: SHARED_ESTIMATE_POOL,
-        nvml_status=monitor.status,
+        gpu_status=GpuDetector(probes if probes is not None else [monitor], platform="linux").status,
         detect_host=lambda measure: detect_host(measure_bandwidth=False),
         demo_path=demo_model_path,
         prefs_path=tmp_path / "config" / "settings.json",
@@ -127,8 +131,8 @@ def test_first_launch_opens_on_the_demo_model_on_this_cpu(qtbot, tmp_path, demo_
     view = window.view
     assert view.request.model.kind == "demo"
     assert "Gemma 3 270M" in window.model_info.text() and "License" in window.model_info.text()
-    # No NVIDIA driver here: said in plain words, and the CPU carries on.
-    assert "No NVIDIA" in window.hardware_view.gpu_message.text()
+    # No GPU here: said in plain words, and the CPU carries on.
+    assert "no NVIDIA driver" in window.hardware_view.gpu_message.text()
     assert [t.kind for t in view.targets] == ["cpu"]
     # The split chart holds the estimator's numbers for the real file.
     model = model_from_gguf(demo_gguf)
@@ -144,13 +148,13 @@ def test_first_launch_opens_on_the_demo_model_on_this_cpu(qtbot, tmp_path, demo_
     assert window.banner.headline.text().startswith("Fits, with ")
 
 
-def test_real_nvml_path_without_a_driver_says_so(qtbot, tmp_path):
+def test_real_gpu_detection_without_a_gpu_says_so(qtbot, tmp_path):
     services = make_services(tmp_path)
-    services.nvml_status = NvmlMonitor().status  # the real pynvml, no driver on this machine
+    services.gpu_status = GpuDetector().status  # the real NVML, sysfs and platform: no GPU on this machine
     window = open_window(qtbot, services)
-    status = NvmlMonitor().status()
+    status = GpuDetector().status()
     if status.available:
-        pytest.skip("this machine has an NVIDIA driver")
+        pytest.skip("this machine has a GPU")
     assert window.hardware_view.gpu_message.text() == status.message
     assert window.view.targets[0].kind == "cpu"
 

@@ -23,7 +23,7 @@ from app.core.hardware.snapshots import (
     NO_DRIVER_MESSAGE,
     GpuProcess,
     GpuSnapshot,
-    NvmlStatus,
+    GpuStatus,
     cuda_version_string,
     memory_bandwidth_gb_s,
 )
@@ -187,7 +187,7 @@ class NvmlMonitor:
             _log.exception("Checking for NVIDIA GPUs failed")
             return False
 
-    def status(self) -> NvmlStatus:
+    def status(self) -> GpuStatus:
         """Every NVIDIA GPU now, or why there are none (``available=False`` and a message).
 
         Memory in bytes, power in watts, bandwidth in GB/s. Never raises: an unexpected failure
@@ -198,27 +198,27 @@ class NvmlMonitor:
                 return self._status_locked()
         except Exception as error:
             _log.exception("Reading the NVIDIA GPUs failed")
-            return NvmlStatus(available=False, message=f"Reading the NVIDIA GPUs failed ({error}): {_FALLBACK}")
+            return GpuStatus(available=False, message=f"Reading the NVIDIA GPUs failed ({error}): {_FALLBACK}")
 
-    def _status_locked(self) -> NvmlStatus:
+    def _status_locked(self) -> GpuStatus:
         if not self._ensure_init():
-            return NvmlStatus(available=False, message=self._failure_message)
+            return GpuStatus(available=False, message=self._failure_message)
         driver = _text(self._query("driver version", self._api.nvmlSystemGetDriverVersion))
         count = self._device_count()
         if count is None:
-            return NvmlStatus(
+            return GpuStatus(
                 available=False,
                 driver_version=driver,
                 message=f"The NVIDIA driver is loaded but could not list the GPUs: {_FALLBACK}",
             )
         gpus = tuple(gpu for gpu in (self._snapshot_locked(i, driver) for i in range(count)) if gpu)
         if not gpus:
-            return NvmlStatus(
+            return GpuStatus(
                 available=False,
                 driver_version=driver,
                 message=f"The NVIDIA driver is loaded but reports no usable GPU: {_FALLBACK}",
             )
-        return NvmlStatus(available=True, driver_version=driver, gpus=gpus)
+        return GpuStatus(available=True, driver_version=driver, gpus=gpus)
 
     def snapshot(self, index: int) -> GpuSnapshot | None:
         """GPU ``index`` (NVML order) now, or None when NVML is unavailable, the index does not exist,

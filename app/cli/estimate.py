@@ -127,11 +127,11 @@ def _model(args: argparse.Namespace):
 def _targets(args: argparse.Namespace):
     """The estimator's targets for --gpu/--cpu, this machine's host (its CPU flags choose the
     repacking), and this machine when the targets are its own hardware (else None). Raises
-    FitScopeError for --cpu with --gpu, for 'local' without an NVIDIA driver, and for a catalog CPU
+    FitScopeError for --cpu with --gpu, for 'local' without a detected GPU, and for a catalog CPU
     machine named beside other hardware; CatalogError for an unknown id.
 
     This machine (--cpu, or --gpu local, or neither) resolves as in the window
-    (``resolve_targets``): its NVIDIA GPUs matched to their catalog entries, or its CPU, and its
+    (``resolve_targets``): its GPUs (any vendor) matched to their catalog entries, or its CPU, and its
     measured memory bandwidth. Catalog ids may be several and different, and 'local' may join them,
     which the window's one device times a count cannot say: those stay here, built from the same
     targets. A catalog-only estimate does not import the window's scenario module (a quick start)."""
@@ -164,10 +164,10 @@ def _targets(args: argparse.Namespace):
 
 
 def _local_gpus(required: bool) -> tuple[GpuSnapshot, ...]:
-    """This machine's NVIDIA GPUs; none without a driver, unless ``required`` (then FitScopeError)."""
-    from app.adapters.nvml import NvmlMonitor  # pynvml only for this machine's own GPUs
+    """This machine's GPUs (any vendor); none when none is found, unless ``required`` (then FitScopeError)."""
+    from app.adapters.gpus import detect_gpus  # the drivers only for this machine's own GPUs
 
-    status = NvmlMonitor().status()
+    status = detect_gpus()
     if not status.available and required:
         raise FitScopeError(f"{status.message} Use --cpu, or --gpu CATALOG_ID for hardware you do not own.")
     return status.gpus if status.available else ()
@@ -184,7 +184,7 @@ def _this_machine_targets(args: argparse.Namespace, host: HostSnapshot, gpus: tu
         # The RAM beside the GPUs; a CPU target counts the available RAM, left as detected.
         update["ram_total_bytes"] = int(args.host_ram_gib * GIB)
     machine = Machine(gpus=gpus, host=host.model_copy(update=update))
-    return resolve_targets(HardwareChoice(kind="cpu" if args.cpu else "local"), machine)
+    return resolve_targets(HardwareChoice(kind="cpu" if args.cpu else "local"), machine, args.backend)
 
 
 def _catalog_targets(args: argparse.Namespace, devices: list[DeviceSpec], host: HostSnapshot) -> list[Target]:
@@ -203,7 +203,7 @@ def _catalog_targets(args: argparse.Namespace, devices: list[DeviceSpec], host: 
             host_ram_gib=args.host_ram_gib,
             host_memory=args.host_memory,
         )
-        return resolve_targets(choice, Machine(host=host))
+        return resolve_targets(choice, Machine(host=host), args.backend)
     if not devices[0].is_gpu:
         return [target_from_device(devices[0])]
     asked = int(args.host_ram_gib * GIB) if args.host_ram_gib else None

@@ -1,13 +1,12 @@
 """The listings: ``fitscope models``, ``architectures`` and ``gpus`` (the catalogs FitScope
-estimates from) and ``hw`` (what this machine has: its NVIDIA GPUs, CPU and RAM), as tables or JSON.
+estimates from) and ``hw`` (what this machine has: its GPUs of any vendor with the memory they can use, CPU and
+RAM, as the window's hardware box says it), as tables or JSON.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-
-from app.core.common.units import GIB
 
 
 def cmd_models(args: argparse.Namespace) -> int:
@@ -59,30 +58,14 @@ def cmd_gpus(args: argparse.Namespace) -> int:
 
 
 def cmd_hw(args: argparse.Namespace) -> int:
+    from app.adapters.gpus import detect_gpus
     from app.adapters.host import detect_host
-    from app.adapters.nvml import NvmlMonitor
+    from app.core.report.machine_text import machine_lines
 
-    status = NvmlMonitor().status()
+    status = detect_gpus()
     host = detect_host(measure_bandwidth=True)
     if args.json:
-        print(json.dumps({"nvml": status.model_dump(), "host": host.model_dump()}, indent=2))
+        print(json.dumps({"gpus": status.model_dump(), "host": host.model_dump()}, indent=2))
         return 0
-    if status.available:
-        for g in status.gpus:
-            print(
-                f"GPU {g.index}: {g.name}  {g.memory_used_bytes / GIB:.1f}/{g.memory_total_bytes / GIB:.1f} GiB used, "
-                f"{g.bandwidth_gb_s or 0:.0f} GB/s, driver {g.driver_version}, CUDA {g.cuda_version}"
-            )
-    else:
-        print(status.message)
-    bw = (
-        f"{host.measured_read_bandwidth_gb_s:.1f} GB/s measured"
-        if host.measured_read_bandwidth_gb_s
-        else "not measured"
-    )
-    print(
-        f"CPU: {host.cpu_model}, {host.physical_cores or '?'} cores / {host.logical_cores} threads; "
-        f"RAM {host.ram_available_bytes / GIB:.1f} of {host.ram_total_bytes / GIB:.1f} GiB available; "
-        f"memory read bandwidth {bw}"
-    )
+    print("\n".join(machine_lines(status, host)))
     return 0

@@ -47,8 +47,8 @@ def _add_estimate_args(p: argparse.ArgumentParser) -> None:
         "--gpu",
         action="append",
         metavar="local|CATALOG_ID",
-        help="'local' for the detected NVIDIA GPUs, or a catalog id (GPUs, Apple, unified-memory boxes, CPU "
-        "servers: fitscope gpus lists them); repeat for several GPUs",
+        help="'local' for the detected GPUs (NVIDIA, Apple, AMD, Intel), or a catalog id (GPUs, Apple, "
+        "unified-memory boxes, CPU servers: fitscope gpus lists them); repeat for several GPUs",
     )
     dev.add_argument("--cpu", action="store_true", help="run on the CPU only (host memory)")
     dev.add_argument(
@@ -98,7 +98,7 @@ def _add_estimate_args(p: argparse.ArgumentParser) -> None:
     build = p.add_argument_group("llama.cpp build and program")
     build.add_argument(
         "--backend",
-        choices=["auto", "cpu", "cuda", "rocm", "vulkan", "metal"],
+        choices=["auto", "cpu", "cuda", "rocm", "vulkan", "metal", "sycl"],
         default="auto",
         help="the llama.cpp build (default: by the GPUs' vendor; the CPU build without GPUs)",
     )
@@ -141,7 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     archs.add_argument("--json", action="store_true")
     gpus = sub.add_parser("gpus", help="list the GPU/device catalog")
     gpus.add_argument("--json", action="store_true")
-    hw = sub.add_parser("hw", help="what this machine has: NVIDIA GPUs and the CPU/RAM")
+    hw = sub.add_parser(
+        "hw", help="what this machine has: its GPUs (NVIDIA, Apple, AMD, Intel), the memory they can use, CPU/RAM"
+    )
     hw.add_argument("--json", action="store_true")
     demo = sub.add_parser("demo", help="estimate the built-in demo model (Gemma 3 270M Q4_K_M) on this machine")
     demo.add_argument("--json", action="store_true")

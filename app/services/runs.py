@@ -21,12 +21,12 @@ from app.core.speed.measure import RunResult, SweepRow
 
 
 def detect_machine(measure_bandwidth: bool = True) -> Machine:
-    """This machine now: its NVIDIA GPUs (none without a driver, with NVML's reason) and its host,
-    with the memory read bandwidth measured when asked (about a second)."""
+    """This machine now: its GPUs of every vendor (none found: the reason why) and its host, with
+    the memory read bandwidth measured when asked (about a second)."""
+    from app.adapters.gpus import detect_gpus
     from app.adapters.host import detect_host
-    from app.adapters.nvml import NvmlMonitor
 
-    status = NvmlMonitor().status()
+    status = detect_gpus()
     return Machine(
         gpus=status.gpus if status.available else (),
         host=detect_host(measure_bandwidth=measure_bandwidth),
@@ -58,7 +58,7 @@ def machine_calibration(machine: Machine, history: RunHistory | None = None) -> 
 
 
 def ran_on_gpu(result: RunResult, machine: Machine) -> bool:
-    """Whether the run put layers on one of this machine's NVIDIA GPUs."""
+    """Whether the run put layers on one of this machine's GPUs."""
     return result.settings.n_gpu_layers != 0 and result.gpu_offload_supported and bool(machine.gpus)
 
 

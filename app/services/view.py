@@ -264,7 +264,7 @@ class Evaluator:
         model = self.model(request.model, demo_path)
         self._efficiency = dict(request.measured_efficiency)
         self._measured_quality = {(m.model_key, m.preset): m for m in request.measured_quality}
-        targets = resolve_targets(request.hardware, request.machine)
+        targets = resolve_targets(request.hardware, request.machine, request.controls.backend)
         c = request.controls
         try:
             main = self._answer(model, targets, request, limits=True)
@@ -287,7 +287,7 @@ class Evaluator:
         if est.fits and main.limits.users_that_fit >= 1:
             people = people_sentence(main.limits.users_that_fit, c, main.limits.scope, main.placement)
             verdict = Verdict(verdict.level, verdict.headline, (*verdict.sentences, people))
-        note = hardware_note(request.hardware)
+        note = hardware_note(request.hardware, request.machine, c.backend)
         if note:
             verdict = Verdict(verdict.level, verdict.headline, (*verdict.sentences, note))
         current = _compare_row(request.hardware.label(request.machine) + " (current)", main, _price(request.hardware))
@@ -387,7 +387,7 @@ class Evaluator:
     def _compare_row(self, model: ModelSource, request: Request, choice: HardwareChoice) -> CompareRow:
         try:
             label = choice.label(request.machine)
-            targets = resolve_targets(choice, request.machine)
+            targets = resolve_targets(choice, request.machine, request.controls.backend)
             a = self._answer(model, targets, request, limits=False, hardware=choice)
         except FitScopeError as exc:
             return CompareRow(

@@ -1,4 +1,4 @@
-"""Start the window: the QApplication, the real services (NVML, host, demo model), the saved settings."""
+"""Start the window: the QApplication, the real services (the GPU drivers, host, demo model), the saved settings."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
 from app.adapters.demo_model import demo_model_path
+from app.adapters.gpus import default_detector
 from app.adapters.host import detect_host
 from app.adapters.logs import setup_logging
-from app.adapters.nvml import default_monitor
 from app.adapters.paths import preferences_path
 from app.core.common.errors import FitScopeError
 from app.core.model.catalog import RESOURCES_DIR
@@ -28,9 +28,9 @@ from app.ui.window import MainWindow, Services
 
 
 def real_services(prefs_path: Path | None = None) -> Services:
-    monitor = default_monitor()
+    detector = default_detector()
     return Services(
-        nvml_status=monitor.status,
+        gpu_status=detector.status,
         detect_host=lambda measure: detect_host(measure_bandwidth=measure),
         demo_path=demo_model_path,
         prefs_path=prefs_path or preferences_path(),

@@ -58,6 +58,7 @@ BACKENDS = (
     ("rocm", "ROCm"),
     ("vulkan", "Vulkan"),
     ("metal", "Metal"),
+    ("sycl", "SYCL"),
 )
 
 
@@ -232,7 +233,7 @@ class ControlsPanel(QScrollArea):
     # -- choices onto the widgets -------------------------------------------------------------
 
     def show_preferences(self, prefs: Preferences, local_gpus: bool, vision_available: bool) -> None:
-        """Put every saved choice on its widget. ``local_gpus``: this machine has NVIDIA GPUs;
+        """Put every saved choice on its widget. ``local_gpus``: this machine has GPUs;
         ``vision_available``: a projector can be added to this model."""
         self._updating = True
         try:

@@ -68,7 +68,7 @@ per token, divided by the device's throughput.</li>
 
 
 def versions(machine: Machine | None = None) -> dict[str, str]:
-    """FitScope's, llama.cpp's, Qt's and the NVIDIA driver's versions (without loading llama.cpp)."""
+    """FitScope's, llama.cpp's, Qt's and the GPU driver's versions (without loading llama.cpp)."""
 
     def dist(name: str) -> str:
         try:
@@ -76,7 +76,7 @@ def versions(machine: Machine | None = None) -> dict[str, str]:
         except metadata.PackageNotFoundError:
             return "not installed"
 
-    driver = "no NVIDIA driver"
+    driver = "no GPU found"
     if machine is not None and machine.gpus:
         driver = machine.gpus[0].driver_version or "unknown"
         if machine.gpus[0].cuda_version:
@@ -88,7 +88,7 @@ def versions(machine: Machine | None = None) -> dict[str, str]:
         "PySide6": PySide6.__version__,
         "pyqtgraph": pg.__version__,
         "Python": platform.python_version(),
-        "NVIDIA driver": driver,
+        "GPU driver": driver,
         "System": f"{platform.system()} {platform.release()} ({platform.machine()})",
     }
 
@@ -114,8 +114,8 @@ def diagnostics(machine: Machine, context: dict[str, str], last_error: str, log_
         )
     for g in machine.gpus:
         lines.append(
-            f"GPU {g.index}: {g.name}, {g.memory_total_bytes / 2**30:.1f} GiB, {g.memory_free_bytes / 2**30:.1f} free, "
-            f"compute capability {g.compute_capability or '?'}"
+            f"GPU {g.index}: {g.name} ({g.vendor}), {g.memory_total_bytes / 2**30:.1f} GiB usable, "
+            f"{g.memory_free_bytes / 2**30:.1f} free, compute capability {g.compute_capability or '?'}"
         )
     if not machine.gpus:
         lines.append(f"GPUs: {machine.gpu_message or 'none detected'}")
@@ -254,7 +254,7 @@ class Walkthrough(QDialog):
         here = (
             ", ".join(g.name for g in machine.gpus)
             if machine.gpus
-            else f"no NVIDIA GPU, so the CPU ({host.cpu_model if host else 'unknown'})"
+            else f"no GPU, so the CPU ({host.cpu_model if host else 'unknown'})"
         )
         pages = [
             (

@@ -25,10 +25,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.common.units import GIB
 from app.core.hardware.snapshots import GpuSnapshot, HostSnapshot
 from app.core.memory.records import MAX_CONTEXT_TOKENS
 from app.core.report.choices import MIN_CONTEXT_TOKENS
+from app.core.report.machine_text import gpu_bar, gpu_label, gpu_source, host_label
 from app.core.report.verdict import Verdict
 
 
@@ -118,12 +118,10 @@ class VerdictBanner(QFrame):
         self._paint_light()
 
 
-def _gib(n: float) -> str:
-    return f"{n / GIB:.1f} GiB"
-
-
 class HardwareView(QWidget):
-    """What this machine has: each NVIDIA GPU with a live memory bar, then the CPU and RAM."""
+    """What this machine has: each GPU (any vendor) with a live memory bar and what limits its
+    memory, then the CPU and RAM. The words are ``app.core.report.machine_text``'s, as ``fitscope hw``
+    prints them."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -135,60 +133,46 @@ class HardwareView(QWidget):
         self.host_label.setWordWrap(True)
         self.bars: list[QProgressBar] = []
         self.gpu_labels: list[QLabel] = []
+        self.gpu_notes: list[QLabel] = []
         self._grid.addWidget(self.gpu_message, 0, 0, 1, 2)
         self._grid.addWidget(self.host_label, 100, 0, 1, 2)
 
     def set_gpus(self, gpus: tuple[GpuSnapshot, ...], message: str) -> None:
         self.gpu_message.setVisible(not gpus)
-        self.gpu_message.setText(message or "No NVIDIA GPU found: FitScope estimates for the CPU and the catalog.")
+        self.gpu_message.setText(message or "No GPU found: FitScope estimates for the CPU and the catalog.")
         while len(self.bars) < len(gpus):
-            row = len(self.bars) * 2 + 1
+            row = len(self.bars) * 3 + 1
             label = QLabel()
             label.setWordWrap(True)
             bar = QProgressBar()
             bar.setRange(0, 1000)
             bar.setTextVisible(True)
+            note = QLabel()
+            note.setWordWrap(True)
+            note.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             self._grid.addWidget(label, row, 0, 1, 2)
             self._grid.addWidget(bar, row + 1, 0, 1, 2)
+            self._grid.addWidget(note, row + 2, 0, 1, 2)
             self.gpu_labels.append(label)
             self.bars.append(bar)
-        for i, (label, bar) in enumerate(zip(self.gpu_labels, self.bars, strict=True)):
+            self.gpu_notes.append(note)
+        for i, (label, bar, note) in enumerate(zip(self.gpu_labels, self.bars, self.gpu_notes, strict=True)):
             visible = i < len(gpus)
             label.setVisible(visible)
             bar.setVisible(visible)
+            note.setVisible(visible and bool(gpus[i].memory_note))
             if not visible:
                 continue
             g = gpus[i]
-            extra = [f"{g.bandwidth_gb_s:,.0f} GB/s" if g.bandwidth_gb_s else "bandwidth unknown"]
-            if g.driver_version:
-                extra.append(f"driver {g.driver_version}")
-            if g.cuda_version:
-                extra.append(f"CUDA {g.cuda_version}")
-            label.setText(f"GPU {g.index}: {g.name} ({', '.join(extra)})")
-            total = max(g.memory_total_bytes, 1)
-            bar.setValue(int(1000 * g.memory_used_bytes / total))
-            bar.setFormat(
-                f"used {_gib(g.memory_used_bytes)} · free {_gib(g.memory_free_bytes)} of {_gib(g.memory_total_bytes)}"
-            )
-            bar.setToolTip("Refreshed every second from the NVIDIA driver (NVML).")
+            label.setText(gpu_label(g))
+            value, text = gpu_bar(g)
+            bar.setValue(value)
+            bar.setFormat(text)
+            bar.setToolTip(gpu_source(g))
+            note.setText(g.memory_note)
 
     def set_host(self, host: HostSnapshot | None, measuring: bool) -> None:
-        if host is None:
-            self.host_label.setText("CPU: not detected")
-            return
-        cores = (
-            f"{host.physical_cores} cores / {host.logical_cores} threads"
-            if host.physical_cores
-            else (f"{host.logical_cores} threads")
-        )
-        if host.measured_read_bandwidth_gb_s:
-            bw = f"memory read {host.measured_read_bandwidth_gb_s:.0f} GB/s (measured)"
-        else:
-            bw = "measuring memory bandwidth…" if measuring else "memory bandwidth not measured"
-        self.host_label.setText(
-            f"CPU: {host.cpu_model}, {cores}\nRAM: {_gib(host.ram_available_bytes)} free of "
-            f"{_gib(host.ram_total_bytes)}; {bw}"
-        )
+        self.host_label.setText(host_label(host, measuring))
 
 
 STEPS_PER_OCTAVE = 16

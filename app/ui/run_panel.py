@@ -41,7 +41,7 @@ from app.adapters.llamacpp_runner import LiveLoaded, LiveRun, RunDone, run_live,
 from app.adapters.rpc_backend import rpc_backend_problem
 from app.adapters.rpc_servers import run_across_rpc
 from app.core.common.units import MIB
-from app.core.report.run_vs_estimate import CUDA_INSTALL_HINT, RunReport
+from app.core.report.run_vs_estimate import CUDA_INSTALL_HINT, RunReport, gpu_build_advice
 from app.core.speed.llama_defaults import thread_sweep
 from app.core.speed.measure import RunResult, RunSettings, Spread, SweepRow, summary, sweep_rows
 from app.services.runs import rpc_run_report
@@ -233,7 +233,7 @@ class RunPanel(QWidget):
         self.gpu_command = QLabel(CUDA_INSTALL_HINT)
         self.gpu_command.setWordWrap(True)
         self.gpu_command.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.gpu_command.setAccessibleName("Command that installs the CUDA build")
+        self.gpu_command.setAccessibleName("Command that installs a GPU build of llama.cpp")
         self.gpu_command.setVisible(False)
         form.addRow("", self.gpu_command)
         buttons = QHBoxLayout()
@@ -369,7 +369,8 @@ class RunPanel(QWidget):
             self.model_label.setText(f"{context.model_label}{extra}; context {context.n_ctx:,} tokens")
         self._update_buttons()
 
-    def set_gpu_offload_supported(self, supported: bool, gpus_present: bool) -> None:
+    def set_gpu_offload_supported(self, supported: bool, gpu_vendor: str | None) -> None:
+        """When the installed llama.cpp cannot offload: the build ``gpu_vendor``'s GPU needs (None: none found)."""
         self.gpu_offload_supported = supported
         self.ngl.setEnabled(supported)
         self.gpu_command.setVisible(not supported)
@@ -377,10 +378,9 @@ class RunPanel(QWidget):
             self.gpu_note.setText("")
         else:
             self.ngl.setValue(0)
-            where = "" if gpus_present else " (and no NVIDIA GPU was found)"
-            self.gpu_note.setText(
-                f"This llama-cpp-python runs on the CPU only{where}. For an NVIDIA GPU, install the CUDA build:"
-            )
+            sentence, command = gpu_build_advice(gpu_vendor)
+            self.gpu_note.setText(sentence)
+            self.gpu_command.setText(command)
 
     @property
     def child_pid(self) -> int | None:

@@ -164,7 +164,8 @@ class ToolTabs(QObject):
         """What the A/B advice must fit: the hardware chosen on the left."""
         hardware = self._workspace.preferences.hardware
         machine = self._workspace.machine
-        return resolve_targets(hardware, machine), hardware.label(machine), repack_profile(machine.host)
+        backend = self._workspace.preferences.controls.backend
+        return resolve_targets(hardware, machine, backend), hardware.label(machine), repack_profile(machine.host)
 
     def _update_load_source(self, view: View) -> None:
         path = view.model.path if view.model is not None else None

@@ -31,7 +31,7 @@ from app.adapters.divergence_runner import measured_quality
 from app.adapters.history import RunHistory
 from app.adapters.logs import log_path
 from app.core.common.errors import FitScopeError
-from app.core.hardware.snapshots import HostSnapshot, NvmlStatus, machine_key
+from app.core.hardware.snapshots import GpuStatus, HostSnapshot, machine_key
 from app.core.model.catalog import load_devices, load_models
 from app.core.model.projector import ProjectorSpec, read_projector
 from app.core.report.choices import Controls, HardwareChoice, Machine, ModelChoice, catalog_projector
@@ -54,9 +54,10 @@ GPU_CHANGE_BYTES = 256 * 1024**2  # free GPU memory moving by less than this doe
 
 @dataclass
 class Services:
-    """What the window needs from the outside world, passed in (tests pass fakes for NVML only)."""
+    """What the window needs from the outside world, passed in (tests pass fakes for the GPU
+    drivers only: a fake NVML, recorded sysfs trees and command outputs)."""
 
-    nvml_status: Callable[[], NvmlStatus]
+    gpu_status: Callable[[], GpuStatus]
     detect_host: Callable[[bool], HostSnapshot]
     demo_path: Callable[[], Path]
     prefs_path: Path
@@ -84,14 +85,14 @@ class MainWindow(QMainWindow):
             projector if projector is not None and not projector.source.startswith("https://") else None
         )
         self._estimates = JobRunner("estimate", self, make_pool=services.make_estimate_pool)
-        self._hardware = JobRunner("nvml", self)
+        self._hardware = JobRunner("gpus", self)
         self._host_job = JobRunner("host", self)
         self._last_good_model: ModelChoice | None = None
         self._applied_job = 0
         self.view: View | None = None
         self._measuring = services.measure_bandwidth
-        status = services.nvml_status()
-        self._nvml_message = status.message
+        status = services.gpu_status()
+        self._gpu_message = status.message
         self.machine = Machine(
             gpus=status.gpus if status.available else (), host=services.detect_host(False), gpu_message=status.message
         )
@@ -128,12 +129,12 @@ class MainWindow(QMainWindow):
         if prefs.model.kind == "demo" and not demo_model_ready():
             self.banner.set_message("", "Preparing the built-in demo model (first start only)…")
         self._apply_prefs_to_widgets()
-        self.hardware_view.set_gpus(self.machine.gpus, self._nvml_message)
+        self.hardware_view.set_gpus(self.machine.gpus, self._gpu_message)
         self.hardware_view.set_host(self.machine.host, self._measuring)
 
         self._estimates.finished.connect(self._on_view)
         self._estimates.failed.connect(self._on_estimate_failed)
-        self._hardware.finished.connect(self._on_nvml)
+        self._hardware.finished.connect(self._on_gpus)
         self._host_job.finished.connect(self._on_host)
         self._save_timer = QTimer(self, singleShot=True, interval=400)
         self._save_timer.timeout.connect(self.save_preferences)
@@ -477,11 +478,12 @@ class MainWindow(QMainWindow):
 
     def _poll_gpus(self) -> None:
         if not self._hardware.running:
-            self._hardware.submit(self._services.nvml_status)
+            self._hardware.submit(self._services.gpu_status)
 
-    def _on_nvml(self, _job_id: int, status: NvmlStatus | bool) -> None:
+    def _on_gpus(self, _job_id: int, status: GpuStatus | bool) -> None:
         if isinstance(status, bool):  # the answer to gpu_offload_supported()
-            self.run_panel.set_gpu_offload_supported(status, bool(self.machine.gpus))
+            gpus = self.machine.gpus
+            self.run_panel.set_gpu_offload_supported(status, gpus[0].vendor if gpus else None)
             return
         gpus = status.gpus if status.available else ()
         self.hardware_view.set_gpus(gpus, status.message)

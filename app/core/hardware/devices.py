@@ -10,7 +10,7 @@ from app.core.common.units import GIB
 
 Vendor = Literal["nvidia", "amd", "apple", "intel", "cpu"]
 Segment = Literal["consumer", "workstation", "datacenter", "apple", "cpu"]
-Backend = Literal["cuda", "rocm", "metal", "vulkan", "cpu"]
+Backend = Literal["cuda", "rocm", "metal", "vulkan", "sycl", "cpu"]
 
 
 class DeviceSpec(BaseModel):
@@ -20,6 +20,7 @@ class DeviceSpec(BaseModel):
     ``gpu_usable_fraction`` is the share of that memory a GPU may allocate: 1.0 for dedicated
     memory, about 0.67-0.75 for Apple's unified memory (macOS's recommended working set).
     ``fp16_tflops`` is dense FP16 tensor throughput with FP32 accumulate, no sparsity.
+    ``aliases`` are other names a driver gives the device (an APU's graphics, "Radeon 8060S").
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -37,6 +38,7 @@ class DeviceSpec(BaseModel):
     price_usd: float | None = Field(default=None, gt=0)
     release_year: int | None = Field(default=None, ge=2010, le=2030)
     compute_capability: str | None = None
+    aliases: tuple[str, ...] = ()
     source: str = ""
 
     @property

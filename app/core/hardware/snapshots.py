@@ -1,10 +1,14 @@
-"""What FitScope detected on this machine: NVIDIA GPUs (through NVML) and the host CPU and RAM.
+"""What FitScope detected on this machine: its GPUs (NVIDIA through NVML, Apple Silicon, AMD and
+Intel through their drivers) and the host CPU and RAM.
 
-These records are pure data; the adapters in ``app.adapters.nvml`` and ``app.adapters.host`` fill
-them in. A field is ``None`` when the driver or OS could not tell us, never a made-up default.
+These records are pure data; the adapters (``app.adapters.nvml``, ``gpu_apple``, ``gpu_amd``,
+``gpu_intel``, gathered by ``app.adapters.gpus``, and ``app.adapters.host``) fill them in. A field is
+``None`` when the driver or OS could not tell us, never a made-up default.
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -54,11 +58,35 @@ class GpuProcess(BaseModel):
     used_memory_bytes: int | None = Field(default=None, ge=0)
 
 
-class GpuSnapshot(BaseModel):
-    """One NVIDIA GPU as NVML reported it at ``timestamp`` (seconds since the epoch, ``time.time()``).
+GpuVendor = Literal["nvidia", "amd", "apple", "intel"]
 
-    Memory figures are bytes as NVML counts them; ``memory_used_bytes`` includes memory the driver
-    reserves, so used + free may differ slightly from total. Power is in watts.
+
+class BuildMemory(BaseModel):
+    """The GPU memory one llama.cpp build sees on a GPU (``ggml_backend_dev_memory``), in bytes.
+
+    ``backend`` is a llama.cpp build as ``app.core.memory.backends`` names it (metal, rocm, vulkan,
+    sycl); ``note`` says where the figure comes from when the builds differ.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    backend: str
+    total_bytes: int = Field(ge=0)
+    free_bytes: int = Field(ge=0)
+    note: str = ""
+
+
+class GpuSnapshot(BaseModel):
+    """One GPU as its driver reported it at ``timestamp`` (seconds since the epoch, ``time.time()``).
+
+    ``memory_total_bytes`` / ``memory_free_bytes`` are what the GPU's default llama.cpp build can
+    allocate (CUDA, Metal, ROCm, SYCL): the whole VRAM of a discrete card, the wired limit
+    (``recommendedMaxWorkingSetSize``) of an Apple GPU, what ROCm sees of an AMD APU.
+    ``memory_used_bytes`` includes memory the driver reserves, so used + free may differ slightly
+    from total. ``builds`` lists what each llama.cpp build sees when they can differ (an APU's
+    carve-out and GTT); ``memory_note`` says why the usable memory is what it is and how to change
+    it. ``memory_kind`` is "unified" when the GPU takes its memory from the system RAM
+    (``shared_memory_bytes``: Apple's unified memory, an APU's RAM). Power is in watts.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -79,13 +107,39 @@ class GpuSnapshot(BaseModel):
     power_limit_w: float | None = Field(default=None, ge=0)
     processes: tuple[GpuProcess, ...] = ()
     timestamp: float = Field(ge=0)
+    vendor: GpuVendor = "nvidia"
+    memory_kind: Literal["dedicated", "unified"] = "dedicated"
+    shared_memory_bytes: int | None = Field(default=None, ge=0)
+    carveout_bytes: int | None = Field(default=None, ge=0, description="an APU's BIOS carve-out (VRAM)")
+    gtt_bytes: int | None = Field(default=None, ge=0, description="system memory an AMD GPU may map (GTT)")
+    compute_units: int | None = Field(default=None, ge=1, description="GPU cores (Apple), CUs (AMD), Xe cores")
+    builds: tuple[BuildMemory, ...] = ()
+    memory_note: str = ""
+    catalog_id: str | None = None
+
+    def memory_for(self, backend: str) -> BuildMemory:
+        """What llama.cpp build ``backend`` sees on this GPU; the default build's figures when the
+        builds do not differ or ``backend`` is not listed ("auto", "cuda" on an NVIDIA GPU...)."""
+        found = next((b for b in self.builds if b.backend == backend), None)
+        if found is not None:
+            return found
+        default = self.builds[0].backend if self.builds else "cuda"
+        return BuildMemory(backend=default, total_bytes=self.memory_total_bytes, free_bytes=self.memory_free_bytes)
+
+    def taken_from_ram_bytes(self, backend: str) -> int:
+        """How much of what ``backend`` may allocate comes out of the system RAM: all of it for
+        Apple's unified memory, what lies beyond the carve-out for an APU, none for a card."""
+        if self.memory_kind != "unified":
+            return 0
+        return max(0, self.memory_for(backend).total_bytes - (self.carveout_bytes or 0))
 
 
-class NvmlStatus(BaseModel):
-    """Whether NVIDIA GPUs can be queried, and what they are.
+class GpuStatus(BaseModel):
+    """Whether this machine's GPUs can be queried, and what they are.
 
-    ``available`` is True only when NVML initialised and listed at least one GPU; otherwise
-    ``message`` is a complete sentence for the user saying why and what FitScope does instead.
+    ``available`` is True only when at least one GPU was found; ``message`` is then empty or says
+    what could not be read, and otherwise is a complete sentence for the user saying why there is
+    none and what FitScope does instead.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -118,6 +172,6 @@ class HostSnapshot(BaseModel):
 
 
 def machine_key(host: HostSnapshot | None, gpus: tuple[GpuSnapshot, ...] = ()) -> str:
-    """Names this machine where measured efficiencies are kept: its CPU and its NVIDIA GPUs."""
+    """Names this machine where measured efficiencies are kept: its CPU and its GPUs (any vendor)."""
     cpu = host.cpu_model if host is not None else "unknown CPU"
     return f"{cpu}|{','.join(g.name for g in gpus)}"

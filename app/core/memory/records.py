@@ -60,7 +60,8 @@ class Settings(Frozen):
     gpu_layers: GpuLayers = Field(default="all", description='"auto" is placed by auto_fit, never by estimate()')
     repack: RepackProfile = "x86-avx2"
     backend: Backend | Literal["auto"] = Field(
-        default="auto", description="the llama.cpp build; auto: CUDA/ROCm/Metal by the GPUs' vendor, CPU without GPUs"
+        default="auto",
+        description="the llama.cpp build; auto: CUDA/ROCm/Metal/SYCL by the GPUs' vendor, CPU without GPUs",
     )
     consumer: Consumer = Field(
         default="llama-cpp-python", description="llama-server reserves logits for its slots only (n_outputs_max)"
@@ -110,7 +111,7 @@ class Target(Frozen):
     capacity_bytes: int = Field(ge=0)
     bandwidth_gb_s: float = Field(gt=0)
     fp16_tflops: float = Field(gt=0)
-    efficiency_class: Literal["nvidia", "amd", "apple", "cpu", "host-spec"] = Field(
+    efficiency_class: Literal["nvidia", "amd", "apple", "intel", "cpu", "host-spec"] = Field(
         default="nvidia", description="cpu: a measured read bandwidth; host-spec: a DRAM spec-sheet peak"
     )
     overhead_bytes: int | None = Field(default=None, ge=0, description="None: the documented default")

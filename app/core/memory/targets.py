@@ -18,7 +18,7 @@ def target_from_device(device: DeviceSpec) -> Target:
     # A catalog CPU's bandwidth is its memory's spec-sheet peak, not a measurement.
     cls = "host-spec"
     if device.is_gpu:
-        cls = {"nvidia": "nvidia", "amd": "amd", "apple": "apple"}.get(device.vendor, "cpu")
+        cls = {"nvidia": "nvidia", "amd": "amd", "apple": "apple", "intel": "intel"}.get(device.vendor, "cpu")
     return Target(
         name=device.name,
         kind="gpu" if device.is_gpu else "cpu",
@@ -29,17 +29,19 @@ def target_from_device(device: DeviceSpec) -> Target:
     )
 
 
-def target_from_gpu(gpu: GpuSnapshot, fallback: DeviceSpec | None = None) -> Target:
-    """A detected NVIDIA GPU. Capacity is the memory free now (other processes hold the rest)."""
+def target_from_gpu(gpu: GpuSnapshot, fallback: DeviceSpec | None = None, backend: str = "auto") -> Target:
+    """A detected GPU of any vendor. Capacity is the memory free now (other processes hold the
+    rest) as llama.cpp build ``backend`` sees it: an Apple GPU's wired limit, an AMD APU's carve-out
+    and GTT as ROCm or Vulkan counts them ("auto": the vendor's default build)."""
     bandwidth = gpu.bandwidth_gb_s or (fallback.bandwidth_gb_s if fallback else 500.0)
     tflops = fallback.fp16_tflops if fallback else 50.0
     return Target(
         name=f"GPU {gpu.index}: {gpu.name}",
         kind="gpu",
-        capacity_bytes=gpu.memory_free_bytes,
+        capacity_bytes=gpu.memory_for(backend).free_bytes,
         bandwidth_gb_s=bandwidth,
         fp16_tflops=tflops,
-        efficiency_class="nvidia",
+        efficiency_class=gpu.vendor,
     )
 
 

@@ -154,7 +154,8 @@ class Controls(Frozen):
 
 @dataclass(frozen=True)
 class Machine:
-    """What was detected here: NVIDIA GPUs (empty without a driver) and the host."""
+    """What was detected here: the GPUs of every vendor (empty when none was found, with the reason
+    in ``gpu_message``) and the host."""
 
     gpus: tuple[GpuSnapshot, ...] = ()
     host: HostSnapshot | None = None
@@ -164,7 +165,9 @@ class Machine:
 # -- hardware ------------------------------------------------------------------------------------
 
 
-_NAME_NOISE = re.compile(r"\(.*?\)|\bnvidia\b|\bgeforce\b|\btesla\b|\b\d+\s*gb\b")
+# Words every vendor's driver adds or leaves out ("Intel(R) Arc(TM) B580 Graphics", "AMD Radeon RX
+# 7900 XTX", "NVIDIA GeForce RTX 4090"), bracketed text and memory sizes.
+_NAME_NOISE = re.compile(r"\(.*?\)|\b(?:nvidia|geforce|tesla|amd|intel|graphics)\b|\b\d+\s*gb\b")
 
 
 def _name_tokens(name: str) -> list[str]:
@@ -179,36 +182,70 @@ def _token_matches(wanted: str, tokens: list[str]) -> bool:
     return any(t == wanted or (t.startswith(wanted) and t[len(wanted) :].isdigit()) for t in tokens)
 
 
-def match_catalog_device(gpu_name: str, memory_bytes: int | None = None) -> DeviceSpec | None:
-    """The catalog entry for a GPU name as NVML reports it ("NVIDIA GeForce RTX 4060 Ti",
-    "NVIDIA A100-SXM4-80GB"), or None. Every word of the catalog name (memory sizes aside) should
-    appear in NVML's; the model number must. Ties (4060 Ti 8/16 GB) go to the closest memory size."""
+# Words that make another chip of the same number: "Apple M3 Max" is not the M3, "RTX 4070 Super"
+# not the 4070. A form factor ("SXM4", "PCIe") or a memory type does not.
+_TIER_WORDS = frozenset({"max", "pro", "ultra", "ti", "super", "xt", "xtx", "gre"})
+
+
+def _name_score(wanted: list[str], tokens: list[str]) -> tuple[bool, int, int] | None:
+    """(every word found, minus the tier words of the detected name left unexplained, words found),
+    or None when the model number (the first word with a digit) is missing."""
+    number = next((w for w in wanted if any(c.isdigit() for c in w)), None)
+    if number is None or not _token_matches(number, tokens):
+        return None
+    matched = sum(_token_matches(w, tokens) for w in wanted)
+    unexplained = sum(t in _TIER_WORDS and t not in wanted for t in tokens)
+    return matched == len(wanted), -unexplained, matched
+
+
+def match_catalog_device(
+    gpu_name: str, memory_bytes: int | None = None, vendor: str = "nvidia", gpu_cores: int | None = None
+) -> DeviceSpec | None:
+    """The catalog GPU of ``vendor`` for a name as its driver reports it ("NVIDIA GeForce RTX 4060
+    Ti", "NVIDIA A100-SXM4-80GB", "AMD Radeon RX 7900 XTX", "Apple M3 Max", "Intel Arc B580"), or
+    None. Every word of the catalog name (or of one of its ``aliases``; memory sizes aside) should
+    appear in the driver's; the model number must. Ties go to the entry with the same GPU core count
+    ("Apple M4 Max (40-core GPU)": a 48 GB M4 Max has the 40-core chip), then to the closest memory
+    size (4060 Ti 8/16 GB, M3 Max 64/128 GB)."""
     tokens = _name_tokens(gpu_name)
-    best: tuple[tuple[bool, int, int], DeviceSpec] | None = None
+    best: tuple[tuple[bool, int, bool, int, int], DeviceSpec] | None = None
     for d in load_devices():
-        if d.vendor != "nvidia":
+        if d.vendor != vendor or not d.is_gpu:
             continue
-        wanted = _name_tokens(d.name)
-        number = next((w for w in wanted if any(c.isdigit() for c in w)), None)
-        if number is None or not _token_matches(number, tokens):
+        scores = [s for s in (_name_score(_name_tokens(n), tokens) for n in (d.name, *d.aliases)) if s is not None]
+        if not scores:
             continue
-        matched = sum(_token_matches(w, tokens) for w in wanted)
-        # Memory in 4 GiB steps: NVML reports a little less than the box says.
+        complete, tiers, matched = max(scores)
+        # Memory in 4 GiB steps: drivers report a little less than the box says.
         gap = round(abs(d.memory_gib * GIB - memory_bytes) / (4 * GIB)) if memory_bytes else 0
-        score = (matched == len(wanted), -gap, matched)
+        cores = bool(gpu_cores) and f"({gpu_cores}-core" in d.name
+        score = (complete, tiers, cores, -gap, matched)
         if best is None or score > best[0]:
             best = (score, d)
     return best[1] if best else None
 
 
-def resolve_targets(choice: HardwareChoice, machine: Machine) -> list[Target]:
-    """The estimator's targets for a hardware choice. Raises CatalogError for an unknown device."""
+def catalog_entry(gpu: GpuSnapshot) -> DeviceSpec | None:
+    """The catalog entry of a detected GPU: the one its detector matched, else by its name and
+    memory (a unified-memory GPU by the size of its pool, as the catalog lists it)."""
+    if gpu.catalog_id:
+        return find_device(gpu.catalog_id)
+    memory = gpu.shared_memory_bytes or gpu.memory_total_bytes
+    return match_catalog_device(gpu.name, memory, gpu.vendor, gpu.compute_units if gpu.vendor == "apple" else None)
+
+
+def resolve_targets(choice: HardwareChoice, machine: Machine, backend: str = "auto") -> list[Target]:
+    """The estimator's targets for a hardware choice; this machine's GPUs as llama.cpp build
+    ``backend`` sees them ("auto": each vendor's default). Beside a GPU that takes its memory from
+    the system RAM (Apple, an AMD APU), host RAM is what the GPU leaves. Raises CatalogError for an
+    unknown device."""
     host = machine.host
     if choice.kind == "cpu" or (choice.kind == "local" and not machine.gpus):
         return [cpu_target(host)]
     if choice.kind == "local":
-        gpus = [target_from_gpu(g, match_catalog_device(g.name, g.memory_total_bytes)) for g in machine.gpus]
+        gpus = [target_from_gpu(g, catalog_entry(g), backend) for g in machine.gpus]
         ram = host.ram_total_bytes if host else 16 * GIB
+        ram = max(0, ram - sum(g.taken_from_ram_bytes(backend) for g in machine.gpus))
         return [*gpus, host_ram_target(ram, host.measured_read_bandwidth_gb_s if host else None)]
     device = find_device(choice.device_id or "")
     base = target_from_device(device)

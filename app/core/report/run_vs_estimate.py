@@ -15,6 +15,27 @@ from app.core.speed.measure import RunResult, RunSettings, Spread, SweepRow, sum
 from app.core.speed.predict import SpeedEstimate, active_bytes_by_device, estimate_speed, kv_bytes_per_token
 
 CUDA_INSTALL_HINT = 'CMAKE_ARGS="-DGGML_CUDA=on" pip install --force-reinstall --no-cache-dir llama-cpp-python==0.3.36'
+# The llama-cpp-python build each vendor's GPUs need, with its CMake switches (llama-cpp-python's
+# README: Metal, hipBLAS for ROCm, SYCL with Intel's oneAPI compilers).
+GPU_BUILDS: dict[str, tuple[str, str, str]] = {
+    "nvidia": ("NVIDIA", "CUDA", "-DGGML_CUDA=on"),
+    "apple": ("Apple", "Metal", "-DGGML_METAL=on"),
+    "amd": ("AMD", "ROCm", "-DGGML_HIP=on"),
+    "intel": ("Intel", "SYCL", "-DGGML_SYCL=on -DCMAKE_C_COMPILER=icx -DCMAKE_CXX_COMPILER=icpx"),
+}
+
+
+def gpu_build_advice(vendor: str | None) -> tuple[str, str]:
+    """(sentence, install command) for a CPU-only llama-cpp-python on a machine whose GPU is of
+    ``vendor`` (None: no GPU found, NVIDIA's CUDA build named). AMD and Intel GPUs also run the
+    Vulkan build (-DGGML_VULKAN=on)."""
+    maker, name, switches = GPU_BUILDS.get(vendor or "nvidia", GPU_BUILDS["nvidia"])
+    where = "" if vendor else " (and no GPU was found)"
+    vulkan = " (or the Vulkan build, -DGGML_VULKAN=on)" if vendor in ("amd", "intel") else ""
+    sentence = f"This llama-cpp-python runs on the CPU only{where}. For an {maker} GPU, install the {name} build"
+    sentence += f"{vulkan}:"
+    command = f'CMAKE_ARGS="{switches}" pip install --force-reinstall --no-cache-dir llama-cpp-python==0.3.36'
+    return sentence, command
 
 
 def estimate_settings(run: RunSettings, repack: str) -> Settings:

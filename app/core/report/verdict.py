@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from app.core.common.units import GIB
+from app.core.memory.backends import BUILD_NAMES
 from app.core.memory.records import Estimate
 from app.core.model.catalog import find_device
 from app.core.model.coverage import approximate_sentence
-from app.core.report.choices import MAX_USERS, MIN_CONTEXT_TOKENS, Controls, HardwareChoice
+from app.core.report.choices import MAX_USERS, MIN_CONTEXT_TOKENS, Controls, HardwareChoice, Machine
 from app.core.speed.predict import Range, SpeedEstimate
 
 WORDS_PER_TOKEN = 0.75  # English prose, as commonly quoted for BPE tokenizers
@@ -101,8 +102,34 @@ def _speed_words(decode: Range) -> str:
     return f"Expect about {rate_range(decode)} (roughly {rate(w_lo)}-{rate(w_hi)} words a second)."
 
 
-def hardware_note(choice: HardwareChoice) -> str:
+def _local_note(machine: Machine, backend: str) -> str:
+    """This machine's GPUs whose usable memory is not their size: an Apple GPU's wired limit (and how
+    to raise it), an APU that llama.cpp's builds see differently (and which one the estimate used)."""
+    sentences = []
+    for gpu in machine.gpus:
+        if gpu.vendor == "apple":
+            sentences.append(gpu.memory_note)
+            continue
+        if len({b.total_bytes for b in gpu.builds}) < 2:
+            continue
+        chosen = gpu.memory_for(backend)
+        others = ", ".join(
+            f"its {BUILD_NAMES.get(b.backend, b.backend)} build {gib(b.total_bytes)}"
+            for b in gpu.builds
+            if b.backend != chosen.backend
+        )
+        build = BUILD_NAMES.get(chosen.backend, chosen.backend)
+        sentences.append(
+            f"On the {gpu.name}, this estimate counts what llama.cpp's {build} build sees, "
+            f"{gib(chosen.total_bytes)} ({gib(chosen.free_bytes)} free); {others} (choose the build under Advanced)."
+        )
+    return " ".join(s for s in sentences if s)
+
+
+def hardware_note(choice: HardwareChoice, machine: Machine | None = None, backend: str = "auto") -> str:
     """What a number on screen means for this hardware when it differs from the box's label."""
+    if choice.kind == "local" and machine is not None:
+        return _local_note(machine, backend)
     if choice.kind != "catalog" or not choice.device_id:
         return ""
     device = find_device(choice.device_id)
