@@ -42,8 +42,8 @@ from typing import Literal
 
 Backend = Literal["cpu", "cuda", "rocm", "vulkan", "metal", "rpc"]
 BACKENDS: tuple[Backend, ...] = ("cpu", "cuda", "rocm", "vulkan", "metal", "rpc")
-Consumer = Literal["llama-cpp-python", "llama-server"]
-CONSUMERS: tuple[Consumer, ...] = ("llama-cpp-python", "llama-server")
+Consumer = Literal["llama-cpp-python", "llama-server", "ollama"]
+CONSUMERS: tuple[Consumer, ...] = ("llama-cpp-python", "llama-server", "ollama")  # app.core.memory.consumers
 
 # Backends whose devices offer a pinned host buffer type (``get_host_buffer_type`` is not NULL).
 _HOST_BUFFER: frozenset[str] = frozenset({"cuda", "rocm", "vulkan"})
