@@ -42,14 +42,13 @@ def _settings(args: argparse.Namespace, host_profile: str):
     try:
         return Settings(
             context_tokens=args.ctx_size,
-            batch_tokens=args.batch_size,
-            ubatch_tokens=args.ubatch_size,
+            **_batch(args),
             flash_attn=args.flash_attn == "on",
             cache_type_k=args.cache_type_k,
             cache_type_v=args.cache_type_v,
             parallel_sequences=args.parallel,
             kv_unified=args.kv_unified,
-            swa_full=args.swa_full if args.swa_full is not None else args.consumer != "llama-server",
+            swa_full=args.swa_full if args.swa_full is not None else args.consumer == "llama-cpp-python",
             gpu_layers=None if args.n_gpu_layers in (None, "auto") else _int_option("-ngl", args.n_gpu_layers),
             repack=host_profile,  # type: ignore[arg-type]
             backend=args.backend,
@@ -71,10 +70,23 @@ def _settings(args: argparse.Namespace, host_profile: str):
         raise FitScopeError(f"Invalid {field}: {first['msg']}.") from exc
 
 
+def _batch(args: argparse.Namespace) -> dict[str, int]:
+    """-b and -ub: as given, else the consumer's defaults (Ollama chooses them by the context)."""
+    batch = args.batch_size
+    if batch is None and args.consumer == "ollama":
+        from app.core.memory.consumers import ollama_batch_tokens
+
+        batch = ollama_batch_tokens(args.ctx_size)
+        return {"batch_tokens": batch, "ubatch_tokens": args.ubatch_size or batch}
+    return {"batch_tokens": batch or 2048, "ubatch_tokens": args.ubatch_size or 512}
+
+
 def _projector(args: argparse.Namespace):
     """The projector --mmproj or --projector names, or None."""
     if args.mmproj and args.projector:
         raise FitScopeError("Choose --mmproj PATH or --projector, not both.")
+    if getattr(args, "remote_projector", None) is not None:
+        return args.remote_projector
     if args.mmproj:
         from app.core.model.projector import read_projector
 
@@ -94,9 +106,13 @@ def _projector(args: argparse.Namespace):
 def _model(args: argparse.Namespace):
     from app.core.model.source import model_from_catalog, model_from_gguf, model_from_hf_config
 
-    chosen = [x for x in (args.gguf, args.hf_config, args.model) if x]
+    chosen = [x for x in (args.gguf, args.hf_config, args.model, args.hf, args.ollama) if x]
     if len(chosen) != 1:
-        raise FitScopeError("Name one model: --gguf PATH, --hf-config PATH or --model CATALOG_ID.")
+        raise FitScopeError(
+            "Name one model: --gguf PATH, --hf-config PATH, --model CATALOG_ID, --hf ORG/REPO or --ollama MODEL:TAG."
+        )
+    if args.hf or args.ollama:
+        return _remote_model(args)
     if args.gguf:
         return model_from_gguf(args.gguf)
     if args.hf_config:
@@ -104,6 +120,19 @@ def _model(args: argparse.Namespace):
     from app.core.model.catalog import find_model
 
     return model_from_catalog(args.model, args.quant or find_model(args.model).default_quant or "Q4_K_M")
+
+
+def _remote_model(args: argparse.Namespace):
+    """--hf / --ollama: the model read from its header(s) on the server (its projector, with
+    --projector, kept on ``args`` for the settings). None when --hf named a repository alone: its
+    GGUF files were listed instead."""
+    from app.cli.remote import estimate_remote
+
+    found = estimate_remote(args)
+    if found is None:
+        return None
+    model, args.remote_projector, args.remote_file = found
+    return model
 
 
 def _targets(args: argparse.Namespace):
@@ -209,6 +238,8 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         from app.core.report import fit
 
     model = _model(args)
+    if model is None:  # --hf ORG/REPO alone: its files were listed
+        return 0
     targets, host = _targets(args)
     settings = _settings(args, repack_profile(host))
     _check_projector_width(settings, model.arch)
@@ -225,7 +256,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     gpu_layers = result.estimate.gpu_layers if any(t.kind == "gpu" for t in targets) else 0
     command = server_command(
         result.estimate,
-        args.gguf or "MODEL.gguf",
+        args.gguf or getattr(args, "remote_file", None) or "MODEL.gguf",
         gpu_layers,
         model.arch.sliding_window is not None,
         plan is not None and plan.gpus_hidden,
