@@ -8,6 +8,7 @@ server; read at each call here, so a change applies at once), ``HF_TOKEN`` and t
 gated and private repositories (``build_hf_headers``), ``HF_HUB_OFFLINE``, proxies from the
 environment. Range reads of one header over the library's session and over a bare client of the
 same kind cost the same on loopback (``scripts/bench_remote.py``): the library adds nothing slow.
+It is imported when first used (about 0.3 s), not when the window or the CLI starts.
 """
 
 from __future__ import annotations
@@ -18,15 +19,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx2
-from huggingface_hub import HfApi, constants, get_session, hf_hub_url
-from huggingface_hub.errors import (
-    GatedRepoError,
-    HfHubHTTPError,
-    OfflineModeIsEnabled,
-    RepositoryNotFoundError,
-    RevisionNotFoundError,
-)
-from huggingface_hub.utils import build_hf_headers
 
 from app.adapters.remote_gguf import (
     DEFAULT_LIMITS,
@@ -45,6 +37,8 @@ TOKEN_HINT = "It is gated or private: accept its terms on the Hub, then set HF_T
 
 def hub_endpoint() -> str:
     """The Hub's address: ``HF_ENDPOINT`` when set, else the library's default."""
+    from huggingface_hub import constants
+
     return (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
 
 
@@ -54,6 +48,8 @@ def hub_host() -> str:
 
 def hub_client() -> httpx2.Client:
     """The library's shared session (proxies, offline mode, its request ids)."""
+    from huggingface_hub import get_session
+
     return get_session()
 
 
@@ -64,6 +60,14 @@ def display_path(repo_id: str, path: str) -> Path:
 
 @contextmanager
 def _hub_errors(repo_id: str, revision: str | None, limits: HttpLimits) -> Iterator[None]:
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        OfflineModeIsEnabled,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
     host = hub_host()
     try:
         with network_errors(host, limits):
@@ -90,6 +94,8 @@ def _hub_errors(repo_id: str, revision: str | None, limits: HttpLimits) -> Itera
 def list_repo(repo_id: str, revision: str | None = None, limits: HttpLimits = DEFAULT_LIMITS) -> RemoteListing:
     """The GGUF models and projectors of ``repo_id`` at ``revision`` (default: its main branch),
     pinned to the commit the Hub names. Raises RemoteError (Unreachable when no server answered)."""
+    from huggingface_hub import HfApi
+
     with _hub_errors(repo_id, revision, limits):
         info = HfApi(endpoint=hub_endpoint()).model_info(
             repo_id, revision=revision, files_metadata=True, timeout=limits.read_timeout_s
@@ -105,6 +111,9 @@ def list_repo(repo_id: str, revision: str | None = None, limits: HttpLimits = DE
 
 def file_source(repo_id: str, revision: str, path: str, expected_size: int | None = None) -> RangeSource:
     """Where ``path`` of ``repo_id`` at commit ``revision`` is read from, with the token if any."""
+    from huggingface_hub import hf_hub_url
+    from huggingface_hub.utils import build_hf_headers
+
     url = hf_hub_url(repo_id, path, revision=revision, endpoint=hub_endpoint())
     headers = build_hf_headers(library_name="fitscope")
     return RangeSource(

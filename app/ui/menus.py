@@ -1,7 +1,7 @@
-"""The main window's menu bar: File (open a GGUF, import a config.json, the exports, copy the
-llama.cpp command, quit), View (presentation mode, full screen, search the models) and Help (the
-three-step guide, how the estimate works, the glossary, the model architectures, copy diagnostics,
-about). Each entry calls one of the window's public actions or opens a help dialog.
+"""The main window's menu bar: File (open a GGUF, from the Hugging Face Hub or Ollama's library, import
+a config.json, the exports, copy the llama.cpp command, quit), View (presentation mode, full screen,
+search the models) and Help (the three-step guide, how the estimate works, the glossary, the model
+architectures, copy diagnostics, about). Each entry calls one of the window's public actions or opens a help dialog.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QMenu
 
 from app.ui.help import HOW_IT_WORKS, AboutDialog, TextDialog, architectures_html, glossary_html
+from app.ui.remote_dialog import open_remote_dialog
 
 if TYPE_CHECKING:
     from app.ui.window import MainWindow
@@ -45,6 +46,8 @@ def build_menus(window: MainWindow) -> QAction:
     menu_bar = window.menuBar()
     file_menu = menu_bar.addMenu("&File")
     action(file_menu, "&Open GGUF…", window.open_gguf_dialog, QKeySequence.StandardKey.Open)
+    action(file_menu, "Open from &Hugging Face…", lambda: open_remote_dialog(window, "hf"), "Ctrl+Shift+O")
+    action(file_menu, "Open from O&llama…", lambda: open_remote_dialog(window, "ollama"))
     action(file_menu, "&Import config.json…", window.import_config_dialog, "Ctrl+I")
     file_menu.addSeparator()
     action(file_menu, "&Export report (HTML)…", lambda: window.export_dialog("html"), "Ctrl+E")

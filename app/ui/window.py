@@ -37,6 +37,7 @@ from app.core.model.projector import ProjectorSpec, read_projector
 from app.core.report.choices import Controls, HardwareChoice, Machine, ModelChoice, catalog_projector
 from app.core.report.prefs import Preferences, save_preferences
 from app.core.report.scenario import Request, View, evaluate_in_worker
+from app.services.remote import load_remote_model
 from app.ui import exports
 from app.ui.controls import ControlsPanel
 from app.ui.hardware_box import select_combo
@@ -65,6 +66,7 @@ class Services:
     make_estimate_pool: Callable[[], Executor] | None = process_pool
     history_path: Path | None = None  # None: the platform's data folder
     first_run_guide: bool = True  # show the walk-through until it has been closed once
+    remote_model: Callable[[ModelChoice], Any] | None = load_remote_model  # models on the Hub / in Ollama
 
 
 class MainWindow(QMainWindow):
@@ -422,7 +424,8 @@ class MainWindow(QMainWindow):
 
     def request_estimate(self) -> int:
         request = self.current_request()
-        return self._estimates.submit(partial(evaluate_in_worker, request, self._services.demo_path), request.model)
+        job = partial(evaluate_in_worker, request, self._services.demo_path, self._services.remote_model)
+        return self._estimates.submit(job, request.model)
 
     @property
     def busy(self) -> bool:
