@@ -36,7 +36,8 @@ def estimate_remote(args: argparse.Namespace):
     fetched = f"{t.body_bytes / MIB:,.2f} MiB in {t.requests} request(s)" if t.requests else "nothing"
     cached = f"; {fetch.from_cache} header(s) from the cache" if fetch.from_cache else ""
     print(f"{chosen.path} ({chosen.size_bytes / GIB:,.2f} GiB): fetched {fetched}{cached}.", file=sys.stderr)
-    return model, projector, chosen.name
+    # The file a download keeps (an Ollama blob has no name of its own).
+    return model, projector, chosen.name if args.hf else "MODEL.gguf"
 
 
 def format_listing(listing) -> str:

@@ -24,7 +24,6 @@ from PySide6.QtWidgets import (
     QDialogButtonBox,
     QFormLayout,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QLineEdit,
     QProgressBar,
@@ -97,7 +96,9 @@ class RemoteModelDialog(QDialog):
         row.addWidget(self.ref_edit, 1)
         row.addWidget(self.list_button)
         form = QFormLayout()
-        form.addRow(f"&{label}", row)
+        ref_label = QLabel(f"&{label}")
+        ref_label.setBuddy(self.ref_edit)
+        form.addRow(ref_label, row)
 
         self.files_table = QTableWidget(0, 4)
         self.files_table.setHorizontalHeaderLabels(["Quantization", "Size", "Parts", "File"])
@@ -105,12 +106,15 @@ class RemoteModelDialog(QDialog):
         self.files_table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.files_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.files_table.verticalHeader().setVisible(False)
-        self.files_table.horizontalHeader().setSectionResizeMode(3, QHeaderView.ResizeMode.Stretch)
+        self.files_table.horizontalHeader().setStretchLastSection(True)
         self.files_table.itemSelectionChanged.connect(self._update_buttons)
         self.files_table.doubleClicked.connect(lambda _index: self.open_selected())
         self.projector_combo = QComboBox()
         self.projector_combo.setAccessibleName("Vision projector")
-        form.addRow("&Vision projector", self.projector_combo)
+        projector_form = QFormLayout()
+        projector_label = QLabel("&Vision projector")
+        projector_label.setBuddy(self.projector_combo)
+        projector_form.addRow(projector_label, self.projector_combo)
 
         self.status_label = QLabel(
             "FitScope reads only each file's header (a few MiB at most), never the weights, and keeps it "
@@ -130,6 +134,7 @@ class RemoteModelDialog(QDialog):
         layout = QVBoxLayout(self)
         layout.addLayout(form)
         layout.addWidget(self.files_table, 1)
+        layout.addLayout(projector_form)
         layout.addWidget(self.status_label)
         layout.addWidget(self.progress)
         layout.addWidget(self.buttons)
@@ -231,7 +236,8 @@ class RemoteModelDialog(QDialog):
                 if col in (1, 2):
                     item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 self.files_table.setItem(row, col, item)
-        self.files_table.resizeColumnsToContents()
+        for col in range(3):  # the file's name takes the rest
+            self.files_table.resizeColumnToContents(col)
         self._fill_projectors(listing.projectors)
         where = f"{listing.repo} at {listing.revision[:12]}"
         if not listing.models:
