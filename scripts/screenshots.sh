@@ -11,4 +11,5 @@ if ! command -v xvfb-run > /dev/null; then
 fi
 cd "$root"
 unset QT_QPA_PLATFORM
-exec xvfb-run -a -s "-screen 0 1600x1000x24" .venv/bin/python scripts/screenshots.py "${1:-docs/screenshots}"
+xvfb-run -a -s "-screen 0 1600x1000x24" .venv/bin/python scripts/screenshots.py "${1:-docs/screenshots}"
+exec xvfb-run -a -s "-screen 0 1600x1000x24" .venv/bin/python scripts/screenshot_remote.py "${1:-docs/screenshots}"

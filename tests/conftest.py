@@ -10,9 +10,10 @@ def _private_folders(tmp_path_factory: pytest.TempPathFactory):
     """Tests never read or write the user's settings and run history."""
     import os
 
-    saved = {k: os.environ.get(k) for k in ("FITSCOPE_CONFIG_DIR", "FITSCOPE_DATA_DIR")}
+    saved = {k: os.environ.get(k) for k in ("FITSCOPE_CONFIG_DIR", "FITSCOPE_DATA_DIR", "FITSCOPE_CACHE_DIR")}
     os.environ["FITSCOPE_CONFIG_DIR"] = str(tmp_path_factory.mktemp("config"))
     os.environ["FITSCOPE_DATA_DIR"] = str(tmp_path_factory.mktemp("data"))
+    os.environ["FITSCOPE_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
     yield
     for key, value in saved.items():
         if value is None:

@@ -1,6 +1,7 @@
-"""Where FitScope keeps its files: the platform's config and data folders.
+"""Where FitScope keeps its files: the platform's config, data and cache folders.
 
-``FITSCOPE_CONFIG_DIR`` / ``FITSCOPE_DATA_DIR`` override them (tests and portable installs).
+``FITSCOPE_CONFIG_DIR`` / ``FITSCOPE_DATA_DIR`` / ``FITSCOPE_CACHE_DIR`` override them (tests and
+portable installs).
 """
 
 from __future__ import annotations
@@ -30,6 +31,19 @@ def config_dir() -> Path:
 
 def data_dir() -> Path:
     return _platform_dir("FITSCOPE_DATA_DIR", "LOCALAPPDATA", "Local", "XDG_DATA_HOME", ".local/share")
+
+
+def cache_dir() -> Path:
+    """What can be fetched again (remote GGUF headers): Linux ``$XDG_CACHE_HOME/fitscope``, macOS
+    ``~/Library/Caches/FitScope``, Windows ``%LOCALAPPDATA%\\FitScope\\Cache``."""
+    chosen = os.environ.get("FITSCOPE_CACHE_DIR")
+    if chosen:
+        return Path(chosen)
+    if sys.platform == "win32":
+        return Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local") / APP_DIR_NAME / "Cache"
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Caches" / APP_DIR_NAME
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fitscope"
 
 
 def preferences_path() -> Path:

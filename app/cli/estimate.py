@@ -89,10 +89,23 @@ def _controls(args: argparse.Namespace):
         raise FitScopeError(f"Invalid {field}: {first['msg']}.") from exc
 
 
+def _batch(args: argparse.Namespace) -> dict[str, int]:
+    """-b and -ub: as given, else the consumer's defaults (Ollama chooses them by the context)."""
+    batch = args.batch_size
+    if batch is None and args.consumer == "ollama":
+        from app.core.memory.consumers import ollama_batch_tokens
+
+        batch = ollama_batch_tokens(args.ctx_size)
+        return {"batch_tokens": batch, "ubatch_tokens": args.ubatch_size or batch}
+    return {"batch_tokens": batch or 2048, "ubatch_tokens": args.ubatch_size or 512}
+
+
 def _projector(args: argparse.Namespace):
     """The projector --mmproj or --projector names, or None."""
     if args.mmproj and args.projector:
         raise FitScopeError("Choose --mmproj PATH or --projector, not both.")
+    if getattr(args, "remote_projector", None) is not None:
+        return args.remote_projector
     if args.mmproj:
         from app.core.model.projector import read_projector
 
@@ -112,9 +125,13 @@ def _projector(args: argparse.Namespace):
 def _model(args: argparse.Namespace):
     from app.core.model.source import model_from_catalog, model_from_gguf, model_from_hf_config
 
-    chosen = [x for x in (args.gguf, args.hf_config, args.model) if x]
+    chosen = [x for x in (args.gguf, args.hf_config, args.model, args.hf, args.ollama) if x]
     if len(chosen) != 1:
-        raise FitScopeError("Name one model: --gguf PATH, --hf-config PATH or --model CATALOG_ID.")
+        raise FitScopeError(
+            "Name one model: --gguf PATH, --hf-config PATH, --model CATALOG_ID, --hf ORG/REPO or --ollama MODEL:TAG."
+        )
+    if args.hf or args.ollama:
+        return _remote_model(args)
     if args.gguf:
         return model_from_gguf(args.gguf)
     if args.hf_config:
@@ -122,6 +139,19 @@ def _model(args: argparse.Namespace):
     from app.core.model.catalog import find_model
 
     return model_from_catalog(args.model, args.quant or find_model(args.model).default_quant or "Q4_K_M")
+
+
+def _remote_model(args: argparse.Namespace):
+    """--hf / --ollama: the model read from its header(s) on the server (its projector, with
+    --projector, kept on ``args`` for the settings). None when --hf named a repository alone: its
+    GGUF files were listed instead."""
+    from app.cli.remote import estimate_remote
+
+    found = estimate_remote(args)
+    if found is None:
+        return None
+    model, args.remote_projector, args.remote_file = found
+    return model
 
 
 def _targets(args: argparse.Namespace):
@@ -241,6 +271,8 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         from app.services.runs import machine_calibration
 
     model = _model(args)
+    if model is None:  # --hf ORG/REPO alone: its files were listed
+        return 0
     targets, host, machine = _targets(args)
     controls = _controls(args)
     catalog = [g for g in args.gpu or [] if g != "local"]
@@ -254,13 +286,14 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         efficiency=machine_calibration(machine) if machine is not None else None,
         most_gpu_layers=True,
     )
+    model_file = args.gguf or getattr(args, "remote_file", None)
     if args.json:
-        print(json.dumps(result.to_json(args.gguf), indent=2))
+        print(json.dumps(result.to_json(model_file), indent=2))
     else:
         print(format_answer(result))
         if result.fit_plan is not None:
             print("\nAuto fit (as llama.cpp's --fit): " + " ".join(result.fit_plan.steps))
-        print(f"\nllama-server command:\n  {result.command(args.gguf)}")
+        print(f"\nllama-server command:\n  {result.command(model_file)}")
     return 0
 
 

@@ -10,6 +10,10 @@ import json
 
 
 def cmd_models(args: argparse.Namespace) -> int:
+    if getattr(args, "remote", False):
+        from app.cli.remote import cmd_models_remote
+
+        return cmd_models_remote(args.json)
     from app.core.model.catalog import load_models
 
     models = load_models()

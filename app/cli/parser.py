@@ -22,6 +22,16 @@ def _add_estimate_args(p: argparse.ArgumentParser) -> None:
     src.add_argument("--hf-config", metavar="PATH", help="a Hugging Face config.json")
     src.add_argument("--model", metavar="CATALOG_ID", help="a catalog model, e.g. llama-3.1-8b")
     src.add_argument(
+        "--hf",
+        metavar="ORG/REPO[/FILE.gguf]",
+        help="a GGUF on the Hugging Face Hub, read from its header: alone, the repository's GGUF files are "
+        "listed; with --quant or a file path, that file is estimated",
+    )
+    src.add_argument(
+        "--ollama", metavar="MODEL[:TAG]", help="a model in Ollama's library (e.g. qwen3:30b), read from its header"
+    )
+    src.add_argument("--revision", default=None, help="a branch, tag or commit of the --hf repository (default main)")
+    src.add_argument(
         "--mmproj",
         metavar="PATH",
         help="a vision projector GGUF loaded beside the model (as llama-server --mmproj)",
@@ -29,7 +39,8 @@ def _add_estimate_args(p: argparse.ArgumentParser) -> None:
     src.add_argument(
         "--projector",
         action="store_true",
-        help="add the catalog model's vision projector (F16, as published beside its GGUF)",
+        help="add the model's vision projector: the catalog's (F16, as published beside its GGUF), the --hf "
+        "repository's mmproj file, or the --ollama model's projector layer",
     )
     src.add_argument(
         "--no-mmproj-offload",
@@ -40,7 +51,8 @@ def _add_estimate_args(p: argparse.ArgumentParser) -> None:
     src.add_argument(
         "--quant",
         default=None,
-        help="llama.cpp preset for --model/--hf-config (default Q4_K_M; MXFP4_MOE for models released in MXFP4)",
+        help="llama.cpp preset for --model/--hf-config (default Q4_K_M; MXFP4_MOE for models released in MXFP4); "
+        "for --hf, the quantization in the file's name (Q4_K_M, UD-Q4_K_XL, IQ4_XS...)",
     )
     dev = p.add_argument_group("hardware")
     dev.add_argument(
@@ -68,8 +80,8 @@ def _add_estimate_args(p: argparse.ArgumentParser) -> None:
         default=4096,
         help="llama.cpp's context in tokens, shared by the -np users (default 4096)",
     )
-    llm.add_argument("-b", "--batch-size", type=int, default=2048)
-    llm.add_argument("-ub", "--ubatch-size", type=int, default=512)
+    llm.add_argument("-b", "--batch-size", type=int, default=None, help="default 2048 (Ollama: by the context)")
+    llm.add_argument("-ub", "--ubatch-size", type=int, default=None, help="default 512 (Ollama: as -b)")
     llm.add_argument("-fa", "--flash-attn", choices=["on", "off"], default="on")
     llm.add_argument("-ctk", "--cache-type-k", default="f16", choices=CACHE_TYPE_NAMES)
     llm.add_argument("-ctv", "--cache-type-v", default="f16", choices=CACHE_TYPE_NAMES)
@@ -104,9 +116,10 @@ def _add_estimate_args(p: argparse.ArgumentParser) -> None:
     )
     build.add_argument(
         "--consumer",
-        choices=["llama-server", "llama-cpp-python"],
+        choices=["llama-server", "llama-cpp-python", "ollama"],
         default="llama-server",
-        help="who runs llama.cpp: llama-server (default) or llama-cpp-python (FitScope's own runs)",
+        help="who runs llama.cpp: llama-server (default), llama-cpp-python (FitScope's own runs) or ollama "
+        "(llama-server with Ollama's batch sizes)",
     )
     p.add_argument("-p", "--prompt-tokens", type=int, default=512, help="prompt length for time to first token")
     p.add_argument("--json", action="store_true", help="machine-readable output (bytes as integers)")
@@ -135,6 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_estimate_args(est)
     models = sub.add_parser("models", help="list the model catalog")
     models.add_argument("--json", action="store_true")
+    models.add_argument(
+        "--remote", action="store_true", help="list the remote GGUF headers read before (the header cache) instead"
+    )
     archs = sub.add_parser(
         "architectures", help="the llama.cpp architectures and whether FitScope's memory rules are exact for each"
     )

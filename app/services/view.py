@@ -32,6 +32,7 @@ from app.core.report.choices import (
     HardwareChoice,
     Machine,
     ModelChoice,
+    RemoteLoader,
     load_model,
     repack_for,
     resolve_targets,
@@ -206,7 +207,8 @@ class Evaluator:
     """Turns requests into views, remembering what a context change does not alter. Not thread
     safe: the window keeps one per worker."""
 
-    def __init__(self) -> None:
+    def __init__(self, remote: RemoteLoader | None = None) -> None:
+        self._remote = remote  # reads a model on a server (app.services.remote); None: refused
         self._models: dict[ModelChoice, ModelSource] = {}
         self._ladder_tensors: dict[tuple[str, str], tuple[TensorInfo, ...] | str] = {}
         self._curves: dict[tuple[object, ...], tuple[ContextCurve, ConcurrencyCurve]] = {}
@@ -219,7 +221,7 @@ class Evaluator:
         cached = self._models.get(choice)
         if cached is not None:
             return cached
-        source = load_model(choice, demo_path)
+        source = load_model(choice, demo_path, self._remote)
         if len(self._models) > 32:
             self._models.pop(next(iter(self._models)))
         self._models[choice] = source
@@ -477,13 +479,15 @@ _PROCESS_EVALUATOR: Evaluator | None = None
 _DEMO_PATH: str | None = None
 
 
-def evaluate_in_worker(request: Request, demo_path: Callable[[], Path] | None = None) -> View:
+def evaluate_in_worker(
+    request: Request, demo_path: Callable[[], Path] | None = None, remote: RemoteLoader | None = None
+) -> View:
     """:meth:`Evaluator.evaluate` with this process's evaluator (its caches live as long as the
     process), returning a :meth:`View.portable` view. ``demo_path`` is called once, when the demo
-    model is first asked for."""
+    model is first asked for; ``remote`` reads models on servers."""
     global _PROCESS_EVALUATOR, _DEMO_PATH
     if _PROCESS_EVALUATOR is None:
-        _PROCESS_EVALUATOR = Evaluator()
+        _PROCESS_EVALUATOR = Evaluator(remote)
     if request.model.kind == "demo" and _DEMO_PATH is None and demo_path is not None:
         _DEMO_PATH = str(demo_path())
     return _PROCESS_EVALUATOR.evaluate(request, _DEMO_PATH).portable()

@@ -179,10 +179,12 @@ class ControlsPanel(QScrollArea):
         self.consumer_combo = QComboBox()
         self.consumer_combo.addItem("llama-server", "llama-server")
         self.consumer_combo.addItem("llama-cpp-python (FitScope's runs)", "llama-cpp-python")
+        self.consumer_combo.addItem("Ollama (llama-server, its batch sizes)", "ollama")
         self.consumer_combo.setAccessibleName("Program running llama.cpp")
         self.consumer_combo.setToolTip(
             "llama-server reserves answers only for its users and keeps a small sliding-window cache; "
-            "llama-cpp-python reserves a whole batch of answers and a full-size cache"
+            "llama-cpp-python reserves a whole batch of answers and a full-size cache; Ollama runs llama-server "
+            "with batches sized by the context"
         )
         adv.addRow("R&un by", self.consumer_combo)
         self.mmap_check = QCheckBox("&Memory-map the weights (mmap)")

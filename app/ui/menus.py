@@ -1,8 +1,8 @@
-"""The main window's menu bar: File (open a GGUF, import a config.json, the exports, copy the
-llama.cpp command, quit), View (presentation mode, full screen, search the models) and Help (the
-three-step guide, how the estimate works, the glossary, the model architectures, copy diagnostics,
-about). Each entry calls one of the actions the window hands over (:class:`MenuActions`) or opens a
-help dialog; the menus know nothing else of the window.
+"""The main window's menu bar: File (open a GGUF, from the Hugging Face Hub or Ollama's library, import
+a config.json, the exports, copy the llama.cpp command, quit), View (presentation mode, full screen,
+search the models) and Help (the three-step guide, how the estimate works, the glossary, the model
+architectures, copy diagnostics, about). Each entry calls one of the actions the window hands over
+(:class:`MenuActions`) or opens a help dialog; the menus know nothing else of the window.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ class MenuActions:
     """What the menus can ask the window to do."""
 
     open_gguf: Callable[[], object]
+    open_remote: Callable[[str], object]  # "hf" or "ollama"
     import_config: Callable[[], object]
     export: Callable[[str], object]  # "html", "png", "json" or "csv"
     copy_command: Callable[[], object]
@@ -60,6 +61,8 @@ def build_menus(window: QMainWindow, actions: MenuActions) -> QAction:
     menu_bar = window.menuBar()
     file_menu = menu_bar.addMenu("&File")
     action(file_menu, "&Open GGUF…", actions.open_gguf, QKeySequence.StandardKey.Open)
+    action(file_menu, "Open from &Hugging Face…", lambda: actions.open_remote("hf"), "Ctrl+Shift+O")
+    action(file_menu, "Open from O&llama…", lambda: actions.open_remote("ollama"))
     action(file_menu, "&Import config.json…", actions.import_config, "Ctrl+I")
     file_menu.addSeparator()
     action(file_menu, "&Export report (HTML)…", lambda: actions.export("html"), "Ctrl+E")

@@ -31,6 +31,7 @@ from app.core.report.choices import Controls, HardwareChoice, Machine, ModelChoi
 from app.core.report.prefs import Preferences
 from app.core.report.run_vs_estimate import RunReport
 from app.core.speed.measure import RunResult, SweepRow
+from app.services.remote import load_remote_model
 from app.services.runs import finish_run, save_run
 from app.services.view import View
 from app.ui.ab_panel import AbPanel
@@ -117,10 +118,11 @@ class ToolTabs(QObject):
         choice = view.request.model
         if choice.kind not in ("demo", "gguf") or view.model is None:
             label = safe_label(view.model.label) if view.model is not None else "This model"
+            remote = choice.kind in ("hf", "ollama")
+            where = "read from its header on a server" if remote else "an estimate from the catalog"
             self.run_panel.set_context(
                 None,
-                f"{label} is an estimate from the catalog: live runs need a GGUF file. Open one (Ctrl+O) or "
-                "choose the demo model.",
+                f"{label} is {where}: live runs need a GGUF file here. Open one (Ctrl+O) or choose the demo model.",
             )
             return
         c = view.request.controls
@@ -195,7 +197,7 @@ class ToolTabs(QObject):
         path = view.model.path if view is not None and view.model is not None else None
         if choice.kind in ("gguf", "demo") and path is None:
             raise FitScopeError("The model is still loading; try again in a moment.")
-        model = load_model(choice, path)
+        model = load_model(choice, path, load_remote_model)
         settings = c.settings(repack_profile(machine.host))
         host = machine.host.ram_total_bytes if machine.host else 64 * GIB
         return model, settings, c.context_per_user_tokens, c.users, host

@@ -36,6 +36,7 @@ from app.core.model.catalog import load_devices, load_models
 from app.core.model.projector import ProjectorSpec, read_projector
 from app.core.report.choices import Controls, HardwareChoice, Machine, ModelChoice, catalog_projector
 from app.core.report.prefs import Preferences, save_preferences
+from app.services.remote import load_remote_model
 from app.services.view import Request, View, evaluate_in_worker
 from app.ui import exports
 from app.ui.controls import ControlsPanel
@@ -43,6 +44,7 @@ from app.ui.hardware_box import select_combo
 from app.ui.help import Walkthrough, diagnostics
 from app.ui.jobs import JobRunner, process_pool
 from app.ui.menus import MenuActions, build_menus
+from app.ui.remote_dialog import RemoteModelDialog, open_remote_dialog
 from app.ui.results import ResultsArea
 from app.ui.tool_tabs import ToolTabs, gpu_offload_supported
 
@@ -66,6 +68,7 @@ class Services:
     make_estimate_pool: Callable[[], Executor] | None = process_pool
     history_path: Path | None = None  # None: the platform's data folder
     first_run_guide: bool = True  # show the walk-through until it has been closed once
+    remote_model: Callable[[ModelChoice], Any] | None = load_remote_model  # models on the Hub / in Ollama
 
 
 class MainWindow(QMainWindow):
@@ -116,6 +119,7 @@ class MainWindow(QMainWindow):
             self,
             MenuActions(
                 open_gguf=self.open_gguf_dialog,
+                open_remote=self.open_remote_dialog,
                 import_config=self.import_config_dialog,
                 export=self.export_dialog,
                 copy_command=self.copy_command,
@@ -332,6 +336,14 @@ class MainWindow(QMainWindow):
         if path:
             self.open_gguf(path)
 
+    def open_remote_dialog(self, source: str) -> RemoteModelDialog:
+        """File > Open from Hugging Face / Ollama: a model opened there becomes this window's."""
+
+        def opened(choice: ModelChoice, spec: ProjectorSpec | None) -> None:
+            self.set_scenario(model=choice, controls=self._prefs.controls.model_copy(update={"projector": spec}))
+
+        return open_remote_dialog(self, source, opened)  # type: ignore[arg-type]
+
     def import_config_dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(
             self, "Import a Hugging Face config.json", "", "config.json (*.json);;All files (*)"
@@ -439,7 +451,8 @@ class MainWindow(QMainWindow):
 
     def request_estimate(self) -> int:
         request = self.current_request()
-        return self._estimates.submit(partial(evaluate_in_worker, request, self._services.demo_path), request.model)
+        job = partial(evaluate_in_worker, request, self._services.demo_path, self._services.remote_model)
+        return self._estimates.submit(job, request.model)
 
     @property
     def busy(self) -> bool:

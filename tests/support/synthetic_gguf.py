@@ -152,13 +152,47 @@ def write_sparse_gguf(
     """
     p = find_preset(preset) if isinstance(preset, str) else preset
     infos = tensors if tensors is not None else quantize_layout(arch, p)
+    _write_part(path, arch, p, infos, {})
+    return infos
+
+
+def write_sparse_split_gguf(
+    folder: Path, stem: str, arch: Architecture, preset: QuantPreset | str = "Q4_K_M", n_parts: int = 3
+) -> tuple[list[Path], list[TensorInfo]]:
+    """Write ``arch`` as a sparse model split over ``n_parts`` files named as llama.cpp's gguf-split
+    names them (``{stem}-00001-of-0000N.gguf``): every metadata entry in the first part, the
+    ``split.*`` keys in each (u16 split.no and split.count, i32 split.tensors.count), the tensors
+    shared out in order. Returns the parts' paths and all the tensors."""
+    p = find_preset(preset) if isinstance(preset, str) else preset
+    infos = quantize_layout(arch, p)
+    per = -(-len(infos) // n_parts)
+    paths = []
+    for i in range(n_parts):
+        path = folder / f"{stem}-{i + 1:05d}-of-{n_parts:05d}.gguf"
+        split = {"split.no": (i, "u16"), "split.count": (n_parts, "u16"), "split.tensors.count": (len(infos), "i32")}
+        _write_part(path, arch, p, infos[i * per : (i + 1) * per], split, metadata=i == 0)
+        paths.append(path)
+    return paths, infos
+
+
+def _write_part(
+    path: Path,
+    arch: Architecture,
+    p: QuantPreset,
+    infos: list[TensorInfo],
+    split: dict[str, tuple[int, str]],
+    metadata: bool = True,
+) -> None:
     writer = GGUFWriter(path, arch.arch)
-    writer.add_name(arch.name)
-    writer.add_file_type(p.ftype)
-    writer.add_quantization_version(2)
-    for key, value in _metadata(arch).items():
-        _add(writer, key, value)
-    writer.add_string("tokenizer.ggml.model", "no_vocab")
+    if metadata:
+        writer.add_name(arch.name)
+        writer.add_file_type(p.ftype)
+        writer.add_quantization_version(2)
+        for key, value in _metadata(arch).items():
+            _add(writer, key, value)
+        writer.add_string("tokenizer.ggml.model", "no_vocab")
+    for key, (value, kind) in split.items():
+        (writer.add_uint16 if kind == "u16" else writer.add_int32)(key, value)
     for t in infos:
         writer.add_tensor_info(
             t.name,
@@ -176,4 +210,3 @@ def write_sparse_gguf(
     data = sum(-(-t.n_bytes // ALIGNMENT) * ALIGNMENT for t in infos)
     with path.open("r+b") as f:
         f.truncate(data_start + data)
-    return infos

@@ -54,8 +54,8 @@ BUILD_NAMES: dict[str, str] = {
     "sycl": "SYCL",
     "rpc": "RPC",
 }
-Consumer = Literal["llama-cpp-python", "llama-server"]
-CONSUMERS: tuple[Consumer, ...] = ("llama-cpp-python", "llama-server")
+Consumer = Literal["llama-cpp-python", "llama-server", "ollama"]
+CONSUMERS: tuple[Consumer, ...] = ("llama-cpp-python", "llama-server", "ollama")  # app.core.memory.consumers
 
 # Backends whose devices offer a pinned host buffer type (``get_host_buffer_type`` is not NULL).
 _HOST_BUFFER: frozenset[str] = frozenset({"cuda", "rocm", "vulkan", "sycl"})

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 from app.core.common.errors import EstimateError
-from app.core.common.units import MIB
+from app.core.common.units import GIB, MIB
 from app.core.memory import backends
 from app.core.memory.backends import Backend
 from app.core.memory.compute import (
@@ -34,6 +34,7 @@ from app.core.memory.compute import (
     host_staging_bytes,
     offload_peak,
 )
+from app.core.memory.consumers import ollama_batch_tokens, ollama_default_context
 from app.core.memory.kv import (
     context_cells,
     kv_caches,
@@ -286,6 +287,13 @@ def _assumptions(
         out.append(
             f"llama-server reserves logits for its {settings.parallel_sequences} slot(s) only (n_outputs_max), "
             "so its compute and output buffers are smaller than llama-cpp-python's."
+        )
+    if settings.consumer == "ollama":
+        vram = sum(g.capacity_bytes for g in gpus)
+        out.append(
+            f"Ollama runs llama-server with -b and -ub {ollama_batch_tokens(settings.context_tokens)} at this context "
+            "(unless num_batch is set); with no num_ctx it would give a model "
+            f"{ollama_default_context(vram, 1 << 30):,} tokens on {vram / GIB:.0f} GiB of GPU memory."
         )
     if gpus and not repacks and backends.has_host_buffer(backend):
         out.append(

@@ -86,8 +86,8 @@ class Settings(Frozen):
     def n_outputs_max(self) -> int:
         """Rows of logits the worst-case graph reserves: llama-server sets ``n_outputs_max`` to its
         slots (``server_output_limits``, tools/server/server-context.cpp); llama-cpp-python leaves
-        it at 0, which llama_context turns into n_batch."""
-        if self.consumer == "llama-server":
+        it at 0, which llama_context turns into n_batch. Ollama runs llama-server."""
+        if self.consumer in ("llama-server", "ollama"):
             return min(self.batch_tokens, self.parallel_sequences)
         return self.batch_tokens
 

@@ -20,9 +20,12 @@ from app.core.model.gguf_reader import (
     MAX_LAYERS,
     SHORT_ARRAY,
     ArrayInfo,
+    GgufHeader,
     header_from_buffer,
+    read_gguf_header,
     with_file_buffer,
 )
+from app.core.model.gguf_split import check_first_part, merge_split_headers, split_part_names
 from app.core.model.tensors import TensorInfo
 
 
@@ -54,14 +57,31 @@ class GgufModel:
 
 
 def read_gguf(path: str | Path) -> GgufModel:
-    """Read the header of the GGUF file at ``path``. Raises ModelFileError when it cannot."""
+    """Read the header of the GGUF file at ``path`` (and of the other parts of a split model, found
+    beside it by name). Raises ModelFileError when it cannot."""
     return with_file_buffer(path, _read)
 
 
 def _read(path: Path, buf: Any, size: int) -> GgufModel:
     header = header_from_buffer(path, buf, size)
+    count = check_first_part(header)
+    if count > 1:
+        parts = split_part_names(path.name, count)
+        missing = [name for name in parts[1:] if not (path.parent / name).is_file()]
+        if missing:
+            raise ModelFileError(
+                f"{path} is split into {count} files and {missing[0]} is not beside it; "
+                "llama.cpp needs every part in the same folder."
+            )
+        header = merge_split_headers([header, *(read_gguf_header(path.parent / name) for name in parts[1:])])
+    return model_from_header(header)
+
+
+def model_from_header(header: GgufHeader) -> GgufModel:
+    """The model a header describes (a file's, or a split model's merged one). Raises
+    ModelFileError for a vision projector or metadata FitScope cannot use."""
+    path = header.path
     shown, metadata, tensors = str(path), header.metadata, header.tensors
-    version, alignment, data_offset = header.version, header.alignment, header.data_offset
     if metadata.get("general.architecture") == "clip":
         raise ModelFileError(
             f"{shown} is a vision projector (an mmproj file), not a language model: open the model's own "
@@ -77,7 +97,7 @@ def _read(path: Path, buf: Any, size: int) -> GgufModel:
     tokenizer_model = metadata.get("tokenizer.ggml.model")
     return GgufModel(
         path=path,
-        file_size_bytes=size,
+        file_size_bytes=header.file_size_bytes,
         architecture=architecture,
         tensors=tensors,
         file_type=file_type if isinstance(file_type, int) else None,
@@ -85,11 +105,10 @@ def _read(path: Path, buf: Any, size: int) -> GgufModel:
         metadata=metadata,
         tokenizer_model=tokenizer_model if isinstance(tokenizer_model, str) else None,
         vocab_size=architecture.n_vocab,
-        version=version,
-        alignment=alignment,
-        data_offset=data_offset,
+        version=header.version,
+        alignment=header.alignment,
+        data_offset=header.data_offset,
     )
-
 
 
 # llama.cpp's set_swa_pattern(N) for architectures whose GGUF files may omit

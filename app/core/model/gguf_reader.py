@@ -15,6 +15,11 @@ Layout of a GGUF header::
 
 Strings are a u64 byte length followed by UTF-8 bytes; arrays are an element type u32, a count u64
 and the elements.
+
+The buffer may also be a prefix of the file (the bytes a range request fetched so far) while the
+caller knows the real file's size: when the header runs past the prefix, :class:`HeaderIncompleteError`
+says how many bytes are needed at least, and the caller fetches more (``app.adapters.remote_gguf``).
+Every check against "the whole file" uses the real size, so a prefix is judged as the file would be.
 """
 
 from __future__ import annotations
@@ -50,6 +55,9 @@ MAX_LAYERS = 1024  # the Architecture record's bound; the largest released model
 MAX_NAME_BYTES = 64 * 1024  # metadata keys; tensor names are shorter still (GGML_MAX_NAME = 64)
 MAX_TENSOR_NAME_BYTES = 64
 MAX_STRING_VALUE_BYTES = 1024 * 1024  # longer string values (none that FitScope reads) are skipped
+# A header read over the network stops here: the largest published headers (a 262k-token vocabulary
+# with its merges) are about 10 MiB.
+MAX_HEADER_BYTES = 64 * 1024 * 1024
 
 
 # GGUF value types -> (name, struct format char, size). 8 = string, 9 = array.
@@ -106,8 +114,17 @@ class GgufHeader:
         return sum(t.n_bytes for t in self.tensors)
 
 
+class HeaderIncompleteError(Exception):
+    """The buffer is a prefix of the file and the header runs past it: at least ``needed_bytes``
+    from the file's start are needed to read on."""
+
+    def __init__(self, needed_bytes: int) -> None:
+        super().__init__(f"the header needs at least {needed_bytes:,} bytes")
+        self.needed_bytes = needed_bytes
+
+
 class _TruncatedError(Exception):
-    """The header runs past the end of the file."""
+    """The header runs past the end of the buffer; ``args[0]`` is the offset it needed to reach."""
 
 
 class _CorruptError(Exception):
@@ -123,20 +140,22 @@ class _RawTensor:
 
 
 class _HeaderParser:
-    """Walks the header in a buffer (a memory map of the file); ``where`` tracks progress for errors."""
+    """Walks the header in a buffer (a memory map of the file, or a prefix of it: ``size`` bytes of a
+    ``file_size``-byte file); ``where`` tracks progress for errors."""
 
-    __slots__ = ("buf", "size", "off", "where")
+    __slots__ = ("buf", "size", "file_size", "off", "where")
 
-    def __init__(self, buf: Any, size: int) -> None:
+    def __init__(self, buf: Any, size: int, file_size: int) -> None:
         self.buf = buf
         self.size = size
+        self.file_size = file_size
         self.off = 0
         self.where = "while reading the file's preamble"
 
     # -- primitives ------------------------------------------------------------------------------
     def _need(self, n: int) -> None:
         if self.off + n > self.size:
-            raise _TruncatedError
+            raise _TruncatedError(self.off + n)
 
     def u32(self) -> int:
         self._need(4)
@@ -154,7 +173,7 @@ class _HeaderParser:
         """A length-prefixed string; past ``limit`` bytes it is corrupt (names) or, with no limit
         given, stepped over without copying (values longer than MAX_STRING_VALUE_BYTES)."""
         n = self.u64()
-        if n > self.size:
+        if n > self.file_size:
             raise _CorruptError(f"{what} claims a length of {n:,} bytes, more than the whole file")
         if limit is not None and n > limit:
             raise _CorruptError(f"{what} claims a length of {n:,} bytes (names are at most {limit:,})")
@@ -201,11 +220,11 @@ class _HeaderParser:
         else:
             raise _CorruptError(f"metadata key '{key}' is an array of an unknown value type ({etype})")
         if count * min_size > self.size - self.off:
-            if count * min_size > self.size:
+            if count * min_size > self.file_size:
                 raise _CorruptError(
                     f"metadata key '{key}' claims {count:,} elements, more than the whole file could hold"
                 )
-            raise _TruncatedError
+            raise _TruncatedError(self.off + count * min_size)
 
         if count <= SHORT_ARRAY:
             if etype == _STRING:
@@ -233,12 +252,14 @@ class _HeaderParser:
             for _ in repeat(None, count):
                 off += 8 + unpack(buf, off)[0]
         except (struct.error, ValueError, OverflowError):
-            off = self.size + 1
+            off = max(off + 8, self.size + 1)  # at least the length it could not read
         if off > self.size:
+            if off <= self.file_size:
+                raise _TruncatedError(off)  # a prefix of the file: the caller fetches more
             # Walk again, checking each string, to say precisely what is wrong.
             for _ in range(count):
                 self.raw_string(f"a string in '{key}'")
-            raise _TruncatedError  # pragma: no cover - the careful walk raises first
+            raise _TruncatedError(off)  # pragma: no cover - the careful walk raises first
         self.off = off
 
 
@@ -325,16 +346,22 @@ def with_file_buffer(path: str | Path, read: Callable[[Path, Any, int], _Read]) 
             close()
 
 
-def header_from_buffer(path: Path, buf: Any, size: int) -> GgufHeader:
+def header_from_buffer(path: Path, buf: Any, size: int, file_size: int | None = None) -> GgufHeader:
+    """The header in ``buf``: the whole file (``size`` bytes), or its first ``size`` bytes of a
+    ``file_size``-byte file. Raises ModelFileError for a file that is not a readable GGUF, and
+    HeaderIncompleteError when ``buf`` is a prefix that ends inside the header."""
     shown = str(path)
+    file_size = size if file_size is None else file_size
+    if size < min(file_size, _PREAMBLE.size):
+        raise HeaderIncompleteError(_PREAMBLE.size)
     head = bytes(buf[:64])
     if head[:4] != GGUF_MAGIC:
         raise ModelFileError(
             f"{shown} is not a GGUF file (it starts with {_describe_start(head)})." + _not_gguf_hint(head)
         )
-    if size < _PREAMBLE.size:
+    if file_size < _PREAMBLE.size:
         raise ModelFileError(
-            f"{shown} ends inside the header (it is only {size} bytes long); "
+            f"{shown} ends inside the header (it is only {file_size} bytes long); "
             "the file is incomplete - download it again."
         )
     _, version, n_tensors, n_kv = _PREAMBLE.unpack_from(buf, 0)
@@ -353,7 +380,7 @@ def header_from_buffer(path: Path, buf: Any, size: int) -> GgufHeader:
             f"{shown} is corrupt: its header claims {n_tensors:,} tensors and {n_kv:,} metadata entries."
         )
 
-    p = _HeaderParser(buf, size)
+    p = _HeaderParser(buf, size, file_size)
     p.off = _PREAMBLE.size
     metadata: dict[str, Any] = {}
     raw_tensors: list[_RawTensor] = []
@@ -373,7 +400,9 @@ def header_from_buffer(path: Path, buf: Any, size: int) -> GgufHeader:
             dims = struct.unpack_from(f"<{n_dims}Q", buf, p.off)
             p.off += 8 * n_dims
             raw_tensors.append(_RawTensor(name, dims, p.u32(), p.u64()))
-    except _TruncatedError:
+    except _TruncatedError as exc:
+        if size < file_size:
+            raise HeaderIncompleteError(min(exc.args[0], file_size)) from None
         raise ModelFileError(
             f"{shown} ends inside the header ({p.where}); the file is incomplete - download it again."
         ) from None
@@ -386,10 +415,10 @@ def header_from_buffer(path: Path, buf: Any, size: int) -> GgufHeader:
     data_offset = -(-p.off // alignment) * alignment
 
     tensors = _tensor_infos(shown, raw_tensors)
-    _check_data_fits(shown, tensors, raw_tensors, data_offset, size)
+    _check_data_fits(shown, tensors, raw_tensors, data_offset, file_size)
     return GgufHeader(
         path=path,
-        file_size_bytes=size,
+        file_size_bytes=file_size,
         metadata=metadata,
         tensors=tensors,
         version=version,

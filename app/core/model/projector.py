@@ -28,13 +28,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
 from app.core.common.errors import ModelFileError
 from app.core.common.units import MIB, Frozen
 from app.core.model.tensors import GGMLType, TensorInfo
+
+if TYPE_CHECKING:
+    from app.core.model.gguf_reader import GgufHeader
 
 SUPPORTED_TYPES: tuple[str, ...] = ("gemma3", "pixtral")
 """Projector types whose compute graph FitScope follows (clip.projector_type values)."""
@@ -208,7 +211,12 @@ def read_projector(path: str | Path) -> ProjectorSpec:
     """
     from app.core.model.gguf_reader import read_gguf_header
 
-    header = read_gguf_header(path)
+    return projector_from_header(read_gguf_header(path))
+
+
+def projector_from_header(header: GgufHeader) -> ProjectorSpec:
+    """The projector a GGUF header (a local file's, or one read over the network) describes.
+    Raises ModelFileError as :func:`read_projector` does."""
     shown = str(header.path)
     md = header.metadata
     if md.get("general.architecture") != "clip":

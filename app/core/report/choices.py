@@ -1,12 +1,19 @@
 """What the user chose, worked out without Qt: the hardware (this machine or a catalog device), the
-model (the demo, a catalog entry, a GGUF file or a config.json), the controls named for people, and
-what was detected here. ``resolve_targets`` turns a hardware choice into the estimator's devices,
-``load_model`` a model choice into a model: the one way for the window, the advisor and the CLI's
-local hardware."""
+model (the demo, a catalog entry, a GGUF file, a config.json, or a GGUF on the Hugging Face Hub or in
+Ollama's library), the controls named for people, and what was detected here. ``resolve_targets``
+turns a hardware choice into the estimator's devices, ``load_model`` a model choice into a model:
+the one way for the window, the advisor and the CLI's local hardware.
+
+A model on a server is read over the network, which the core does not do: ``load_model`` takes the
+reader as an argument (``remote``, in practice ``app.services.remote.load_remote_model``), passed
+in by whoever runs it (the window's estimate worker, the CLI). A plain function rather than a
+registry, so that it travels to the estimate worker process with the request and nothing is set up
+behind anyone's back; without it a remote choice is refused with a sentence."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -17,6 +24,7 @@ from app.core.common.errors import EstimateError, FitScopeError
 from app.core.common.units import GIB, Frozen
 from app.core.hardware.devices import DeviceSpec
 from app.core.hardware.snapshots import GpuSnapshot, HostSnapshot
+from app.core.memory.consumers import ollama_batch_tokens
 from app.core.memory.records import MAX_CONTEXT_TOKENS, GpuLayers, RepackProfile, Settings, Target
 from app.core.memory.targets import (
     cpu_target,
@@ -64,12 +72,20 @@ class HardwareChoice(Frozen):
 
 
 class ModelChoice(Frozen):
-    """The model: the built-in demo, a catalog entry (quantized with ``quant``), a GGUF file or a
-    Hugging Face config.json (quantized with ``quant``)."""
+    """The model: the built-in demo, a catalog entry (quantized with ``quant``), a GGUF file, a
+    Hugging Face config.json (quantized with ``quant``), or a GGUF on a server: ``hf`` (``ref`` is
+    ORG/REPO/path/file.gguf, ``revision`` its commit) or ``ollama`` (``ref`` is NAMESPACE/MODEL:TAG,
+    ``revision`` the model blob's digest). A remote choice with a revision names bytes that never
+    change, so its header, once fetched, is read from the cache."""
 
-    kind: Literal["demo", "catalog", "gguf", "hf_config"] = "demo"
+    kind: Literal["demo", "catalog", "gguf", "hf_config", "hf", "ollama"] = "demo"
     ref: str = ""
     quant: str = "Q4_K_M"
+    revision: str = ""
+
+
+RemoteLoader = Callable[[ModelChoice], ModelSource]
+REMOTE_KINDS = ("hf", "ollama")
 
 
 def catalog_projector(choice: ModelChoice) -> ProjectorSpec | None:
@@ -106,8 +122,8 @@ class Controls(Frozen):
         default=None, description="the vision projector loaded beside the model (--mmproj); None: text only"
     )
     mmproj_offload: bool = Field(default=True, description="False: --no-mmproj-offload")
-    batch_tokens: int = Field(default=2048, ge=1, le=1 << 20)
-    ubatch_tokens: int = Field(default=512, ge=1, le=1 << 20)
+    batch_tokens: int | None = Field(default=None, ge=1, le=1 << 20, description="-b; None: the program's default")
+    ubatch_tokens: int | None = Field(default=None, ge=1, le=1 << 20, description="-ub; None: the program's default")
     kv_unified: bool = False
     swa_full: bool | None = Field(default=None, description="None: the program's default (llama-server: no)")
     fit_margin_mib: int = Field(default=1024, ge=0, le=1 << 20, description="--fit-target: MiB kept free per GPU")
@@ -128,10 +144,12 @@ class Controls(Frozen):
                 "the users."
             )
         try:
+            # Ollama passes llama-server one size for both, chosen by the context (memory.consumers).
+            batch = ollama_batch_tokens(total) if self.consumer == "ollama" else None
             return Settings(
                 context_tokens=total,
-                batch_tokens=self.batch_tokens,
-                ubatch_tokens=self.ubatch_tokens,
+                batch_tokens=self.batch_tokens or batch or 2048,
+                ubatch_tokens=self.ubatch_tokens or batch or 512,
                 parallel_sequences=self.users,
                 kv_unified=self.kv_unified,
                 cache_type_k=self.cache_type_k,
@@ -141,8 +159,9 @@ class Controls(Frozen):
                 repack=repack,  # type: ignore[arg-type]
                 backend=self.backend,  # type: ignore[arg-type]
                 consumer=self.consumer,  # type: ignore[arg-type]
-                # llama-server defaults to a window-sized SWA cache, llama-cpp-python to a full one.
-                swa_full=self.swa_full if self.swa_full is not None else self.consumer != "llama-server",
+                # llama-server (and Ollama, which runs it) defaults to a window-sized SWA cache,
+                # llama-cpp-python to a full one.
+                swa_full=self.swa_full if self.swa_full is not None else self.consumer == "llama-cpp-python",
                 mmap=self.mmap,
                 n_cpu_moe=self.n_cpu_moe or 0,
                 mmproj=self.projector,
@@ -271,9 +290,16 @@ def repack_for(choice: HardwareChoice, machine: Machine) -> RepackProfile:
     return repack_of_device(find_device(choice.device_id or ""))
 
 
-def load_model(choice: ModelChoice, demo_path: str | Path | None = None) -> ModelSource:
-    """The model a choice names: a catalog entry at its quantization, a config.json, a GGUF file or
-    the demo model (at ``demo_path``). Raises ModelFileError / CatalogError / EstimateError."""
+def load_model(
+    choice: ModelChoice, demo_path: str | Path | None = None, remote: RemoteLoader | None = None
+) -> ModelSource:
+    """The model a choice names: a catalog entry at its quantization, a config.json, a GGUF file,
+    the demo model (at ``demo_path``) or a GGUF on a server (read by ``remote``). Raises
+    ModelFileError / CatalogError / EstimateError, or FitScopeError from ``remote``."""
+    if choice.kind in REMOTE_KINDS:
+        if remote is None:
+            raise FitScopeError(f"{choice.ref} is on a server, and this part of FitScope does not read servers.")
+        return remote(choice)
     if choice.kind == "catalog":
         return model_from_catalog(choice.ref, choice.quant)
     if choice.kind == "hf_config":
