@@ -33,7 +33,7 @@ def main() -> int:
     print(f"{Path(path).name}: llama-server's thread count here is {llama_math_threads()}")
     print(f"{'round':>5s} {'Run tab tok/s':>14s} {'threads':>8s} {'Load tab tok/s':>15s} {'threads':>8s}")
     for i in range(args.rounds):
-        settings = RunSettings(gguf_path=path, mode="bench", prompt_tokens=64, max_tokens=64, n_ctx=2048)
+        settings = RunSettings(gguf_path=path, mode="bench", prompt_tokens=64, max_tokens=64, context_tokens=2048)
         result = run_live(settings)
         decode = summary(result)["decode_tokens_per_s"]
         profile = measure_batching(path, parallel=(1,), prompt_tokens=64, gen_tokens=64, repeat=2)

@@ -65,7 +65,12 @@ def main() -> int:
         verbose=False,
     )
     settings = RunSettings(
-        gguf_path=path, prompt=PROMPT, max_tokens=args.n_predict, n_ctx=args.ctx_size, ignore_eos=True, repeat=1
+        gguf_path=path,
+        prompt=PROMPT,
+        max_tokens=args.n_predict,
+        context_tokens=args.ctx_size,
+        ignore_eos=True,
+        repeat=1,
     )
     bare_decode_tokens_per_s(llm, 8)  # warm the caches once
     app_rates, bare_rates = [], []

@@ -92,7 +92,7 @@ def main() -> int:
     from app.core.speed.measure import RunSettings
 
     demo = str(demo_model_path())
-    result = run_live(RunSettings(gguf_path=demo, n_gpu_layers=-1, prompt="Hello", max_tokens=64, ignore_eos=True))
+    result = run_live(RunSettings(gguf_path=demo, gpu_layers=-1, prompt="Hello", max_tokens=64, ignore_eos=True))
     model = model_from_gguf(demo)
     run_est = estimate_for_run(result, model.arch, model.tensors, targets, "x86-avx2")
     rate = result.runs[0].decode_tokens_per_s_llama

@@ -174,8 +174,9 @@ def test_rpc_plan_commands_and_network_cost():
     fast = rpc_plan(model.arch, model.tensors, _settings(), hosts, 64 * GIB, link=NetworkLink(gbit_s=100, rtt_ms=0.05))
     slow = rpc_plan(model.arch, model.tensors, _settings(), hosts, 64 * GIB, link=NetworkLink(gbit_s=1, rtt_ms=2))
     assert [h.command for h in fast.hosts] == [
-        "ggml-rpc-server -H 0.0.0.0 -p 50052",
-        "ggml-rpc-server -H 0.0.0.0 -p 50053",
+        # Each server listens on its own host's address only, never on every interface.
+        "ggml-rpc-server -H 10.0.0.2 -p 50052",
+        "ggml-rpc-server -H 10.0.0.3 -p 50053",
     ]
     assert fast.command.endswith("--rpc 10.0.0.2:50052,10.0.0.3:50053") and "-ngl 81" in fast.command
     assert "--tensor-split 1,1,1" in fast.command  # three 24 GiB devices

@@ -62,14 +62,14 @@ def test_suites_run_through_the_models_template_and_base_models_raw(tmp_path, de
 
     chat = write_tiny_llama(tmp_path / "chat.gguf", chat_template=CHATML)
     jobs = (PromptJob(id="s/a", prompt=TINY_PROMPT, max_tokens=2),)
-    run = run_suite(SuiteRunSettings(gguf_path=str(chat), prompts=jobs, n_ctx=512))
+    run = run_suite(SuiteRunSettings(gguf_path=str(chat), prompts=jobs, context_tokens=512))
     assert run.prompt_format == "chat template"
-    raw = run_suite(SuiteRunSettings(gguf_path=str(chat), prompts=jobs, n_ctx=512, chat=False))
+    raw = run_suite(SuiteRunSettings(gguf_path=str(chat), prompts=jobs, context_tokens=512, chat=False))
     assert raw.prompt_format == "raw"
     # The template's turn markers are text to this tiny vocabulary: the chat prompt is longer.
     assert run.outcomes[0].prompt_tokens > raw.outcomes[0].prompt_tokens
     # The demo model is a base model (no template in its file): raw completion, said so.
-    demo = run_suite(SuiteRunSettings(gguf_path=str(demo_gguf), prompts=jobs, n_ctx=512))
+    demo = run_suite(SuiteRunSettings(gguf_path=str(demo_gguf), prompts=jobs, context_tokens=512))
     assert demo.prompt_format == "raw"
 
 

@@ -258,7 +258,9 @@ def tiny(tmp_path_factory):
 def test_a_llama_cpp_child_killed_mid_run_is_named_by_its_signal(tiny):
     from tests.support.tiny_gguf import TINY_PROMPT
 
-    settings = RunSettings(gguf_path=str(tiny), prompt=TINY_PROMPT, max_tokens=900, ignore_eos=True, n_ctx=1024)
+    settings = RunSettings(
+        gguf_path=str(tiny), prompt=TINY_PROMPT, max_tokens=900, ignore_eos=True, context_tokens=1024
+    )
     lives: list[WorkerProcess] = []
 
     def kill_at_the_first_token(event: ChildEvent) -> None:

@@ -55,8 +55,8 @@ def _gemma_run(
     return RunResult(
         settings=RunSettings(
             gguf_path=GEMMA_PATH,
-            n_ctx=n_ctx,
-            n_gpu_layers=n_gpu_layers,
+            context_tokens=n_ctx,
+            gpu_layers=n_gpu_layers,
             prompt="Write a haiku about the sea.",
             max_tokens=64,
             repeat=repeat,
@@ -234,8 +234,13 @@ def test_export_csv(store: RunHistory, tmp_path: Path) -> None:
     assert int(by_id[c]["repeat"]) == 2
     settings = json.loads(by_id[a]["settings"])
     assert settings["gguf_path"] == GEMMA_PATH
-    assert settings["n_ctx"] == 4096
+    assert settings["context_tokens"] == 4096
     assert RunSettings.model_validate(settings) == _gemma_run().settings
+    # A run kept by an earlier version named the fields after llama.cpp's C API; it still reads.
+    names = {"context_tokens": "n_ctx", "gpu_layers": "n_gpu_layers"}
+    older = {names.get(k, k): v for k, v in settings.items()}
+    assert RunSettings.model_validate(older | {"n_gpu_layers": -1}).gpu_layers == "all"
+    assert RunSettings.model_validate(older).context_tokens == 4096
 
     chosen = tmp_path / "two.csv"
     assert store.export_csv(chosen, [a, 9999, b]) == 2

@@ -148,7 +148,7 @@ def test_a_template_nested_too_deeply_is_named_not_blamed_on_llama_cpp(tmp_path)
     deep = "{% if true %}" * 3000 + "x" + "{% endif %}" * 3000
     path = write_tiny_llama(tmp_path / "deep.gguf", chat_template=deep)
     with pytest.raises(RunError) as caught:
-        run_live(RunSettings(gguf_path=str(path), chat=True, prompt="hi", max_tokens=2, n_ctx=256))
+        run_live(RunSettings(gguf_path=str(path), chat=True, prompt="hi", max_tokens=2, context_tokens=256))
     assert "this model's chat template nests too deeply" in str(caught.value)
     assert "could not load" not in str(caught.value)
 
@@ -161,7 +161,7 @@ def test_a_template_error_fails_its_prompts_and_the_suite_goes_on(tmp_path):
 
     path = write_tiny_llama(tmp_path / "refuses.gguf", chat_template="{{ raise_exception('no user turns') }}")
     jobs = (PromptJob(id="s/a", prompt="one", max_tokens=2), PromptJob(id="s/b", prompt="two", max_tokens=2))
-    run = run_suite(SuiteRunSettings(gguf_path=str(path), prompts=jobs, n_ctx=256))
+    run = run_suite(SuiteRunSettings(gguf_path=str(path), prompts=jobs, context_tokens=256))
     assert [o.id for o in run.outcomes] == ["s/a", "s/b"] and not run.stopped
     assert all("refused the messages: no user turns" in (o.error or "") for o in run.outcomes)
 

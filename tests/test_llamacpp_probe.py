@@ -16,7 +16,8 @@ import pytest
 
 from app.adapters import child
 from app.adapters.llama_log import MIB_PRECISION_BYTES, mib_to_bytes, parse_llama_log
-from app.adapters.llamacpp_probe import MIB, ProbeError, dry_run
+from app.adapters.llamacpp_probe import ProbeError, dry_run
+from app.core.common.units import MIB
 
 pytestmark = pytest.mark.llamacpp
 

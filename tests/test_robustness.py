@@ -264,7 +264,7 @@ def test_a_prompt_longer_than_the_context_fails_alone_and_the_suite_goes_on(tmp_
         PromptJob(id="s/long", prompt=" ".join([TINY_PROMPT] * 40), max_tokens=4),
         PromptJob(id="s/short", prompt=TINY_PROMPT, max_tokens=4),
     )
-    run = run_suite(SuiteRunSettings(gguf_path=str(tiny), prompts=jobs, n_ctx=256))
+    run = run_suite(SuiteRunSettings(gguf_path=str(tiny), prompts=jobs, context_tokens=256))
     by_id = {o.id: o for o in run.outcomes}
     assert set(by_id) == {"s/long", "s/short"}
     assert "more than the context of 256" in (by_id["s/long"].error or "")
@@ -286,7 +286,9 @@ def test_a_run_whose_model_file_is_deleted_meanwhile_still_reports(tmp_path):
         if isinstance(event, Loaded) and tiny.exists():
             tiny.unlink()
 
-    settings = RunSettings(gguf_path=str(tiny), prompt=TINY_PROMPT, max_tokens=900, ignore_eos=True, n_ctx=1024)
+    settings = RunSettings(
+        gguf_path=str(tiny), prompt=TINY_PROMPT, max_tokens=900, ignore_eos=True, context_tokens=1024
+    )
     result = run_live(settings, on_event=delete_once_loaded)
     assert not tiny.exists()
     assert result.runs[0].generated_tokens == 900 and result.model_hash_kind == "unavailable"

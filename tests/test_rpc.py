@@ -146,7 +146,12 @@ def test_run_rpc_local_2_splits_the_demo_model_and_every_buffer_equals_the_plan(
 @needs_rpc
 def test_a_server_killed_mid_run_is_named_and_nothing_is_left_running(demo_gguf):
     settings = RunSettings(
-        gguf_path=str(demo_gguf), prompt="Once upon a time", max_tokens=1500, ignore_eos=True, n_ctx=2048, repeat=1
+        gguf_path=str(demo_gguf),
+        prompt="Once upon a time",
+        max_tokens=1500,
+        ignore_eos=True,
+        context_tokens=2048,
+        repeat=1,
     )
     names: list[str] = []
     killed: list[int] = []
@@ -236,7 +241,7 @@ def test_the_dry_run_proof_splits_over_rpc_devices_and_a_real_load_equals_the_pl
             real_load=True,
         )
     model = model_from_gguf(demo_gguf)
-    settings = estimate_settings(RunSettings(gguf_path=str(demo_gguf), n_ctx=2048, n_gpu_layers=-1), "x86-avx2")
+    settings = estimate_settings(RunSettings(gguf_path=str(demo_gguf), context_tokens=2048, gpu_layers=-1), "x86-avx2")
     plan = cpu_servers_plan(model.arch, model.tensors, settings, endpoints, _cpu(), 16 * GIB, shared_memory=True)
     assert probe.layers_offloaded == 19
     for h in plan.hosts:

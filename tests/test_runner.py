@@ -39,7 +39,9 @@ def cpu_run_estimate(result, path):
 
 def test_a_run_reports_every_figure_and_llama_cpp_buffers_match_the_estimate(tiny):
     events = []
-    settings = RunSettings(gguf_path=str(tiny), prompt=TINY_PROMPT, max_tokens=24, repeat=2, ignore_eos=True, n_ctx=512)
+    settings = RunSettings(
+        gguf_path=str(tiny), prompt=TINY_PROMPT, max_tokens=24, repeat=2, ignore_eos=True, context_tokens=512
+    )
     result = run_live(settings, on_event=events.append)
     assert [r.generated_tokens for r in result.runs] == [24, 24]
     first = result.runs[0]
@@ -76,7 +78,7 @@ def test_bench_mode_uses_llama_bench_definitions(tiny):
 def test_stop_ends_a_run_within_a_second_and_leaves_no_process(demo_gguf):
     # The demo model decodes at tens of tokens/s here: 1,500 tokens would take most of a minute.
     settings = RunSettings(
-        gguf_path=str(demo_gguf), prompt="Once upon a time", max_tokens=1500, ignore_eos=True, n_ctx=2048
+        gguf_path=str(demo_gguf), prompt="Once upon a time", max_tokens=1500, ignore_eos=True, context_tokens=2048
     )
     holder = {}
     first_token = threading.Event()
@@ -110,7 +112,7 @@ def test_a_file_llama_cpp_cannot_load_gives_its_reason(tmp_path):
 
 
 def test_a_prompt_longer_than_the_context_is_refused_clearly(tiny):
-    settings = RunSettings(gguf_path=str(tiny), prompt_tokens=400, max_tokens=200, n_ctx=256)
+    settings = RunSettings(gguf_path=str(tiny), prompt_tokens=400, max_tokens=200, context_tokens=256)
     with pytest.raises(RunError, match="need a context of 600"):
         run_live(settings)
 
@@ -172,7 +174,7 @@ def test_a_model_path_relative_to_the_working_folder_runs_whatever_that_folder_h
     (tmp_path / "app").mkdir()
     (tmp_path / "app" / "__init__.py").write_text("raise SystemExit('not FitScope')\n")
     monkeypatch.chdir(tmp_path)
-    result = run_live(RunSettings(gguf_path="model.gguf", prompt=TINY_PROMPT, max_tokens=4, n_ctx=256))
+    result = run_live(RunSettings(gguf_path="model.gguf", prompt=TINY_PROMPT, max_tokens=4, context_tokens=256))
     assert result.runs[0].generated_tokens > 0 and result.settings.gguf_path == "model.gguf"
 
 
@@ -195,7 +197,7 @@ def test_a_cpu_run_on_a_machine_with_gpus_calibrates_that_machine(tiny, monkeypa
     )
     machine = Machine(gpus=(gpu,), host=detect_host(measure_bandwidth=False))
     monkeypatch.setattr("app.adapters.host.measure_read_bandwidth_gb_s", lambda budget_s=0.3: 20.0)
-    result = run_live(RunSettings(gguf_path=str(tiny), prompt=TINY_PROMPT, max_tokens=8, n_ctx=256))
+    result = run_live(RunSettings(gguf_path=str(tiny), prompt=TINY_PROMPT, max_tokens=8, context_tokens=256))
     args = build_parser().parse_args(["run", "--gguf", str(tiny), "--json"])
     assert _report_run(args, result, machine, None) == 0
     report = json.loads(capsys.readouterr().out)

@@ -78,7 +78,7 @@ def _report(result, path):
 
 @pytest.mark.llamacpp
 def test_a_run_with_no_thread_option_uses_llama_servers_count_and_calibrates(tiny):
-    settings = RunSettings(gguf_path=str(tiny), prompt=TINY_PROMPT, max_tokens=16, ignore_eos=True, n_ctx=512)
+    settings = RunSettings(gguf_path=str(tiny), prompt=TINY_PROMPT, max_tokens=16, ignore_eos=True, context_tokens=512)
     result = run_live(settings)
     # llama.cpp itself reports the threads of the context it made.
     assert result.n_threads_used == llama_math_threads() == result.settings.n_threads
@@ -94,7 +94,7 @@ def test_a_run_with_no_thread_option_uses_llama_servers_count_and_calibrates(tin
 def test_a_run_with_other_threads_is_shown_but_does_not_calibrate(tiny):
     other = 1 if llama_math_threads() != 1 else 2
     settings = RunSettings(
-        gguf_path=str(tiny), prompt=TINY_PROMPT, max_tokens=16, ignore_eos=True, n_ctx=512, n_threads=other
+        gguf_path=str(tiny), prompt=TINY_PROMPT, max_tokens=16, ignore_eos=True, context_tokens=512, n_threads=other
     )
     result = run_live(settings)
     assert result.n_threads_used == other

@@ -303,4 +303,4 @@ def test_fitscope_plan_nodes_gives_the_multinode_plan_and_its_commands(capsys):
     assert main([*args, "--nodes", "0"]) == 2
     assert "--nodes" in capsys.readouterr().err
     assert main([*args, "--nodes", "100"]) == 2
-    assert "--nodes must be 1 to 64" in capsys.readouterr().err
+    assert "--nodes: 100 must be from 1 to 64" in capsys.readouterr().err

@@ -26,7 +26,7 @@ from app.adapters.paths import data_dir
 from app.adapters.suite_runner import Agreement, PromptDone, PromptJob, SuiteRun, SuiteRunSettings, run_suite
 from app.core.common.errors import FitScopeError
 from app.core.memory.estimate import estimate
-from app.core.memory.records import Settings, Target
+from app.core.memory.records import GpuLayers, Settings, Target
 from app.core.model.source import model_from_gguf
 from app.core.quality.divergence import MeasuredQuality, quality_key
 from app.core.quality.quant_compare import Comparison, VariantResult, median_or_none, recommend_quant, score
@@ -77,8 +77,8 @@ def compare_variants(
     targets: list[Target],
     hardware: str,
     repack: str = "x86-avx2",
-    n_ctx: int = 4096,
-    n_gpu_layers: int = 0,
+    context_tokens: int = 4096,
+    gpu_layers: GpuLayers = 0,
     on_progress: Progress | None = None,
     stop: threading.Event | None = None,
     on_start: Callable[[WorkerProcess], None] | None = None,
@@ -94,7 +94,7 @@ def compare_variants(
     archs = {(m.arch.arch, m.arch.n_layer, m.arch.n_embd, m.arch.n_vocab) for m in models}
     if len(archs) > 1:
         raise FitScopeError("These files are not variants of one model (their architectures differ).")
-    settings = Settings(context_tokens=n_ctx, repack=repack)  # type: ignore[arg-type]
+    settings = Settings(context_tokens=context_tokens, repack=repack)  # type: ignore[arg-type]
     sizes = [Path(p).stat().st_size for p in paths]
     order = sorted(range(len(paths)), key=lambda i: -sizes[i])  # highest precision first
     jobs = prompt_jobs(suites)
@@ -116,7 +116,7 @@ def compare_variants(
         measured = measure_divergence(
             ordered[0],
             ordered[1:],
-            divergence.model_copy(update={"n_gpu_layers": n_gpu_layers}),
+            divergence.model_copy(update={"gpu_layers": gpu_layers}),
             labels={str(p): Path(p).stem for p in paths},
             on_progress=(lambda f, m: on_progress(div_share * f, m)) if on_progress is not None else None,
             stop=stop,
@@ -144,8 +144,8 @@ def compare_variants(
                 gguf_path=str(paths[i]),
                 prompts=jobs,
                 reference=reference,
-                n_ctx=n_ctx,
-                n_gpu_layers=n_gpu_layers,
+                context_tokens=context_tokens,
+                gpu_layers=gpu_layers,
             ),
             on_event=on_event,
             on_start=started,

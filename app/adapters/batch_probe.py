@@ -67,9 +67,9 @@ class BatchSettings(Frozen):
     parallel: tuple[int, ...] = (1, 2, 4)
     prompt_tokens: int = Field(default=64, ge=1)
     gen_tokens: int = Field(default=32, ge=1)
-    n_ctx: int = Field(default=2048, ge=16)
-    n_batch: int = Field(default=llama_defaults.N_BATCH, ge=1)
-    n_ubatch: int = Field(default=llama_defaults.N_UBATCH, ge=1)
+    context_tokens: int = Field(default=2048, ge=16)
+    batch_tokens: int = Field(default=llama_defaults.N_BATCH, ge=1)
+    ubatch_tokens: int = Field(default=llama_defaults.N_UBATCH, ge=1)
     n_threads: int | None = Field(default=None, ge=1)
     repeat: int = Field(default=2, ge=1, le=50)
     seed: int = 0
@@ -224,8 +224,8 @@ def measure_batching(
             parallel=tuple(parallel),
             prompt_tokens=prompt_tokens,
             gen_tokens=gen_tokens,
-            n_ctx=n_ctx,
-            n_batch=n_batch,
+            context_tokens=n_ctx,
+            batch_tokens=n_batch,
             n_threads=n_threads or llama_math_threads(),
             repeat=repeat,
             seed=seed,
@@ -333,9 +333,9 @@ def _measure(child: ChildChannel, settings: BatchSettings) -> int:
     if not model:
         return failure("load it")
     cparams = lib.llama_context_default_params()
-    cparams.n_ctx = settings.n_ctx
-    cparams.n_batch = settings.n_batch
-    cparams.n_ubatch = min(settings.n_ubatch, settings.n_batch)
+    cparams.n_ctx = settings.context_tokens
+    cparams.n_batch = settings.batch_tokens
+    cparams.n_ubatch = min(settings.ubatch_tokens, settings.batch_tokens)
     cparams.n_seq_max = max(settings.parallel)
     cparams.kv_unified = True
     cparams.n_threads = n_threads
@@ -354,7 +354,7 @@ def _measure(child: ChildChannel, settings: BatchSettings) -> int:
         lib.llama_model_free(model)
         return child.fail(message)
     n_vocab = int(lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(model)))
-    engine = _Engine(lib, ctx, n_vocab, settings.n_batch)
+    engine = _Engine(lib, ctx, n_vocab, settings.batch_tokens)
     child.emit(
         BatchLoaded(
             load_s=load_s, n_threads=n_threads, n_ctx=int(lib.llama_n_ctx(ctx)), llama_cpp_version=lib.__version__
@@ -370,8 +370,8 @@ def _measure(child: ChildChannel, settings: BatchSettings) -> int:
         gguf_path=settings.gguf_path,
         llama_cpp_version=lib.__version__,
         n_threads=n_threads,
-        n_ctx=settings.n_ctx,
-        n_batch=settings.n_batch,
+        n_ctx=settings.context_tokens,
+        n_batch=settings.batch_tokens,
         prompt_tokens=settings.prompt_tokens,
         gen_tokens=settings.gen_tokens,
         repeat=settings.repeat,

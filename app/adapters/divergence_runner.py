@@ -69,6 +69,7 @@ from app.adapters.paths import data_dir
 from app.core.common.errors import FitScopeError
 from app.core.common.files import move_aside, read_json_file
 from app.core.common.units import Frozen
+from app.core.memory.records import GpuLayers
 from app.core.model.catalog import RESOURCES_DIR
 from app.core.quality.divergence import (
     DivergenceFigures,
@@ -95,7 +96,7 @@ class DivergenceSettings(Frozen):
     chunk_tokens: int = Field(default=512, ge=16, le=16384)
     max_tokens: int = Field(default=2048, ge=0)
     top_k: int = Field(default=1024, ge=1)
-    n_gpu_layers: int = 0
+    gpu_layers: GpuLayers = 0
     flash_attn: bool = True
     cache_type_k: str = "f16"
     cache_type_v: str = "f16"
@@ -112,15 +113,15 @@ class PassJob(DivergenceSettings):
 
     # llama.cpp's context for one chunk (read by ``open_model``).
     @property
-    def n_ctx(self) -> int:
+    def context_tokens(self) -> int:
         return self.chunk_tokens
 
     @property
-    def n_batch(self) -> int:
+    def batch_tokens(self) -> int:
         return self.chunk_tokens
 
     @property
-    def n_ubatch(self) -> int:
+    def ubatch_tokens(self) -> int:
         return min(512, self.chunk_tokens)
 
 

@@ -389,7 +389,7 @@ class RunHistory:
             result.model_sha256,
             hardware_label(result.hardware),
             settings.mode,
-            settings.n_ctx,
+            settings.context_tokens,
             settings.n_gpu_layers,
             len(result.completed_runs),
             _median(figures["ttft_s"]),

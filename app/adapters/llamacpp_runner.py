@@ -425,11 +425,11 @@ def open_model(llama_cpp: Any, settings: Any) -> Any:
     skip_binding_templates(llama_cpp)
     return llama_cpp.Llama(
         model_path=settings.gguf_path,
-        n_ctx=settings.n_ctx,
-        n_batch=getattr(settings, "n_batch", llama_defaults.N_BATCH),
-        n_ubatch=getattr(settings, "n_ubatch", llama_defaults.N_UBATCH),
+        n_ctx=settings.context_tokens,
+        n_batch=getattr(settings, "batch_tokens", llama_defaults.N_BATCH),
+        n_ubatch=getattr(settings, "ubatch_tokens", llama_defaults.N_UBATCH),
         use_mmap=llama_defaults.USE_MMAP,
-        n_gpu_layers=settings.n_gpu_layers,
+        n_gpu_layers=-1 if settings.gpu_layers == "all" else settings.gpu_layers,
         flash_attn=settings.flash_attn,
         type_k=GGML_TYPE_IDS[settings.cache_type_k],
         type_v=GGML_TYPE_IDS[settings.cache_type_v],

@@ -261,8 +261,8 @@ def run_across_rpc(
     from app.core.report.run_vs_estimate import estimate_settings
 
     require_rpc_backend()
-    if settings.n_gpu_layers == 0:
-        settings = settings.model_copy(update={"n_gpu_layers": -1})
+    if settings.gpu_layers == 0:
+        settings = settings.model_copy(update={"gpu_layers": "all"})
     model = model_from_gguf(settings.gguf_path)
     host = detect_host(measure_bandwidth=False)
     with contextlib.ExitStack() as stack:

@@ -45,6 +45,7 @@ from app.adapters.llama_log import parse_llama_log
 from app.adapters.llamacpp_runner import PromptRenderer, RunError, open_model
 from app.core.common.errors import FitScopeError
 from app.core.common.units import Frozen
+from app.core.memory.records import GpuLayers
 
 
 class PromptJob(Frozen):
@@ -57,8 +58,8 @@ class SuiteRunSettings(Frozen):
     gguf_path: str
     prompts: tuple[PromptJob, ...]
     reference: dict[str, list[int]] | None = None
-    n_ctx: int = 4096
-    n_gpu_layers: int = 0
+    context_tokens: int = 4096
+    gpu_layers: GpuLayers = 0
     flash_attn: bool = True
     cache_type_k: str = "f16"
     cache_type_v: str = "f16"

@@ -70,8 +70,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         targets,
         hardware,
         repack=repack_profile(host),
-        n_ctx=args.ctx_size,
-        n_gpu_layers=args.n_gpu_layers,
+        context_tokens=args.ctx_size,
+        gpu_layers=args.n_gpu_layers,
         on_progress=progress,
         divergence=divergence,
     )

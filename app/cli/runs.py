@@ -31,13 +31,13 @@ def _run_settings(args: argparse.Namespace, mode: str):
     fields = {
         "gguf_path": path,
         "mode": mode,
-        "n_ctx": args.ctx_size,
-        "n_batch": args.batch_size,
-        "n_ubatch": args.ubatch_size,
+        "context_tokens": args.ctx_size,
+        "batch_tokens": args.batch_size,
+        "ubatch_tokens": args.ubatch_size,
         "flash_attn": args.flash_attn == "on",
         "cache_type_k": args.cache_type_k,
         "cache_type_v": args.cache_type_v,
-        "n_gpu_layers": args.n_gpu_layers,
+        "gpu_layers": args.n_gpu_layers,
         "n_threads": args.threads,
         "repeat": args.repeat,
     }

@@ -59,7 +59,7 @@ def machine_calibration(machine: Machine, history: RunHistory | None = None) -> 
 
 def ran_on_gpu(result: RunResult, machine: Machine) -> bool:
     """Whether the run put layers on one of this machine's GPUs."""
-    return result.settings.n_gpu_layers != 0 and result.gpu_offload_supported and bool(machine.gpus)
+    return result.settings.gpu_layers != 0 and result.gpu_offload_supported and bool(machine.gpus)
 
 
 def finish_run(result: RunResult, machine: Machine, thread_sweep: Sequence[SweepRow] = ()) -> RunReport:

@@ -41,6 +41,7 @@ from app.adapters.llamacpp_runner import LiveLoaded, LiveRun, RunDone, run_live,
 from app.adapters.rpc_backend import rpc_backend_problem
 from app.adapters.rpc_servers import run_across_rpc
 from app.core.common.units import MIB
+from app.core.memory.records import GpuLayers
 from app.core.report.run_vs_estimate import CUDA_INSTALL_HINT, RunReport, gpu_build_advice
 from app.core.speed.llama_defaults import thread_sweep
 from app.core.speed.measure import RunResult, RunSettings, Spread, SweepRow, summary, sweep_rows
@@ -460,7 +461,7 @@ class RunPanel(QWidget):
                 "depth_tokens": self.depth_spin.value(),
                 "ignore_eos": True,
                 "repeat": self.repeat.value(),
-                "n_gpu_layers": self.ngl.value() if self.ngl.isEnabled() else 0,
+                "gpu_layers": self._gpu_layers(),
             }
         long = PRESETS.get(self.preset_combo.currentText()) is None
         chat = self.chat_check.isChecked() and not long
@@ -472,14 +473,20 @@ class RunPanel(QWidget):
             "max_tokens": self.max_tokens.value(),
             "temperature": self.temperature.value(),
             "repeat": self.repeat.value(),
-            "n_gpu_layers": self.ngl.value() if self.ngl.isEnabled() else 0,
+            "gpu_layers": self._gpu_layers(),
         }
+
+    def _gpu_layers(self) -> GpuLayers:
+        """The GPU layers asked for: a number, or "all" (the spin box's -1); 0 without GPU offload."""
+        if not self.ngl.isEnabled():
+            return 0
+        return "all" if self.ngl.value() < 0 else self.ngl.value()
 
     @staticmethod
     def settings_for(context: RunContext, values: dict[str, Any]) -> RunSettings:
         return RunSettings(
             gguf_path=context.gguf_path(),
-            n_ctx=context.n_ctx,
+            context_tokens=context.n_ctx,
             flash_attn=context.flash_attn,
             cache_type_k=context.cache_type_k,
             cache_type_v=context.cache_type_v,

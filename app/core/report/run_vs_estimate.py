@@ -41,14 +41,14 @@ def gpu_build_advice(vendor: str | None) -> tuple[str, str]:
 def estimate_settings(run: RunSettings, repack: str) -> Settings:
     """The estimator's settings for a run (``-ngl -1`` means every layer)."""
     return Settings(
-        context_tokens=run.n_ctx,
-        batch_tokens=run.n_batch,
-        ubatch_tokens=run.n_ubatch,
+        context_tokens=run.context_tokens,
+        batch_tokens=run.batch_tokens,
+        ubatch_tokens=run.ubatch_tokens,
         flash_attn=run.flash_attn,
         cache_type_k=run.cache_type_k,
         cache_type_v=run.cache_type_v,
         swa_full=run.swa_full,
-        gpu_layers="all" if run.n_gpu_layers < 0 else run.n_gpu_layers,
+        gpu_layers=run.gpu_layers,
         repack=repack,  # type: ignore[arg-type]
     )
 
@@ -113,13 +113,13 @@ def diagnose(result: RunResult, est: Estimate | None, speed: SpeedEstimate | Non
     """Sentences saying what probably happened when the run and the estimate disagree."""
     out = []
     s = result.settings
-    if s.n_gpu_layers != 0 and not result.gpu_offload_supported and not s.rpc_servers:
+    if s.gpu_layers != 0 and not result.gpu_offload_supported and not s.rpc_servers:
         out.append(
             "This llama-cpp-python was built without GPU support, so every layer ran on the CPU. For an "
             f"NVIDIA GPU install the CUDA build: {CUDA_INSTALL_HINT}"
         )
     b = result.buffers
-    wanted = b.layers_offloadable if s.n_gpu_layers < 0 else s.n_gpu_layers
+    wanted = b.layers_offloadable if s.gpu_layers == "all" else s.gpu_layers if s.gpu_layers != "auto" else None
     if (
         b.layers_offloaded is not None
         and wanted is not None
@@ -133,7 +133,7 @@ def diagnose(result: RunResult, est: Estimate | None, speed: SpeedEstimate | Non
     if decode is not None and speed is not None and speed.decode_tokens_per_s.high > 0:
         lo, hi = speed.decode_tokens_per_s.low, speed.decode_tokens_per_s.high
         if decode.median < 0.5 * lo:
-            on_gpu = s.n_gpu_layers != 0 and result.gpu_offload_supported
+            on_gpu = s.gpu_layers != 0 and result.gpu_offload_supported
             causes = (
                 "layers spilling into system memory (on NVIDIA, shared GPU memory), other programs using the GPU, "
                 "or fewer layers on the GPU than planned"

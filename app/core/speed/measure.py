@@ -16,13 +16,21 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 
 from app.core.common.units import Frozen
+from app.core.memory.records import GpuLayers
 from app.core.speed import llama_defaults
 from app.core.speed.llama_defaults import ThreadChoice, choose_threads
+
+_OLDER_NAMES = {
+    "n_ctx": "context_tokens",
+    "n_batch": "batch_tokens",
+    "n_ubatch": "ubatch_tokens",
+    "n_gpu_layers": "gpu_layers",
+}
 
 
 class RunSettings(Frozen):
@@ -30,14 +38,14 @@ class RunSettings(Frozen):
 
     gguf_path: str
     mode: Literal["generate", "bench"] = "generate"
-    n_ctx: int = Field(default=4096, ge=16, le=1 << 24)
-    n_batch: int = Field(default=llama_defaults.N_BATCH, ge=1)
-    n_ubatch: int = Field(default=llama_defaults.N_UBATCH, ge=1)
+    context_tokens: int = Field(default=4096, ge=16, le=1 << 24)
+    batch_tokens: int = Field(default=llama_defaults.N_BATCH, ge=1)
+    ubatch_tokens: int = Field(default=llama_defaults.N_UBATCH, ge=1)
     flash_attn: bool = llama_defaults.FLASH_ATTN
     cache_type_k: str = "f16"
     cache_type_v: str = "f16"
     swa_full: bool = True
-    n_gpu_layers: int = Field(default=0, ge=-1, description="-1: all")
+    gpu_layers: GpuLayers = Field(default=0, description='-ngl: layers on the GPU, or "all" ("auto" is refused)')
     n_threads: int | None = Field(default=None, ge=1, description="None: llama-server's default, set when it starts")
     prompt: str | None = None
     chat: bool = Field(default=False, description="the prompt as one user turn through the model's chat template")
@@ -57,6 +65,28 @@ class RunSettings(Frozen):
     tensor_split: tuple[float, ...] = Field(
         default=(), max_length=16, description="llama.cpp --tensor-split: the layer share of each device; (): by memory"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_older_names(cls, data: Any) -> Any:
+        """Runs kept by earlier FitScope versions named these fields after llama.cpp's C API."""
+        if isinstance(data, dict):
+            data = {_OLDER_NAMES.get(k, k): v for k, v in data.items()}
+            if data.get("gpu_layers") == -1:
+                data["gpu_layers"] = "all"
+        return data
+
+    @field_validator("gpu_layers")
+    @classmethod
+    def _placed(cls, value: GpuLayers) -> GpuLayers:
+        if value == "auto":
+            raise ValueError("a live run takes a number of GPU layers or 'all', not 'auto'")
+        return value
+
+    @property
+    def n_gpu_layers(self) -> int:
+        """llama-cpp-python's ``n_gpu_layers`` (-1: all)."""
+        return -1 if self.gpu_layers == "all" else int(self.gpu_layers)
 
 
 class RunFigures(Frozen):
