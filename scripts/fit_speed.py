@@ -1,14 +1,18 @@
 """Fit the speed model on published llama-bench results and report its error on hardware left out.
 
-    .venv/bin/python scripts/fit_speed.py            # print the cross-validation table
+    .venv/bin/python scripts/fit_speed.py            # print the cross-validation tables
     .venv/bin/python scripts/fit_speed.py --write    # also refit resources/speed_model.json
+    .venv/bin/python scripts/fit_speed.py --markdown # the tables as the README prints them
 
-The rows (tests/data/llama_bench_gpu.json, llama_bench_apple_cpu.json; every row names its source)
-cover discrete GPUs, Apple M-series, CPUs and unified-memory boxes. Cross-validation holds whole
-devices out: their rows are predicted from constants fitted on the other devices, so the figures say
-how the model does on hardware it has never seen (5 folds of devices; the range of each fold
-comes from an inner cross-validation of the other four). Targets: decode median error <= 10% with
->= 80% of results inside the range; prefill median <= 20% with >= 70% inside.
+The rows (tests/data/llama_bench_gpu.json, llama_bench_apple_cpu.json, llama_bench_budget.json;
+every row names its source) cover discrete GPUs, Apple M-series, CPUs, unified-memory boxes, AMD
+GPUs and GPUs with weights in system memory. Cross-validation holds rows out twice over: whole
+sources (a repository, a thread, a page: rows of one source share a build, settings and a
+methodology, and a new machine is a new source) and whole devices; their rows are predicted from
+constants fitted on the rest (5 folds; each fold's range comes from an inner cross-validation of the
+other four, grouped the same way). Targets, folds grouped by source: decode median error <= 10%
+with >= 80% inside the range; prefill median <= 20%; rows with weights in system memory <= 20% for
+both; x86 CPUs <= 15%.
 """
 
 from __future__ import annotations
@@ -23,38 +27,90 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from app.core.speed.model import SPEED_MODEL_PATH  # noqa: E402
-from tests.speed_data import GROUP_FALLBACK, cross_validate, fit, held_out_intervals, load_rows  # noqa: E402
+from tests.speed_data import (  # noqa: E402
+    EXCLUDED_SOURCES,
+    GROUP_FALLBACK,
+    cross_validate,
+    fit_model,
+    held_out_intervals,
+    load_rows,
+    source_key,
+)
+
+KINDS = (("hybrid", "(weights in RAM)"), ("cpu", "(CPU rows)"), ("amd", "(AMD rows)"))
 
 
-def summary(held, label: str) -> str:
+def figures(held) -> tuple[int, int, int, float, float]:
+    """(rows, devices, sources, median |error|, share inside the range)."""
     if not held:
-        return f"{label:16s}   0"
+        return 0, 0, 0, 0.0, 0.0
     err = statistics.median(abs(h.error) for h in held)
     inside = sum(h.inside for h in held) / len(held)
-    devices = len({h.row.device for h in held})
-    return f"{label:16s} {len(held):4d} {devices:4d} {100 * err:9.1f}% {100 * inside:8.0f}%"
+    return (
+        len(held),
+        len({h.row.device for h in held}),
+        len({source_key(h.row.source) for h in held}),
+        100 * err,
+        100 * inside,
+    )
+
+
+def table(held, markdown: bool) -> list[str]:
+    """Per test: the whole, each family, then the hybrid, CPU and AMD rows."""
+    lines = []
+    if markdown:
+        lines += [
+            "| test / family | rows | devices | sources | median error | inside range |",
+            "|---|---|---|---|---|---|",
+        ]
+    else:
+        lines.append(f"{'test / family':18s} {'rows':>4s} {'devs':>4s} {'srcs':>4s} {'median err':>10s} {'inside':>7s}")
+    for test, name in (("tg", "decode (tg)"), ("pp", "prefill (pp)")):
+        rows_t = [h for h in held if h.row.test == test]
+        groups = [(name, rows_t)]
+        groups += [("  " + f, [h for h in rows_t if h.row.family == f]) for f in sorted({h.row.family for h in rows_t})]
+        groups += [("  " + label, [h for h in rows_t if h.row.kind == kind]) for kind, label in KINDS]
+        groups.append(("  (x86 CPUs)", [h for h in rows_t if h.row.family == "cpu-x86" and h.row.kind == "cpu"]))
+        for label, chosen in groups:
+            n, d, s, err, inside = figures(chosen)
+            if markdown:
+                bold = "**" if label == name else ""
+                lines.append(f"| {bold}{label.strip()}{bold} | {n} | {d} | {s} | {err:.1f}% | {inside:.0f}% |")
+            else:
+                lines.append(f"{label:18s} {n:4d} {d:4d} {s:4d} {err:9.1f}% {inside:6.0f}%")
+    return lines
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="refit and write resources/speed_model.json")
+    parser.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
     args = parser.parse_args()
     rows = load_rows()
-    held = cross_validate(rows)
-    print(f"{len(rows)} published rows on {len({r.device for r in rows})} devices; 5-fold cross-validation by device\n")
-    print(f"{'test / family':16s} {'rows':>4s} {'devs':>4s} {'median err':>10s} {'inside':>9s}")
-    for test, name in (("tg", "decode (tg)"), ("pp", "prefill (pp)")):
-        rows_t = [h for h in held if h.row.test == test]
-        print(summary(rows_t, name))
-        for family in sorted({h.row.family for h in rows_t}):
-            print(summary([h for h in rows_t if h.row.family == family], "  " + family))
-        print(summary([h for h in rows_t if h.row.group == "cpu"], "  (CPU rows)"))
+    n_sources = len({source_key(r.source) for r in rows})
+    print(f"{len(rows)} published rows on {len({r.device for r in rows})} devices from {n_sources} sources")
+    for source, why in EXCLUDED_SOURCES.items():
+        print(f"left out: {source}: {why}")
+    print()
+    for by in ("source", "device"):
+        print(f"5-fold cross-validation, folds grouped by {by}:\n")
+        print("\n".join(table(cross_validate(rows, by=by), args.markdown)))
+        print()
+    model = fit_model(rows)
+    fitted, h, g = model.families, model.hybrid, model.globals
+    print(f"Shared: a mixture of experts prefills at {g.moe_prefill:.2f} of its family's dense rate.")
+    print(
+        f"Weights in system memory ({h.rows} rows): host memory at {h.host_efficiency:.2f} of its spec bandwidth, "
+        f"{h.host_flop_per_param:.2f} CPU FLOP per host parameter, {h.sync_s * 1e6:.0f} us per host layer per token; "
+        f"PCIe at {h.pcie_pinned:.2f} of the link (pinned, --no-mmap) and {h.pcie_pageable:.2f} (memory-mapped)."
+    )
     if args.write:
-        fitted = fit(rows)
         model = {
-            "source": "fitted by scripts/fit_speed.py on tests/data/llama_bench_gpu.json and "
-            "llama_bench_apple_cpu.json (published llama-bench results, each row with its source)",
+            "source": "fitted by scripts/fit_speed.py on tests/data/llama_bench_gpu.json, llama_bench_apple_cpu.json "
+            "and llama_bench_budget.json (published llama-bench results, each row with its source)",
             "families": {k: v.model_dump() for k, v in sorted(fitted.items())},
+            "hybrid": h.model_dump(),
+            "moe_prefill_factor": g.moe_prefill,
             "fallback": GROUP_FALLBACK,
             "decode_interval": held_out_intervals(rows, "tg"),
             "prefill_interval": held_out_intervals(rows, "pp"),

@@ -4,23 +4,45 @@ test (pp/tg, tokens, depth) and the published tokens/s. Used by scripts/fit_spee
 
 Device figures come from the catalog (resources/catalog/devices.json) where the device is in it,
 else from the devices files collected with the rows; Apple GPU variants scale their generation's
-catalog figure by GPU cores; CPUs' FP32 rate is cores x 3 GHz x SIMD lanes x 2 (FMA) x 2 (units),
-the estimator's own rule (app.core.memory.targets.cpu_flops_tflops).
+catalog figure by GPU cores; CPUs' FP32 rate is threads (at most the cores) x 3 GHz x SIMD lanes x
+2 (FMA) x 2 (units), the estimator's own rule (app.core.memory.targets.cores_flops_tflops).
+
+Rows with weights in system memory beside a GPU (group "hybrid", tests/data/llama_bench_budget.json)
+are split as llama.cpp places them: the routed experts of the first ``--n-cpu-moe`` layers (or of
+every layer with ``-ot exps=CPU``) and the layers a partial ``-ngl`` leaves behind are read and
+computed on the host (tests/data/budget_hosts.json: its cores, SIMD and memory), and copied to the
+GPU for each prompt ubatch over the card's PCIe link. A model's expert and active shares come from
+the catalog's tensors where the model is in the catalog, else from its published parameter counts.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlparse
 
 import numpy as np
 
+from app.core.hardware.devices import default_pcie
+from app.core.hardware.host_memory import DEFAULT_HOST_MEMORY, HOST_CPU, HOST_MEMORY, parse_pcie, pcie_gb_s
+from app.core.memory.targets import cores_flops_tflops
 from app.core.model.catalog import load_devices
-from app.core.speed.model import FamilyConstants, decode_seconds_per_token, prefill_tokens_per_s, speed_family
+from app.core.speed.model import (
+    DEFAULT_HYBRID,
+    FamilyConstants,
+    HybridConstants,
+    decode_seconds_per_token,
+    expert_coverage,
+    host_decode_seconds,
+    offload_copy_seconds,
+    prefill_tokens_per_s,
+    speed_family,
+)
 
 DATA = Path(__file__).parent / "data"
 
@@ -39,10 +61,34 @@ CPU_SPECS: dict[str, tuple[float, int, int]] = {  # name fragment -> (GB/s, core
     "i5-1135G7": (68.3, 4, 16),
     "i5-9500": (42.7, 6, 8),
     "i7-7820HQ": (38.4, 4, 8),
+    "i7-8550U": (38.4, 4, 8),  # ark.intel.com: DDR4-2400, 2 channels
 }
 UNIFIED_SPECS: dict[str, tuple[float, float]] = {  # name fragment -> (GB/s, FP16 dense TFLOPS)
     "DGX Spark": (273.0, 62.5),  # GB10: 1 PFLOP FP4 sparse -> FP16 dense 1/16
     "Ryzen AI Max": (256.0, 59.4),  # 40 RDNA 3.5 CUs x 2.9 GHz x 512 FP16 FLOP/clock
+    "8060S": (256.0, 59.4),  # the Ryzen AI Max+ 395's GPU, as llama.cpp prints it
+}
+# GPUs of budget rows that are in neither the catalog nor the devices file: (GB/s, FP16 TFLOPS) from
+# the vendor's figures (CUDA cores / SMs, boost clock, memory bus and speed), by the catalog's rule
+# for GeForce tensor FP16 (SMs x boost x 512); the GTX 1650 SUPER has no tensor cores (2 x FP32).
+EXTRA_GPUS: dict[str, tuple[float, float]] = {
+    "rtx 3050": (168.0, 13.5),  # 6 GB: 18 SMs at 1.47 GHz, 96-bit GDDR6 at 14 Gbps
+    "gtx 1650 super": (192.0, 8.8),  # 1280 cores at 1.725 GHz, 128-bit GDDR6 at 12 Gbps
+    "radeon ai pro r9700": (644.6, 97.3),  # the RX 9070 XT's Navi 48 at the same clocks and memory
+}
+# Hosts of budget rows, by a fragment of the row's host or device name -> budget_hosts.json "cpu".
+HOSTS: dict[str, str] = {
+    "i5-12600k": "Intel Core i5-12600K",
+    "i9-10900x": "Intel Core i9-10900X",
+    "ryzen 9 7900 ": "AMD Ryzen 9 7900 12-Core Processor",
+    "i7-1360p": "Intel Core i7-1360P (laptop)",
+    "9950x": "AMD Ryzen 9 9950X",
+    "epyc 9655": "AMD EPYC 9655 96-Core Processor",
+    "epyc 9b14": "AMD EPYC 9B14",
+    "raspberry pi 5": "Raspberry Pi 5 16GB (Broadcom BCM2712, 4x Cortex-A76)",
+    "ryzen 5 3500": "AMD Ryzen 5 3500",
+    "ryzen 9 7950x": "AMD Ryzen 9 7950X",
+    "i7-8550u": "Intel(R) Core(TM) i7-8550U CPU @ 1.80GHz",
 }
 
 # Model shapes by llama-bench's model string: layers, f16 KV bytes per token of depth, active share.
@@ -58,6 +104,10 @@ _SHAPES: list[tuple[str, int, int, float]] = [
     (r"hunyuan-moe a13b", 32, 32 * 8 * 128 * 4, 13.0 / 80.4),
     (r"dots1 142b", 62, 62 * 32 * 128 * 4, 14.0 / 142.8),
     (r"llama4 17b", 48, 48 * 8 * 128 * 4, 17.0 / 107.8),
+    (r"qwen3next 80b", 48, 12 * 2 * 256 * 4, 3.0 / 79.67),  # 12 of 48 layers have attention
+    (r"qwen35moe 35b", 40, 10 * 2 * 256 * 4, 3.0 / 35.0),  # 10 of 40 layers have attention
+    (r"gemma4 26b", 30, 30 * 8 * 256 * 4 // 2, 4.0 / 25.23),
+    (r"gemma4 31b", 60, 60 * 16 * 256 * 4 // 2, 1.0),
     (r"llama 1b", 16, 16 * 8 * 64 * 4, 1.0),
     (r"llama 3b", 28, 28 * 8 * 128 * 4, 1.0),
     (r"llama (3\.1 )?8b", 32, 32 * 8 * 128 * 4, 1.0),
@@ -65,11 +115,13 @@ _SHAPES: list[tuple[str, int, int, float]] = [
     (r"llama 13b", 40, 40 * 40 * 128 * 4, 1.0),
     (r"llama 70b", 80, 80 * 8 * 128 * 4, 1.0),
     (r"qwen2 7b", 28, 28 * 4 * 128 * 4, 1.0),
+    (r"qwen2 32b", 64, 64 * 8 * 128 * 4, 1.0),
     (r"qwen3 32b", 64, 64 * 8 * 128 * 4, 1.0),
     (r"qwen3 8b", 36, 36 * 8 * 128 * 4, 1.0),
+    (r"qwen3 1\.7b", 28, 28 * 8 * 128 * 4, 1.0),
     (r"gemma3 4b", 34, 34 * 4 * 256 * 4 // 6, 1.0),
     (r"gemma3 27b", 62, 62 * 16 * 128 * 4 // 6, 1.0),
-    (r"mistral3|llama 13b|nemo|12b", 40, 40 * 8 * 128 * 4, 1.0),
+    (r"mistral3|llama 13b|nemo|12b|14b", 40, 40 * 8 * 128 * 4, 1.0),
 ]
 # llama-bench's size and params columns for rows that were posted without them (the same files
 # appear with both columns elsewhere in the data: LLaMA-2 7B, Llama 3.x 8B/1B, gpt-oss-120b MXFP4).
@@ -86,7 +138,142 @@ _KNOWN_SIZES: dict[str, tuple[float, float]] = {
     "gpt-oss-120b": (59.02, 116.83),
 }
 _FLOAT = re.compile(r"\b(f16|bf16|f32)\b", re.I)
-_TEST = re.compile(r"^(pp|tg)\s*(\d+)(?:\s*@\s*d(\d+))?$")
+_TEST = re.compile(r"^(pp|tg)\s*(\d+)?(?:\s*@\s*d(\d+))?$")
+MAX_PREFILL_TOKENS = 4096  # longer single-device prompts are attention-bound, which the data's shapes omit
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """A model of the budget rows: the catalog entry whose tensors give its shares, or its published
+    parameter counts (``total_b``, ``active_b``) and routing (``used`` of ``experts``)."""
+
+    n_layer: int
+    kv: int  # f16 KV bytes per token of depth
+    total_b: float
+    active_b: float
+    used: int = 0
+    experts: int = 0
+    catalog: str | None = None
+    quant: str = "Q4_K_M"
+    recurrent: int = 0  # linear-attention / SSM layers
+    dense_lead: int = 0  # leading layers without routed experts
+
+    @property
+    def moe_layers(self) -> int:
+        return self.n_layer - self.dense_lead if self.experts else 0
+
+
+# By a fragment of llama-bench's model string or the file name, lower case.
+_MODELS: list[tuple[str, ModelShape]] = [
+    (r"gpt-oss.?120b|gpt-oss 120b", ModelShape(36, 36 * 8 * 64 * 2, 116.83, 5.13, 4, 128, "gpt-oss-120b", "MXFP4_MOE")),
+    (r"gpt-oss.?20b|gpt-oss 20b", ModelShape(24, 24 * 8 * 64 * 2, 20.91, 3.61, 4, 32, "gpt-oss-20b", "MXFP4_MOE")),
+    (
+        r"qwen3-coder-next|qwen3next",
+        ModelShape(48, 12 * 2 * 256 * 4, 79.67, 3.0, 10, 512, "qwen3-next-80b-a3b", recurrent=36),
+    ),
+    (r"qwen3\.5-122b|qwen35moe 122b", ModelShape(48, 12 * 2 * 256 * 4, 122.0, 10.0, 8, 256, recurrent=36)),
+    (r"qwen3\.[56]-35b|qwen35moe 35b", ModelShape(40, 10 * 2 * 256 * 4, 35.0, 3.0, 8, 256, recurrent=30)),
+    (
+        r"qwen3-30b-a3b|qwen3moe 30b|qwen3-coder-30b",
+        ModelShape(48, 48 * 4 * 128 * 4, 30.53, 3.3, 8, 128, "qwen3-30b-a3b"),
+    ),
+    (
+        r"glm-4\.5-air|glm4moe 106b",
+        ModelShape(46, 46 * 8 * 128 * 4, 110.47, 12.0, 8, 128, "glm-4.5-air", "Q4_K_S", dense_lead=1),
+    ),
+    (
+        r"deepseek-coder-v2-lite|deepseek2 16b",
+        ModelShape(27, 27 * 576 * 2, 15.7, 2.4, 6, 64, "deepseek-v2-lite", dense_lead=1),
+    ),
+    (r"ling-flash|bailingmoe2", ModelShape(32, 32 * 4 * 128 * 4, 102.89, 6.1, 8, 256, dense_lead=1)),
+    (r"hunyuan", ModelShape(32, 32 * 8 * 128 * 4, 80.39, 13.0, 8, 64)),
+    (r"mistral-small-24b", ModelShape(40, 40 * 8 * 128 * 4, 23.57, 23.57, catalog="mistral-small-24b")),
+    (r"gemma-3-12b", ModelShape(48, 48 * 8 * 256 * 4 // 6, 11.77, 11.77, catalog="gemma-3-12b")),
+    (r"gemma-2-9b", ModelShape(42, 42 * 8 * 256 * 4, 9.24, 9.24, catalog="gemma-2-9b")),
+    (r"qwen3-14b", ModelShape(40, 40 * 8 * 128 * 4, 14.77, 14.77, catalog="qwen3-14b")),
+    (r"qwen2\.5-(coder-)?14b", ModelShape(48, 48 * 8 * 128 * 4, 14.77, 14.77, catalog="qwen2.5-14b")),
+    (r"phi-4", ModelShape(40, 40 * 10 * 128 * 4, 14.66, 14.66, catalog="phi-4")),
+    (r"llama 3\.1 8b|llama-3\.1-8b", ModelShape(32, 32 * 8 * 128 * 4, 8.03, 8.03, catalog="llama-3.1-8b")),
+    (r"gemma4 26b|gemma-4-26b", ModelShape(30, 30 * 8 * 256 * 4 // 2, 25.23, 4.0, 8, 128)),
+    (r"llama4 17b", ModelShape(48, 48 * 8 * 128 * 4, 107.8, 17.0, 1, 16)),
+    (r"dots1 142b", ModelShape(62, 62 * 32 * 128 * 4, 142.8, 14.0, 6, 128, dense_lead=1)),
+    (r"qwen3moe 235b", ModelShape(94, 94 * 4 * 128 * 4, 235.1, 22.0, 8, 128)),
+    (r"deepseek2 671b", ModelShape(61, 61 * 576 * 2, 671.0, 37.0, 8, 256, dense_lead=3)),
+    (r"deepseek2 30b\.a3b", ModelShape(47, 47 * 576 * 2, 29.9, 3.0, 4, 64, dense_lead=1)),
+]
+
+
+# File sizes (GiB) of quantizations of models outside the catalog, where a row gives none: the same
+# file's size printed by llama-bench elsewhere in the data (Qwen3.6-35B-A3B UD-Q4_K_M / UD-Q4_K_XL on
+# Strix Halo), or Q8_0's definition (8.5 bits per weight: 32 int8 and one f16 scale per block).
+_QUANT_SIZES: dict[str, dict[str, float]] = {
+    "qwen3.5-35b": {"q4_k_m": 20.6, "q4_k_xl": 21.27, "q8_0": 35.0e9 * 8.5 / 8 / 1024**3},
+    "qwen3.6-35b": {"q4_k_m": 20.6, "q4_k_xl": 21.27, "q8_0": 35.0e9 * 8.5 / 8 / 1024**3},
+}
+
+
+def _quant_size(label: str) -> float | None:
+    t = label.lower()
+    for model, sizes in _QUANT_SIZES.items():
+        if model in t:
+            return next((size for quant, size in sizes.items() if quant in t), None)
+    return None
+
+
+@dataclass(frozen=True)
+class ModelFigures:
+    size_gib: float
+    params_b: float
+    expert_share: float  # of the file's bytes in routed experts
+    active_share: float  # of the file's bytes read per decoded token
+    expert_params_b: float  # routed expert parameters in total
+    dense_active_b: float  # parameters every token computes besides the routed experts
+
+
+@functools.cache
+def model_figures(shape: ModelShape) -> ModelFigures:
+    """A model's shares, from the catalog's tensors (its quantization preset) or from its parameter
+    counts (experts = (total - active) / (1 - used/experts), bytes taken as uniform per parameter)."""
+    if shape.catalog:
+        from app.core.memory.layers import tensor_totals
+        from app.core.model.source import model_from_catalog
+
+        m = model_from_catalog(shape.catalog, shape.quant)
+        t = tensor_totals(m.arch, m.tensors)
+        expert_params = sum(t.active_expert_params) / (shape.used / shape.experts) if shape.experts else 0.0
+        return ModelFigures(
+            size_gib=t.model_bytes / 1024**3,
+            params_b=sum(x.n_elements for x in m.tensors) / 1e9,
+            expert_share=sum(t.expert_bytes) / t.model_bytes,
+            active_share=sum(t.active_layer_bytes) / t.model_bytes,
+            expert_params_b=expert_params / 1e9,
+            dense_active_b=(t.active_params - sum(t.active_expert_params)) / 1e9,
+        )
+    ratio = shape.used / shape.experts if shape.experts else 1.0
+    experts = (shape.total_b - shape.active_b) / (1 - ratio) if shape.experts else 0.0
+    return ModelFigures(
+        size_gib=0.0,
+        params_b=shape.total_b,
+        expert_share=experts / shape.total_b,
+        active_share=shape.active_b / shape.total_b,
+        expert_params_b=experts,
+        dense_active_b=shape.total_b - experts,
+    )
+
+
+def _shape_of(text: str, size_gib: float | None = None) -> ModelShape | None:
+    t = text.lower()
+    if "gpt-oss ?b" in t and size_gib:
+        # Builds of August 2025 printed gpt-oss's size class as "?B": the file's size tells which.
+        t = t.replace("?b", "120b" if size_gib > 30 else "20b")
+    return next((shape for pattern, shape in _MODELS if re.search(pattern, t)), None)
+
+
+@dataclass(frozen=True)
+class Globals:
+    """The constant every family shares (``SpeedModel.moe_prefill_factor``)."""
+
+    moe_prefill: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -94,7 +281,7 @@ class BenchRow:
     source: str
     device: str
     family: str
-    group: str  # gpu | apple | cpu | unified
+    group: str  # gpu | apple | cpu | unified | hybrid
     bandwidth_gb_s: float
     fp16_tflops: float
     weight_bytes: float
@@ -106,22 +293,82 @@ class BenchRow:
     test: str  # pp | tg
     depth: int
     tokens_per_s: float
+    backend: str = ""
+    tokens: int = 512  # prompt tokens of a pp test
+    moe_layers: int = 0
+    recurrent_layers: int = 0
+    # The host's share of a hybrid row (weights in system memory beside the GPU).
+    host_bytes: float = 0.0  # host-resident weight bytes read per decoded token
+    host_bandwidth_gb_s: float = 0.0
+    host_params: float = 0.0  # host-resident parameters computed per decoded token
+    host_tflops: float = 0.0
+    host_layers: int = 0
+    copy_bytes: float = 0.0  # host-resident weight bytes one ubatch copies to the GPU
+    ubatch_tokens: int = 512
+    link_gb_s: float = 0.0
+    pinned: bool = False
 
     @property
     def bytes_per_token(self) -> float:
         return self.weight_bytes * self.active_share + self.kv_bytes_per_token * self.depth
 
-    def predict(self, c: FamilyConstants) -> float:
+    @property
+    def build(self) -> str:
+        """The llama.cpp build as FitScope names it (cuda, rocm, vulkan, metal, cpu)."""
+        b = self.backend.split(",")[0]
+        return {"mtl": "metal", "blas": "metal" if self.group == "apple" else "cpu", "hip": "rocm"}.get(b, b)
+
+    @property
+    def kind(self) -> str:
+        """hybrid, cpu, amd or other: the groups the cross-validation reports apart."""
+        if self.group == "hybrid":
+            return "hybrid"
+        if self.group == "cpu":
+            return "cpu"
+        return "amd" if self.family.startswith(("amd", "unified-amd")) else "other"
+
+    def predict(self, c: FamilyConstants, h: HybridConstants = DEFAULT_HYBRID, g: Globals | None = None) -> float:
+        g = g or Globals()
+        active = self.params * self.active_share
+        moe = g.moe_prefill if self.moe_layers else 1.0
+        if self.group == "hybrid":
+            if self.test == "tg":
+                gpu = decode_seconds_per_token(
+                    self.bytes_per_token - self.host_bytes,
+                    self.n_layer,
+                    self.bandwidth_gb_s,
+                    c,
+                    active - self.host_params,
+                    self.fp16_tflops,
+                    self.moe_layers,
+                    self.recurrent_layers,
+                )
+                host = host_decode_seconds(
+                    self.host_bytes,
+                    self.host_bandwidth_gb_s,
+                    self.host_params,
+                    self.host_tflops,
+                    self.host_layers,
+                    h,
+                )
+                return 1.0 / (gpu + host)
+            compute = self.ubatch_tokens / prefill_tokens_per_s(
+                active, self.fp16_tflops, self.float_weights, c, moe, self.build
+            )
+            copy = offload_copy_seconds(self.copy_bytes, self.link_gb_s, self.pinned, h)
+            return self.ubatch_tokens / (compute + copy)
         if self.test == "tg":
             return 1.0 / decode_seconds_per_token(
                 self.bytes_per_token,
                 self.n_layer,
                 self.bandwidth_gb_s,
                 c,
-                self.params * self.active_share,
+                active,
                 self.fp16_tflops,
+                self.moe_layers,
+                self.recurrent_layers,
             )
-        return prefill_tokens_per_s(self.params * self.active_share, self.fp16_tflops, self.float_weights, c)
+        return prefill_tokens_per_s(active, self.fp16_tflops, self.float_weights, c, moe, self.build)
 
 
 def _catalog_gpu(device: str):
@@ -171,28 +418,121 @@ def _shape(model: str) -> tuple[int, int, float]:
     return 32, 131072, (float(moe.group(2)) / float(moe.group(1)) if moe else 1.0)
 
 
+def _float(label: str) -> bool:
+    """Whether a file's matrices are F16/BF16/F32 (cuBLAS-class kernels); gpt-oss's "F16" files keep
+    their experts, nearly all the arithmetic, in MXFP4."""
+    return bool(_FLOAT.search(label)) and "gpt-oss" not in label.lower() and "mxfp4" not in label.lower()
+
+
+def _parse_test(text: str) -> tuple[str, int, int] | None:
+    """(pp|tg, tokens, depth) of a llama-bench test name ("pp512 @ d4096"); a stated generation of
+    unstated length counts as tg at depth 0."""
+    t = text.replace("tg ", "tg").replace("pp ", "pp").strip()
+    m = _TEST.match(t)
+    if m:
+        return m.group(1), int(m.group(2) or 0), int(m.group(3) or 0)
+    if t.startswith("tg("):
+        return "tg", 0, 0
+    return None
+
+
+def _gpu_spec(device: str, gpu_dev: dict) -> tuple[float | None, float | None, object]:
+    spec = _catalog_gpu(device)
+    info = gpu_dev.get(device, {})
+    extra = next((v for k, v in EXTRA_GPUS.items() if k in device.lower()), None)
+    bw = (spec.bandwidth_gb_s if spec else None) or info.get("bandwidth_gb_s") or (extra[0] if extra else None)
+    flops = (
+        (spec.fp16_tflops if spec else None) or info.get("fp16_tensor_tflops_dense") or (extra[1] if extra else None)
+    )
+    return bw, flops, spec
+
+
+@functools.cache
+def _hosts() -> dict[str, dict]:
+    return {h["cpu"]: h for h in json.loads((DATA / "budget_hosts.json").read_text())}
+
+
+def host_of(text: str | None) -> dict | None:
+    """The budget host whose name fragment appears in ``text`` (a row's host CPU or device)."""
+    t = (text or "").lower() + " "
+    name = next((cpu for frag, cpu in HOSTS.items() if frag in t), None)
+    return _hosts().get(name) if name else None
+
+
+def _host_figures(host: dict | None) -> tuple[float, int, int]:
+    """(GB/s, cores, FP32 lanes) of a budget host; FitScope's default host (dual-channel DDR5-5600,
+    an 8-core AVX2 CPU) where the source does not name one."""
+    if host is None:
+        cores, avx512 = HOST_CPU[DEFAULT_HOST_MEMORY]
+        return HOST_MEMORY[DEFAULT_HOST_MEMORY][1], cores, 16 if avx512 else 8
+    bw = host.get("bandwidth_gb_s")
+    if not bw and host.get("memory_mt_s"):
+        bw = (host.get("memory_channels") or 2) * 8 * host["memory_mt_s"] / 1000
+    if not bw:
+        bw = next((v[0] for k, v in CPU_SPECS.items() if k.lower() in host["cpu"].lower()), None)
+    lanes = {"avx512": 16, "avx2": 8}.get(host.get("simd") or "", 4)
+    return float(bw or 0.0), int(host["cores"]), lanes
+
+
+def _cpu_device_specs(device: str, other_dev: dict) -> tuple[float, int, int] | None:
+    frag = next((k for k in CPU_SPECS if k in device), None)
+    if frag is not None:
+        return CPU_SPECS[frag]
+    info = other_dev.get(device)
+    if info and info.get("bandwidth_gb_s") and info.get("cores"):
+        lanes = {"avx512": 16, "avx2": 8}.get((info.get("simd") or "").lower(), 4)
+        return float(info["bandwidth_gb_s"]), int(info["cores"]), lanes
+    host = host_of(device)
+    if host is not None:
+        bw, cores, lanes = _host_figures(host)
+        return (bw, cores, lanes) if bw else None
+    return None
+
+
+# Sources whose rows the fit leaves out, and why (tests/data/llama_bench_budget.md lists the caveats).
+EXCLUDED_SOURCES: dict[str, str] = {
+    "pestopoppa/epyc-inference-research": "a llama.cpp branch build (feature/paged-attention), run on a two-NUMA-node "
+    "box with 775 GiB of page cache in use: 70B decode at a tenth of the memory's bandwidth, varying run to run",
+}
+
+
 def load_rows() -> list[BenchRow]:
-    """Every published row whose device, model and test are understood (single GPU or box)."""
+    """Every published row whose device, model and test are understood: single GPUs and boxes, CPUs,
+    and GPUs with weights in system memory (less the EXCLUDED_SOURCES)."""
+    rows = _single_device_rows() + _budget_rows()
+    return [r for r in rows if source_key(r.source) not in EXCLUDED_SOURCES]
+
+
+def _single_device_rows() -> list[BenchRow]:
     gpu_dev = {d["device"]: d for d in json.loads((DATA / "llama_bench_gpu_devices.json").read_text())}
     other_dev = {d["device"]: d for d in json.loads((DATA / "llama_bench_apple_cpu_devices.json").read_text())}
     raw = [r | {"group": "gpu"} for r in json.loads((DATA / "llama_bench_gpu.json").read_text())]
     raw += json.loads((DATA / "llama_bench_apple_cpu.json").read_text())
+    budget = json.loads((DATA / "llama_bench_budget.json").read_text())
+    raw += [r for r in budget if r["group"] in ("cpu", "amd")]
     rows = []
     for r in raw:
-        test = _TEST.match(r["test"].replace("tg ", "tg").replace("pp ", "pp").strip())
+        test = _parse_test(r["test"])
+        label = r.get("model") or r.get("model_name") or ""
         if not r.get("size_gib") or not r.get("params_b"):
-            known = _KNOWN_SIZES.get(r["model"].lower())
+            known = _KNOWN_SIZES.get(label.lower())
+            shape = _shape_of(label)
             if known:
                 r = r | {"size_gib": known[0], "params_b": known[1]}
+            elif shape is not None and shape.catalog:
+                fig = model_figures(shape)
+                r = r | {"size_gib": r.get("size_gib") or fig.size_gib, "params_b": r.get("params_b") or fig.params_b}
         if not test or (r.get("n_gpus") or 1) != 1 or not r.get("size_gib") or not r.get("params_b"):
             continue
-        group = r["group"]
+        kind_test, tokens, depth = test
+        if kind_test == "pp" and (tokens > MAX_PREFILL_TOKENS or tokens == 0):
+            continue
+        group = "unified" if r["group"] == "amd" and "8060s" in r["device"].lower() else r["group"]
+        group = "gpu" if group == "amd" else group
         device = r["device"]
+        threads = r.get("threads")
         if group == "gpu":
-            spec = _catalog_gpu(device)
-            info = gpu_dev.get(device, {})
-            bw = (spec.bandwidth_gb_s if spec else None) or info.get("bandwidth_gb_s")
-            flops = (spec.fp16_tflops if spec else None) or info.get("fp16_tensor_tflops_dense")
+            bw, flops, _ = _gpu_spec(device, gpu_dev)
         elif group == "apple":
             bw = other_dev.get(device, {}).get("bandwidth_gb_s")
             flops = _apple(device)
@@ -200,19 +540,24 @@ def load_rows() -> list[BenchRow]:
             frag = next((k for k in UNIFIED_SPECS if k in device), None)
             bw, flops = UNIFIED_SPECS[frag] if frag else (None, None)
         else:
-            frag = next((k for k in CPU_SPECS if k in device), None)
-            if frag is None:
+            specs = _cpu_device_specs(device, other_dev)
+            if specs is None:
                 continue
-            bw, cores, lanes = CPU_SPECS[frag]
-            flops = cores * 3.0e9 * lanes * 2 * 2 / 1e12
+            bw, cores, lanes = specs
+            flops = cores_flops_tflops(min(threads or cores, cores), lanes)
         if not bw or not flops:
             continue
-        layers, kv, share = _shape(r["model"])
+        layers, kv, share = _shape(label)
+        shape = _shape_of(label, r.get("size_gib"))
+        moe_layers, recurrent = (layers if share < 0.5 else 0), 0
+        if shape is not None:
+            layers, kv, share = shape.n_layer, shape.kv, model_figures(shape).active_share
+            moe_layers, recurrent = shape.moe_layers, shape.recurrent
         kind = "cpu" if group == "cpu" else "gpu"
         rows.append(
             BenchRow(
                 source=r["source"],
-                device=re.sub(r"\s*\((RADV|NVIDIA)[^)]*\)", "", device).replace("PRO", "Pro"),
+                device=_device_name(device),
                 family=speed_family(device, kind),
                 group=group,
                 bandwidth_gb_s=float(bw),
@@ -222,13 +567,148 @@ def load_rows() -> list[BenchRow]:
                 active_share=share,
                 n_layer=layers,
                 kv_bytes_per_token=kv,
-                float_weights=bool(_FLOAT.search(r["model"])),
-                test=test.group(1),
-                depth=int(test.group(3) or 0),
+                float_weights=_float(label),
+                test=kind_test,
+                depth=depth,
                 tokens_per_s=float(r["tokens_per_s"]),
+                backend=(r.get("backend") or "").lower(),
+                tokens=tokens or 512,
+                moe_layers=moe_layers,
+                recurrent_layers=recurrent,
             )
         )
     return rows
+
+
+def _device_name(device: str) -> str:
+    if speed_family(device) == "unified-amd":
+        return "Ryzen AI Max+ 395"  # printed as its GPU (Radeon 8060S, gfx1151) by each backend its own way
+    name = re.sub(r"\s*\((RADV|NVIDIA|radv|AMD open)[^)]*\)", "", device).replace("PRO", "Pro")
+    return re.sub(r"\s*\(x\d\)|\s*\(\d+ ?G[^)]*\)|\s*\d+GB$", "", name).strip()
+
+
+def _budget_rows() -> list[BenchRow]:
+    """The hybrid rows: a GPU with weights in system memory (``--n-cpu-moe``, ``-ot exps=CPU``, a
+    partial ``-ngl``), split as llama.cpp places them."""
+    gpu_dev = {d["device"]: d for d in json.loads((DATA / "llama_bench_gpu_devices.json").read_text())}
+    rows = []
+    for r in json.loads((DATA / "llama_bench_budget.json").read_text()):
+        if r["group"] != "hybrid":
+            continue
+        test = _parse_test(r["test"])
+        label = r.get("model") or r.get("model_name") or ""
+        shape = _shape_of(label) or _shape_of(r.get("model_name") or "")
+        if test is None or shape is None:
+            continue
+        kind_test, tokens, depth = test
+        fig = model_figures(shape)
+        size_gib = r.get("size_gib") or _quant_size(label) or fig.size_gib
+        params_b = r.get("params_b") or fig.params_b
+        bw, flops, spec = _gpu_spec(r["device"], gpu_dev)
+        if not bw or not flops or not size_gib:
+            continue
+        host = host_of(r.get("host_cpu"))
+        host_bw, cores, lanes = _host_figures(host)
+        threads = r.get("threads") or cores
+        size = size_gib * 1024**3
+        scale = params_b / fig.params_b  # the row's file against the shape's parameters
+        n = shape.n_layer
+        experts_in_ram = 0
+        if shape.experts:
+            ot = (r.get("override_tensors") or "").lower()
+            experts_in_ram = min(r.get("n_cpu_moe") or 0, n)
+            if not experts_in_ram and "exps" in ot and "=cpu" in ot:
+                experts_in_ram = n  # -ot exps=CPU: every layer's routed experts
+        ngl = r.get("ngl")
+        layers_in_ram = max(0, n + 1 - ngl) if ngl is not None and ngl <= n else 0
+        expert_layer = size * fig.expert_share / n
+        dense_layer = size * (1 - fig.expert_share) / n
+        ratio = shape.used / shape.experts if shape.experts else 0.0
+        expert_params_layer = fig.expert_params_b * 1e9 * scale / n
+        dense_params_layer = fig.dense_active_b * 1e9 * scale / n
+        # A row that raises -ub past llama-bench's default -b 2048 raised -b with it (-ub is capped at -b).
+        n_ub = min(r.get("n_ubatch") or 512, tokens or 512, r.get("n_batch") or max(2048, r.get("n_ubatch") or 0))
+        cover = expert_coverage(n_ub, shape.used, shape.experts) if shape.experts else 1.0
+        only_experts = max(0, experts_in_ram - layers_in_ram) if layers_in_ram else experts_in_ram
+        host_bytes = only_experts * expert_layer * ratio + layers_in_ram * (dense_layer + expert_layer * ratio)
+        host_params = only_experts * expert_params_layer * ratio + layers_in_ram * (
+            dense_params_layer + expert_params_layer * ratio
+        )
+        copy = only_experts * expert_layer * cover + layers_in_ram * (dense_layer + expert_layer * cover)
+        host_layers = only_experts + layers_in_ram
+        in_ram = only_experts * expert_layer + layers_in_ram * (dense_layer + expert_layer)
+        if not host_layers or (r.get("host_ram_gib") and in_ram > (r["host_ram_gib"] - 2) * 1024**3):
+            # Nothing in RAM, or more than the RAM holds beside the system: the weights stream from disk.
+            continue
+        link = _link(r.get("pcie"), spec, r["device"])
+        rows.append(
+            BenchRow(
+                source=r["source"],
+                device=_device_name(r["device"]),
+                family=speed_family(r["device"], "gpu"),
+                group="hybrid",
+                bandwidth_gb_s=float(bw),
+                fp16_tflops=float(flops),
+                weight_bytes=size,
+                params=params_b * 1e9,
+                active_share=fig.active_share,
+                n_layer=n - layers_in_ram,
+                kv_bytes_per_token=shape.kv if (r.get("type_k") or "f16") == "f16" else shape.kv // 2,
+                float_weights=_float(label),
+                test=kind_test,
+                depth=depth,
+                tokens_per_s=float(r["tokens_per_s"]),
+                backend=(r.get("backend") or "").lower(),
+                tokens=tokens or 512,
+                moe_layers=shape.moe_layers,
+                recurrent_layers=shape.recurrent,
+                host_bytes=host_bytes,
+                host_bandwidth_gb_s=host_bw,
+                host_params=host_params,
+                host_tflops=cores_flops_tflops(min(threads, cores), lanes),
+                host_layers=host_layers,
+                copy_bytes=copy,
+                ubatch_tokens=n_ub,
+                link_gb_s=pcie_gb_s(*link),
+                pinned=r.get("mmap") == 0,
+            )
+        )
+    return rows
+
+
+def _link(text: str | None, spec, device: str) -> tuple[int, int]:
+    """A row's PCIe link: as stated, else the card's own (``default_pcie``), else PCIe 3.0 x16 for the
+    GTX 1650 SUPER and 4.0 x16 otherwise."""
+    if text:
+        try:
+            return parse_pcie(re.sub(r"\s*\(.*", "", text))
+        except ValueError:
+            pass
+    if spec is not None:
+        link = default_pcie(spec)
+        if link:
+            return link
+    return (3, 16) if "1650" in device else (4, 16)
+
+
+def source_key(source: str) -> str:
+    """The publication a row comes from, for folds grouped by source: a repository (its files, its
+    PRs and issues by the same maintainers), or, in repositories that collect many people's results
+    (llama.cpp's and ik_llama.cpp's threads, benchmark-submission issues), one thread; a web page."""
+    if "://" not in source:
+        return source.split(":")[0]  # owner/repo:path@commit
+    url = urlparse(source)
+    parts = [p for p in url.path.split("/") if p]
+    if url.netloc == "github.com" and len(parts) >= 2:
+        repo = f"{parts[0]}/{parts[1]}"
+        community = repo in ("ggml-org/llama.cpp", "ikawrakow/ik_llama.cpp", "brand-o/normiebench")
+        if community and len(parts) >= 4 and parts[2] in ("issues", "pull", "discussions"):
+            return f"{repo}#{parts[3]}"
+        return repo
+    if "reddit" in url.netloc or "r/LocalLLaMA" in url.path:
+        post = next((p for p in parts if re.fullmatch(r"[0-9a-z]{6,8}", p) and p != "comments"), url.path)
+        return f"reddit:{post}"
+    return url.netloc + url.path
 
 
 # -- fitting ---------------------------------------------------------------------------------------
@@ -248,66 +728,190 @@ GROUP_FALLBACK = {
 }
 
 
-def _fit_decode(rows: list[BenchRow]) -> tuple[float, float, float]:
-    """(efficiency, per-layer seconds, FLOP per active parameter) minimising the squared log error of
-    1/tg = x/eta + L*c + P*g, with the efficiency held to a physical 0.2-1.0 of the roofline and the
-    other terms non-negative (each dropped when the rows carry no sign of it)."""
+def _fit_decode(rows: list[BenchRow]) -> tuple[float, dict[str, float], float]:
+    """(efficiency, {fixed costs per layer kind and FLOP per parameter}, squared log error) minimising
+    the squared log error of 1/tg = x/eta + L*c + M*c_moe + R*c_rec + P*g, with the efficiency held
+    to a physical 0.2-1.0 of the roofline and the other terms non-negative (each dropped when the
+    rows carry no sign of it)."""
     x = np.array([r.bytes_per_token / (r.bandwidth_gb_s * 1e9) for r in rows])
-    layers = np.array([float(r.n_layer) for r in rows])
-    work = np.array([r.params * r.active_share / (r.fp16_tflops * 1e12) for r in rows])
+    cols = {
+        "c": np.array([float(r.n_layer) for r in rows]),
+        "m": np.array([float(r.moe_layers) for r in rows]),
+        "r": np.array([float(r.recurrent_layers) for r in rows]),
+        "g": np.array([r.params * r.active_share / (r.fp16_tflops * 1e12) for r in rows]),
+    }
+    # A layer kind's own cost only where the family's rows show it: enough rows, from several sources.
+    for key, has in (("m", lambda r: r.moe_layers), ("r", lambda r: r.recurrent_layers)):
+        shown = [r for r in rows if has(r)]
+        if len(shown) < MIN_KIND_ROWS or len({source_key(r.source) for r in shown}) < 2:
+            cols[key] = np.zeros_like(x)
     y = np.array([1.0 / r.tokens_per_s for r in rows])
-    best = (float("inf"), 1.0, 0.0, 0.0)
-    for eta in np.linspace(0.2, 1.0, 81):
-        rest = (y - x / eta) / y
-        cols = {"c": layers / y, "g": work / y}
-        for keep in (("c", "g"), ("c",), ("g",), ()):
+    return _fit_roofline(x, cols, y, np.zeros_like(y))
+
+
+def _fit_roofline(
+    x: np.ndarray, cols: dict[str, np.ndarray], y: np.ndarray, offset: np.ndarray
+) -> tuple[float, dict[str, float], float]:
+    """(eta, coefficients, error) minimising sum log((offset + x/eta + sum cols_k * k) / y)^2, eta on a
+    grid of 0.2-1.0 and the coefficients >= 0 by least squares on the relative residual (every subset
+    of the columns that carry any signal is tried, so a term the rows cannot tell apart drops out)."""
+    names = [k for k, v in cols.items() if np.any(v)]
+    subsets = [tuple(k for i, k in enumerate(names) if mask >> i & 1) for mask in range(1 << len(names))]
+    best: tuple[float, float, dict[str, float]] = (float("inf"), 1.0, {})
+    for eta in np.linspace(0.2, 1.0, 41):
+        rest = (y - offset - x / eta) / y
+        for keep in subsets:
+            values: dict[str, float] = {}
             if keep:
-                a = np.column_stack([cols[k] for k in keep])
+                a = np.column_stack([cols[k] / y for k in keep])
                 sol, *_ = np.linalg.lstsq(a, rest, rcond=None)
                 if (sol < 0).any():
                     continue
                 values = dict(zip(keep, (float(v) for v in sol), strict=True))
-            else:
-                values = {}
-            c, g = values.get("c", 0.0), values.get("g", 0.0)
-            err = float(np.sum(np.log((x / eta + layers * c + work * g) / y) ** 2))
+            pred = offset + x / eta + sum((cols[k] * v for k, v in values.items()), np.zeros_like(y))
+            if (pred <= 0).any():
+                continue
+            err = float(np.sum(np.log(pred / y) ** 2))
             if err < best[0]:
-                best = (err, float(eta), c, g)
-    return best[1], best[2], best[3]
+                best = (err, float(eta), values)
+    return best[1], best[2], best[0]
 
 
-def _fit_prefill(rows: list[BenchRow], float_weights: bool) -> float | None:
+def _prefill_ratio(r: BenchRow, moe: float) -> float:
+    """The rate factor a prefill row implies (tokens/s x 2 x active parameters / FLOP/s)."""
+    return r.tokens_per_s * 2 * r.params * r.active_share / (r.fp16_tflops * 1e12) / (moe if r.moe_layers else 1.0)
+
+
+def _fit_prefill(rows: list[BenchRow], float_weights: bool, moe: float) -> float | None:
     chosen = [r for r in rows if r.float_weights == float_weights]
     if not chosen:
         return None
-    ratios = [r.tokens_per_s * 2 * r.params * r.active_share / (r.fp16_tflops * 1e12) for r in chosen]
-    return float(np.exp(np.median(np.log(ratios))))
+    return float(np.exp(np.median(np.log([_prefill_ratio(r, moe) for r in chosen]))))
+
+
+@dataclass(frozen=True)
+class Fitted:
+    families: dict[str, FamilyConstants]
+    hybrid: HybridConstants
+    globals: Globals
+
+
+MIN_BUILD_ROWS = 4  # prefill rows of one build (from two sources at least) for its own factor
+MIN_KIND_ROWS = 6  # decode rows with MoE (or recurrent) layers (from two sources at least) for their own cost
+
+
+def fit_model(rows: list[BenchRow]) -> Fitted:
+    """Constants per family from ``rows``' single-device results (depth-0 prefill only; decode at any
+    depth), a mixture of experts' prefill rate against its family's dense one (shared by all), then
+    the host's share of the hybrid rows on top."""
+    single = [r for r in rows if r.group != "hybrid"]
+    families = sorted({r.family for r in single})
+    tg = {f: [r for r in single if r.family == f and r.test == "tg"] for f in families}
+    pp = {f: [r for r in single if r.family == f and r.test == "pp" and r.depth == 0] for f in families}
+    decode = {f: _fit_decode(tg[f]) for f in families if len(tg[f]) >= 3}
+    # A mixture of experts' prefill against its family's dense rate: two passes (families first,
+    # then the MoE rows' median ratio to them, then families again with it).
+    moe = 1.0
+    for _ in range(2):
+        dense_factor = {f: _fit_prefill([r for r in pp[f] if not r.moe_layers] or pp[f], False, moe) for f in families}
+        ratios = [
+            _prefill_ratio(r, 1.0) / dense_factor[r.family]
+            for f in families
+            for r in pp[f]
+            if r.moe_layers and not r.float_weights and dense_factor.get(r.family)
+        ]
+        moe = float(np.clip(np.exp(np.median(np.log(ratios))), 0.1, 2.0)) if ratios else 1.0
+    g = Globals(moe)
+    out: dict[str, FamilyConstants] = {}
+    for fam, (eta, k, _) in decode.items():
+        quant = _fit_prefill(pp[fam], False, moe)
+        flt = _fit_prefill(pp[fam], True, moe)
+        if quant is None and flt is None:
+            continue
+        by_build: dict[str, dict[str, float]] = {}
+        for build in sorted({r.build for r in pp[fam] if r.build}):
+            for kind, is_float in (("quant", False), ("float", True)):
+                chosen = [r for r in pp[fam] if r.build == build and r.float_weights == is_float]
+                if len(chosen) >= MIN_BUILD_ROWS and len({source_key(r.source) for r in chosen}) >= 2:
+                    by_build.setdefault(build, {})[kind] = _fit_prefill(chosen, is_float, moe) or 0.0
+        out[fam] = FamilyConstants(
+            decode_efficiency=min(eta, 1.5),
+            per_layer_s=k.get("c", 0.0),
+            per_moe_layer_s=k.get("m", 0.0),
+            per_recurrent_layer_s=k.get("r", 0.0),
+            decode_flop_per_param=k.get("g", 0.0),
+            prefill_quant=quant or (flt or 0.1) * 2,
+            prefill_float=flt or (quant or 0.1) / 2,
+            prefill_backend=by_build,
+            rows=len(tg[fam]) + len(pp[fam]),
+            devices=len({r.device for r in tg[fam] + pp[fam]}),
+        )
+    return Fitted(out, fit_hybrid(rows, out, g), g)
 
 
 def fit(rows: list[BenchRow]) -> dict[str, FamilyConstants]:
-    """Constants per family from ``rows`` (depth-0 prefill only; decode at any depth)."""
-    out: dict[str, FamilyConstants] = {}
-    families = sorted({r.family for r in rows})
-    for fam in families:
-        tg = [r for r in rows if r.family == fam and r.test == "tg"]
-        pp = [r for r in rows if r.family == fam and r.test == "pp" and r.depth == 0]
-        if len(tg) < 3 or len({r.device for r in tg}) < 1:
-            continue
-        eta, c, g = _fit_decode(tg)
-        quant = _fit_prefill(pp, False)
-        flt = _fit_prefill(pp, True)
-        if quant is None and flt is None:
-            continue
-        out[fam] = FamilyConstants(
-            decode_efficiency=min(eta, 1.5),
-            per_layer_s=c,
-            decode_flop_per_param=g,
-            prefill_quant=quant or (flt or 0.1) * 2,
-            prefill_float=flt or (quant or 0.1) / 2,
-            rows=len(tg) + len(pp),
-            devices=len({r.device for r in tg + pp}),
-        )
-    return out
+    """The family constants of ``fit_model``."""
+    return fit_model(rows).families
+
+
+def _gpu_part(r: BenchRow, c: FamilyConstants) -> float:
+    """Seconds per token of a hybrid row's GPU share at the family's constants."""
+    active = r.params * r.active_share
+    return decode_seconds_per_token(
+        r.bytes_per_token - r.host_bytes,
+        r.n_layer,
+        r.bandwidth_gb_s,
+        c,
+        active - r.host_params,
+        r.fp16_tflops,
+        r.moe_layers,
+        r.recurrent_layers,
+    )
+
+
+def fit_hybrid(rows: list[BenchRow], fitted: dict[str, FamilyConstants], g: Globals | None = None) -> HybridConstants:
+    """The host's share of hybrid rows, on top of the GPU families' constants: decode efficiency of
+    the host memory, CPU work per parameter and the handoff per host layer (the roofline fit with the
+    GPU's time as an offset); the PCIe efficiency, pinned and memory-mapped apart, as the median of
+    what each prefill row implies once its GPU compute time is taken off."""
+    g = g or Globals()
+    hybrid = [r for r in rows if r.group == "hybrid" and constants_for(r.family, fitted) is not None]
+    tg = [r for r in hybrid if r.test == "tg"]
+    eta, sync, work = DEFAULT_HYBRID.host_efficiency, DEFAULT_HYBRID.sync_s, DEFAULT_HYBRID.host_flop_per_param
+    if len(tg) >= 5:
+        offset = np.array([_gpu_part(r, constants_for(r.family, fitted)) for r in tg])  # type: ignore[arg-type]
+        x = np.array([r.host_bytes / (r.host_bandwidth_gb_s * 1e9) for r in tg])
+        cols = {
+            "c": np.array([float(r.host_layers) for r in tg]),
+            "g": np.array([r.host_params / (r.host_tflops * 1e12) for r in tg]),
+        }
+        y = np.array([1.0 / r.tokens_per_s for r in tg])
+        eta, k, _ = _fit_roofline(x, cols, y, offset)
+        sync, work = k.get("c", 0.0), k.get("g", 0.0)
+    shares = {}
+    for pinned in (True, False):
+        implied = []
+        for r in hybrid:
+            if r.test != "pp" or r.pinned != pinned or not r.copy_bytes:
+                continue
+            c = constants_for(r.family, fitted)
+            assert c is not None
+            moe = g.moe_prefill if r.moe_layers else 1.0
+            rate = prefill_tokens_per_s(r.params * r.active_share, r.fp16_tflops, r.float_weights, c, moe, r.build)
+            copy_s = r.ubatch_tokens / r.tokens_per_s - r.ubatch_tokens / rate
+            if copy_s > 0:
+                implied.append(r.copy_bytes / (copy_s * r.link_gb_s * 1e9))
+        shares[pinned] = float(np.clip(np.exp(np.median(np.log(implied))), 0.05, 1.5)) if implied else None
+    pinned_share = shares[True] or (shares[False] or DEFAULT_HYBRID.pcie_pageable) * 1.5
+    pageable_share = shares[False] or pinned_share / 1.5
+    return HybridConstants(
+        host_efficiency=float(eta),
+        host_flop_per_param=float(work),
+        sync_s=float(sync),
+        pcie_pinned=min(pinned_share, 1.5),
+        pcie_pageable=min(pageable_share, 1.5),
+        rows=len(hybrid),
+    )
 
 
 def constants_for(family: str, fitted: dict[str, FamilyConstants]) -> FamilyConstants | None:
@@ -334,14 +938,19 @@ class Held:
         return self.low <= self.row.tokens_per_s <= self.high
 
 
-def interval(rows: list[BenchRow], fitted: dict[str, FamilyConstants], test: str) -> tuple[float, float]:
+def _judged(r: BenchRow) -> bool:
+    """Rows the model is judged on: decode at any depth, prefill at depth 0."""
+    return r.test == "tg" or r.depth == 0
+
+
+def interval(rows: list[BenchRow], model: Fitted, test: str) -> tuple[float, float]:
     """(low, high) multipliers of the prediction that hold 80% of ``rows``' results (10th and 90th
     percentiles of measured / predicted)."""
     ratios = []
     for r in rows:
-        c = constants_for(r.family, fitted)
-        if c is not None and r.test == test and (test == "tg" or r.depth == 0):
-            ratios.append(r.tokens_per_s / r.predict(c))
+        c = constants_for(r.family, model.families)
+        if c is not None and r.test == test and _judged(r):
+            ratios.append(r.tokens_per_s / r.predict(c, model.hybrid, model.globals))
     if len(ratios) < 5:
         return 0.6, 1.4
     lo, hi = np.percentile(np.log(ratios), [10, 90])
@@ -349,48 +958,61 @@ def interval(rows: list[BenchRow], fitted: dict[str, FamilyConstants], test: str
 
 
 FOLDS = 5
+FOLD_KEYS = {"device": lambda r: r.device, "source": lambda r: source_key(r.source)}
 
 
-def _folds(rows: list[BenchRow], folds: int = FOLDS) -> list[list[BenchRow]]:
-    """Rows split into ``folds`` groups by device (every row of a device in one group), in a fixed
-    order: devices sorted by name, dealt round-robin."""
-    devices = sorted({r.device for r in rows})
-    which = {d: i % folds for i, d in enumerate(devices)}
+def _folds(rows: list[BenchRow], folds: int = FOLDS, by: str = "device") -> list[list[BenchRow]]:
+    """Rows split into ``folds`` groups by device or by source (every row of one in one group), in a
+    fixed order: keys sorted by name, dealt round-robin."""
+    key = FOLD_KEYS[by]
+    keys = sorted({key(r) for r in rows})
+    which = {k: i % folds for i, k in enumerate(keys)}
     out: list[list[BenchRow]] = [[] for _ in range(folds)]
     for r in rows:
-        out[which[r.device]].append(r)
+        out[which[key(r)]].append(r)
     return out
 
 
 def _predict_held(train: list[BenchRow], test_rows: list[BenchRow]) -> list[tuple[BenchRow, float]]:
-    fitted = fit(train)
+    model = fit_model(train)
     out = []
     for r in test_rows:
-        c = constants_for(r.family, fitted)
-        if c is not None and (r.test == "tg" or r.depth == 0):
-            out.append((r, r.predict(c)))
+        c = constants_for(r.family, model.families)
+        if c is not None and _judged(r):
+            out.append((r, r.predict(c, model.hybrid, model.globals)))
     return out
 
 
-def held_out_intervals(rows: list[BenchRow], test: str, folds: int = FOLDS) -> dict[str, tuple[float, float]]:
-    """{"all": (low, high)}: multipliers from residuals on devices the fit did not see, the 10th and
-    90th percentiles of measured / predicted over a device-grouped cross-validation of ``rows``.
+def held_out_intervals(
+    rows: list[BenchRow], test: str, folds: int = FOLDS, by: str = "source"
+) -> dict[str, tuple[float, float]]:
+    """{"all": (low, high), "hybrid": (low, high)}: multipliers from residuals on rows the fit did not
+    see, the 10th and 90th percentiles of measured / predicted over a cross-validation of ``rows``
+    grouped ``by`` source or device; "hybrid" from the rows with weights in system memory alone.
     (Ranges per device group were tried and held fewer held-out results: Apple's tight residuals
     narrowed its range below what new chips do.)"""
-    groups = _folds(rows, folds)
-    held: list[tuple[str, float]] = []
+    groups = _folds(rows, folds, by)
+    key = FOLD_KEYS[by]
+    held: list[tuple[str, float, bool]] = []
     for k in range(folds):
         train = [r for i, g in enumerate(groups) if i != k for r in g]
-        held += [(r.device, r.tokens_per_s / p) for r, p in _predict_held(train, groups[k]) if r.test == test]
-    if len(held) < 20:
-        return {"all": (0.6, 1.4)}
-    # Each device weighs the same: the range is for a device the fit has not seen, and one board
-    # benchmarked on forty models says less about the next device than forty boards do.
-    per_device = Counter(d for d, _ in held)
-    logs = np.log([ratio for _, ratio in held])
-    weights = np.array([1.0 / per_device[d] for d, _ in held])
-    lo, hi = weighted_percentiles(logs, weights, (0.10, 0.90))
-    return {"all": (float(math.exp(lo)), float(math.exp(hi)))}
+        held += [
+            (key(r), r.tokens_per_s / p, r.group == "hybrid")
+            for r, p in _predict_held(train, groups[k])
+            if r.test == test
+        ]
+    out = {"all": (0.6, 1.4), "hybrid": (0.6, 1.4)}
+    for name, chosen in (("all", [x for x in held if not x[2]]), ("hybrid", [x for x in held if x[2]])):
+        if len(chosen) < 20:
+            continue
+        # Each device (or source) weighs the same: the range is for one the fit has not seen, and one
+        # board benchmarked on forty models says less about the next than forty boards do.
+        per_key = Counter(k for k, _, _ in chosen)
+        logs = np.log([ratio for _, ratio, _ in chosen])
+        weights = np.array([1.0 / per_key[k] for k, _, _ in chosen])
+        lo, hi = weighted_percentiles(logs, weights, (0.10, 0.90))
+        out[name] = (float(math.exp(lo)), float(math.exp(hi)))
+    return out
 
 
 def weighted_percentiles(values: np.ndarray, weights: np.ndarray, qs: tuple[float, ...]) -> list[float]:
@@ -402,16 +1024,17 @@ def weighted_percentiles(values: np.ndarray, weights: np.ndarray, qs: tuple[floa
     return [float(np.interp(q, cum, v)) for q in qs]
 
 
-def cross_validate(rows: list[BenchRow]) -> list[Held]:
-    """Device-grouped 5-fold cross-validation: each fold's devices are predicted from constants
-    fitted on the other folds, with a range from those folds' own held-out residuals (an inner
-    cross-validation), so neither the constants nor the range ever saw the predicted devices."""
-    groups = _folds(rows)
+def cross_validate(rows: list[BenchRow], by: str = "device") -> list[Held]:
+    """5-fold cross-validation grouped ``by`` device or source: each fold's rows are predicted from
+    constants fitted on the other folds, with a range from those folds' own held-out residuals (an
+    inner cross-validation grouped the same way), so neither the constants nor the range ever saw
+    the predicted device (or source)."""
+    groups = _folds(rows, by=by)
     held: list[Held] = []
     for k in range(FOLDS):
         train = [r for i, g in enumerate(groups) if i != k for r in g]
-        bands = {t: held_out_intervals(train, t, FOLDS - 1) for t in ("tg", "pp")}
+        bands = {t: held_out_intervals(train, t, FOLDS - 1, by) for t in ("tg", "pp")}
         for r, p in _predict_held(train, groups[k]):
-            lo, hi = bands[r.test].get(r.group, bands[r.test]["all"])
+            lo, hi = bands[r.test]["hybrid" if r.group == "hybrid" else "all"]
             held.append(Held(r, p, p * lo, p * hi))
     return held

@@ -417,8 +417,10 @@ def test_cpu_servers_and_unified_boxes_from_the_catalog(capsys):
     desk = run_ok(capsys, "estimate", "--model", "llama-3.3-70b", "-c", "16384", "--gpu", "ryzen-9-9950x", "--json")
     assert spark["fits"] and [d["kind"] for d in spark["devices"]] == ["gpu", "cpu"]
     assert [d["kind"] for d in epyc["devices"]] == ["cpu"] and epyc["fits"]
-    # 12 channels of DDR5 and 96 cores against 2 channels and 16: several times faster.
-    assert epyc["decode_tokens_per_s"]["low"] > 3 * desk["decode_tokens_per_s"]["high"]
+    # 12 channels of DDR5 and 96 cores against 2 channels and 16: several times faster (range for
+    # range: the ranges are held-out residuals of whole sources, wider than one device's spread).
+    assert epyc["decode_tokens_per_s"]["low"] > 3 * desk["decode_tokens_per_s"]["low"]
+    assert epyc["decode_tokens_per_s"]["high"] > 3 * desk["decode_tokens_per_s"]["high"]
     assert 2 < spark["decode_tokens_per_s"]["low"] < spark["decode_tokens_per_s"]["high"] < 10
 
 

@@ -7,7 +7,7 @@ import ctypes.util
 import os
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -35,6 +35,9 @@ class FakeGpu:
     limit_mw: int
     compute: list[tuple[int, int | None]] = field(default_factory=list)
     graphics: list[tuple[int, int | None]] = field(default_factory=list)
+    # (generation, lanes) now and at most; an idle card steps its link down to PCIe 1.0.
+    pcie_current: tuple[int, int] = (1, 16)
+    pcie_max: tuple[int, int] = (4, 16)
 
 
 def rtx_4090(compute: Iterable[tuple[int, int | None]] = ()) -> FakeGpu:
@@ -153,6 +156,22 @@ class FakeNvml:
     def nvmlDeviceGetEnforcedPowerLimit(self, handle: int) -> int:
         self._check("nvmlDeviceGetEnforcedPowerLimit")
         return self._gpu(handle).limit_mw
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: int) -> int:
+        self._check("nvmlDeviceGetCurrPcieLinkGeneration")
+        return self._gpu(handle).pcie_current[0]
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: int) -> int:
+        self._check("nvmlDeviceGetCurrPcieLinkWidth")
+        return self._gpu(handle).pcie_current[1]
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: int) -> int:
+        self._check("nvmlDeviceGetMaxPcieLinkGeneration")
+        return self._gpu(handle).pcie_max[0]
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: int) -> int:
+        self._check("nvmlDeviceGetMaxPcieLinkWidth")
+        return self._gpu(handle).pcie_max[1]
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[Any]:
         self._check("nvmlDeviceGetComputeRunningProcesses")
@@ -429,3 +448,21 @@ def test_real_pynvml_with_driver_reports_sane_gpus():
                 assert 100 < gpu.bandwidth_gb_s < 20_000
     finally:
         monitor.shutdown()
+
+
+def test_pcie_link_is_what_card_and_slot_allow_not_the_idle_step_down():
+    """An idle RTX 4090 reports its link at PCIe 1.0 now and 4.0 x16 at most: the estimate uses 4.0 x16,
+    and the GPU target carries it; a card in an x4 slot reports x4 as its most, and keeps it."""
+    from app.core.memory.targets import target_from_gpu
+
+    gpu = NvmlMonitor(api=FakeNvml([rtx_4090()])).status().gpus[0]
+    assert (gpu.pcie_gen_current, gpu.pcie_gen_max, gpu.pcie_width_max) == (1, 4, 16)
+    assert gpu.pcie_link == (4, 16)
+    target = target_from_gpu(gpu)
+    assert (target.pcie_gen, target.pcie_lanes) == (4, 16)
+    narrow = replace(rtx_4090(), pcie_current=(3, 4), pcie_max=(3, 4))
+    assert NvmlMonitor(api=FakeNvml([narrow])).status().gpus[0].pcie_link == (3, 4)
+    unsupported = FakeNvml(
+        [rtx_4090()], unsupported={"nvmlDeviceGetMaxPcieLinkGeneration", "nvmlDeviceGetMaxPcieLinkWidth"}
+    )
+    assert NvmlMonitor(api=unsupported).status().gpus[0].pcie_link == (1, 16)

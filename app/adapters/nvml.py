@@ -75,6 +75,10 @@ class NvmlApi(Protocol):
     def nvmlDeviceGetCudaComputeCapability(self, handle: Any) -> tuple[int, int]: ...
     def nvmlDeviceGetPowerUsage(self, handle: Any) -> int: ...
     def nvmlDeviceGetEnforcedPowerLimit(self, handle: Any) -> int: ...
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: Any) -> int: ...
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: Any) -> int: ...
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: Any) -> int: ...
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: Any) -> int: ...
     def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> Sequence[Any]: ...
     def nvmlDeviceGetGraphicsRunningProcesses(self, handle: Any) -> Sequence[Any]: ...
 
@@ -252,6 +256,15 @@ class NvmlMonitor:
         power_mw = _positive_int(self._query("power usage", lambda: api.nvmlDeviceGetPowerUsage(handle)))
         limit_mw = _positive_int(self._query("power limit", lambda: api.nvmlDeviceGetEnforcedPowerLimit(handle)))
         cuda = self._query("CUDA version", api.nvmlSystemGetCudaDriverVersion_v2)
+        link = {
+            what: _positive_int(self._query(f"PCIe {what}", functools.partial(call, handle)))
+            for what, call in (
+                ("gen_current", api.nvmlDeviceGetCurrPcieLinkGeneration),
+                ("width_current", api.nvmlDeviceGetCurrPcieLinkWidth),
+                ("gen_max", api.nvmlDeviceGetMaxPcieLinkGeneration),
+                ("width_max", api.nvmlDeviceGetMaxPcieLinkWidth),
+            )
+        }
 
         return GpuSnapshot(
             index=index,
@@ -269,6 +282,10 @@ class NvmlMonitor:
             power_draw_w=power_mw / 1000 if power_mw is not None else None,
             power_limit_w=limit_mw / 1000 if limit_mw is not None else None,
             processes=self._processes(handle),
+            pcie_gen_current=link["gen_current"] if (link["gen_current"] or 0) <= 6 else None,
+            pcie_width_current=link["width_current"] if (link["width_current"] or 0) <= 32 else None,
+            pcie_gen_max=link["gen_max"] if (link["gen_max"] or 0) <= 6 else None,
+            pcie_width_max=link["width_max"] if (link["width_max"] or 0) <= 32 else None,
             timestamp=time.time(),
         )
 

@@ -72,6 +72,7 @@ def _controls(args: argparse.Namespace):
             mmap=not args.no_mmap,
             n_cpu_moe=(1 << 20) if args.cpu_moe else args.n_cpu_moe,
             projector=_projector(args),
+            threads=args.threads,
             mmproj_offload=args.mmproj_offload,
             fit_margin_mib=args.fit_target,
         )
@@ -184,13 +185,30 @@ def _targets(args: argparse.Namespace):
         if not device.is_gpu and len(gpu_args) > 1:
             raise FitScopeError(f"{device.name} is a CPU machine; estimate it alone (one --gpu {gid}).")
         devices.append(device)
+    link = _pcie(args)
     if not here:
         return _catalog_targets(args, devices, host), host, None
     targets = _this_machine_targets(args, host, local_gpus)
     if devices:  # this machine's GPUs, then the catalog's, then host RAM
         *gpus, host_ram = targets
-        targets = [*gpus, *map(target_from_device, devices), host_ram]
+        targets = [*gpus, *(target_from_device(d, link) for d in devices), host_ram]
+    if link:
+        targets = [
+            t.model_copy(update={"pcie_gen": link[0], "pcie_lanes": link[1]}) if t.kind == "gpu" else t for t in targets
+        ]
     return targets, host, Machine(gpus=local_gpus, host=host)
+
+
+def _pcie(args: argparse.Namespace) -> tuple[int, int] | None:
+    """--pcie as (generation, lanes), or None. Raises FitScopeError for a malformed link."""
+    if not getattr(args, "pcie", None):
+        return None
+    from app.core.hardware.host_memory import parse_pcie
+
+    try:
+        return parse_pcie(args.pcie)
+    except ValueError as exc:
+        raise FitScopeError(f"Invalid --pcie: {exc}") from None
 
 
 def _local_gpus(required: bool) -> tuple[GpuSnapshot, ...]:
@@ -238,7 +256,11 @@ def _catalog_targets(args: argparse.Namespace, devices: list[DeviceSpec], host: 
         return [target_from_device(devices[0])]
     asked = int(args.host_ram_gib * GIB) if args.host_ram_gib else None
     ram = host_ram_beside(devices[0], asked, host.ram_total_bytes)
-    return [*map(target_from_device, devices), host_ram_target(ram, host_memory=args.host_memory)]
+    link = _pcie(args)
+    return [
+        *(target_from_device(d, link) for d in devices),
+        host_ram_target(ram, host_memory=args.host_memory, cores=args.host_cores),
+    ]
 
 
 @contextlib.contextmanager
@@ -364,6 +386,14 @@ def format_answer(result) -> str:
         "",
         f"llama.cpp build: {build}, as {e.settings.consumer} runs it; "
         f"repacked weights: {e.repack_bytes / GIB:.2f} GiB.",
+    ]
+    if e.reclaimable_bytes:
+        lines.append(
+            f"Reclaimable page cache: {e.reclaimable_bytes / GIB:.2f} GiB of the total are the mapped file pages of "
+            "the repacked weights, never read after loading; the kernel drops them when memory is short, so the "
+            f"verdict counts the {e.resident_bytes / GIB:.2f} GiB that must stay resident."
+        )
+    lines += [
         f"Verdict: {placement}" + (f" ({APPROXIMATE_NOTE})" if e.approximate else "") + "." + limits,
         f"Decode: {s.decode_tokens_per_s.low:.1f}-{s.decode_tokens_per_s.high:.1f} tokens/s"
         + (

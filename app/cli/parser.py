@@ -72,6 +72,18 @@ def _add_estimate_args(p: argparse.ArgumentParser) -> None:
     dev.add_argument(
         "--host-ram-gib", type=float, default=None, help="host memory beside catalog GPUs (default: this machine's)"
     )
+    dev.add_argument(
+        "--host-cores",
+        type=int,
+        default=None,
+        help="physical cores of the CPU beside catalog GPUs, for the share it computes (default: by --host-memory)",
+    )
+    dev.add_argument(
+        "--pcie",
+        metavar="GENxLANES",
+        default=None,
+        help="the GPUs' PCIe link, e.g. 4x16 or 3x4 (an eGPU); default: as the card is sold, or as NVML reports it",
+    )
     llm = p.add_argument_group("llama.cpp settings (same flags as llama-server)")
     llm.add_argument(
         "-c",
@@ -107,6 +119,9 @@ def _add_estimate_args(p: argparse.ArgumentParser) -> None:
     moe.add_argument("--cpu-moe", action="store_true", help="keep every layer's experts in RAM")
     llm.add_argument("--fit-target", type=int, default=1024, help="MiB kept free per GPU by -ngl auto (default 1024)")
     llm.add_argument("--no-mmap", action="store_true", help="load the weights instead of mapping them")
+    llm.add_argument(
+        "-t", "--threads", type=int, default=None, help="CPU threads (default: llama.cpp's, the physical cores)"
+    )
     build = p.add_argument_group("llama.cpp build and program")
     build.add_argument(
         "--backend",

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.hardware.devices import DeviceSpec
-from app.core.hardware.host_memory import DEFAULT_HOST_MEMORY, HOST_MEMORY
+from app.core.hardware.host_memory import DEFAULT_HOST_MEMORY, HOST_CPU, HOST_MEMORY, PCIE_CHOICES
 from app.core.report.choices import HardwareChoice
 from app.core.report.prefs import MAX_COMPARED
 from app.ui.panels import DeviceCombo, HardwareView, device_label
@@ -88,9 +88,29 @@ class HardwareBox(QGroupBox):
         self.host_memory_combo.setToolTip(
             "The system memory of the box: how fast layers and experts left in system memory are read"
         )
+        self.pcie_combo = QComboBox()
+        self.pcie_combo.addItem("PCIe as the card is sold", "")
+        for link in PCIE_CHOICES:
+            gen, lanes = link.split("x")
+            self.pcie_combo.addItem(f"PCIe {gen}.0 x{lanes}", link)
+        self.pcie_combo.setAccessibleName("PCIe link of the GPUs")
+        self.pcie_combo.setToolTip(
+            "The GPUs' link to the host: with weights in system memory, each prompt ubatch copies them over it "
+            "(an x4 slot or a Thunderbolt eGPU is far slower than x16); this machine's GPUs report their own"
+        )
+        self.host_cores_spin = QSpinBox()
+        self.host_cores_spin.setRange(0, 1024)
+        self.host_cores_spin.setSpecialValueText("CPU cores: by memory type")
+        self.host_cores_spin.setSuffix(" CPU cores")
+        self.host_cores_spin.setAccessibleName("CPU cores beside the GPUs")
+        self.host_cores_spin.setToolTip(
+            "Physical cores of the CPU beside catalog GPUs: they compute the layers and experts left in system memory"
+        )
         form.addRow("Estimate &for", self.target_combo)
         form.addRow("", row)
         form.addRow("", self.host_memory_combo)
+        form.addRow("", self.host_cores_spin)
+        form.addRow("", self.pcie_combo)
         self.compare_combos: list[QComboBox] = []
         self.compare_counts: list[QSpinBox] = []
         self.compare_box = QWidget()
@@ -122,6 +142,8 @@ class HardwareBox(QGroupBox):
             combo.activated.connect(self._compare_edited)
             count.valueChanged.connect(self._compare_edited)
         self.host_memory_combo.activated.connect(self._hardware_edited)
+        self.pcie_combo.activated.connect(self._hardware_edited)
+        self.host_cores_spin.valueChanged.connect(self._hardware_edited)
 
     def _device_combo(self, include_local: bool, include_none: bool = False) -> QComboBox:
         combo = DeviceCombo()
@@ -148,6 +170,8 @@ class HardwareBox(QGroupBox):
                 select_combo(combo, hardware_key(choice) if choice else "")
                 self.compare_counts[i].setValue(choice.count if choice else 1)
             select_combo(self.host_memory_combo, hardware.host_memory or DEFAULT_HOST_MEMORY)
+            select_combo(self.pcie_combo, hardware.pcie or "")
+            self.host_cores_spin.setValue(hardware.host_cores or 0)
         finally:
             self._updating = False
 
@@ -159,6 +183,11 @@ class HardwareBox(QGroupBox):
         self.count_spin.setEnabled(multi)
         self.host_ram_spin.setEnabled(multi)
         self.host_memory_combo.setEnabled(multi)
+        self.host_cores_spin.setEnabled(multi)
+        # This machine's GPUs report their link, but a riser or an eGPU may be worth trying.
+        self.pcie_combo.setEnabled(multi or hardware.kind == "local")
+        key = self.host_memory_combo.currentData() or DEFAULT_HOST_MEMORY
+        self.host_cores_spin.setSpecialValueText(f"CPU cores: {HOST_CPU[key][0]}")
 
     def _hardware_edited(self, *_args: Any) -> None:
         if self._updating:
@@ -177,6 +206,8 @@ class HardwareBox(QGroupBox):
             count=self.count_spin.value(),
             host_ram_gib=ram,
             host_memory=self.host_memory_combo.currentData(),
+            host_cores=self.host_cores_spin.value() or None,
+            pcie=self.pcie_combo.currentData() or None,
         )
         self.hardware_edited.emit(choice)
 

@@ -49,3 +49,35 @@ class DeviceSpec(BaseModel):
     @property
     def is_gpu(self) -> bool:
         return self.backend != "cpu"
+
+
+# The host link of catalog cards that differ from their generation's x16 (vendor spec pages: the
+# RTX 4060 family and the RTX 5060 Ti are x8 cards; Turing and Volta cards are PCIe 3.0).
+_PCIE_EXCEPTIONS: dict[str, tuple[int, int]] = {
+    "rtx-2080-ti": (3, 16),
+    "t4": (3, 16),
+    "v100-32gb": (3, 16),
+    "rtx-4060": (4, 8),
+    "rtx-4060-ti-8gb": (4, 8),
+    "rtx-4060-ti-16gb": (4, 8),
+    "rtx-5060-ti-16gb": (5, 8),
+    "h100-pcie": (5, 16),
+    "h100-sxm": (5, 16),
+    "h100-nvl": (5, 16),
+    "h200": (5, 16),
+    "b200": (5, 16),
+    "mi300x": (5, 16),
+    "mi325x": (5, 16),
+}
+
+
+def default_pcie(device: DeviceSpec) -> tuple[int, int] | None:
+    """(generation, lanes) of a catalog GPU's link to the host, as the card is sold; None for devices
+    whose memory is the host's (Apple, unified boxes, CPUs). Cards released from 2025 are PCIe 5.0,
+    from 2020 PCIe 4.0, older ones PCIe 3.0, all x16 unless listed otherwise."""
+    if not device.is_gpu or device.memory_kind != "dedicated":
+        return None
+    if device.id in _PCIE_EXCEPTIONS:
+        return _PCIE_EXCEPTIONS[device.id]
+    year = device.release_year or 2022
+    return (5 if year >= 2025 else 4 if year >= 2020 else 3), 16

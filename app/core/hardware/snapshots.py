@@ -106,6 +106,10 @@ class GpuSnapshot(BaseModel):
     power_draw_w: float | None = Field(default=None, ge=0)
     power_limit_w: float | None = Field(default=None, ge=0)
     processes: tuple[GpuProcess, ...] = ()
+    pcie_gen_current: int | None = Field(default=None, ge=1, le=6, description="PCIe generation the link runs at now")
+    pcie_width_current: int | None = Field(default=None, ge=1, le=32, description="PCIe lanes the link runs at now")
+    pcie_gen_max: int | None = Field(default=None, ge=1, le=6, description="the best generation card and slot allow")
+    pcie_width_max: int | None = Field(default=None, ge=1, le=32, description="the most lanes card and slot allow")
     timestamp: float = Field(ge=0)
     vendor: GpuVendor = "nvidia"
     memory_kind: Literal["dedicated", "unified"] = "dedicated"
@@ -132,6 +136,16 @@ class GpuSnapshot(BaseModel):
         if self.memory_kind != "unified":
             return 0
         return max(0, self.memory_for(backend).total_bytes - (self.carveout_bytes or 0))
+
+    @property
+    def pcie_link(self) -> tuple[int, int] | None:
+        """(generation, lanes) the link runs at under load. An idle card steps its link down to save
+        power (NVML's current generation reads 1 at the desktop), so the best the card and slot allow
+        (``nvmlDeviceGetMaxPcieLinkGeneration``/``Width``, which account for the slot) is the figure
+        a prompt's weight copies get; the current one where the maximum is not reported."""
+        gen = self.pcie_gen_max or self.pcie_gen_current
+        lanes = self.pcie_width_max or self.pcie_width_current
+        return (gen, lanes) if gen and lanes else None
 
 
 class GpuStatus(BaseModel):

@@ -65,6 +65,8 @@ def server_command(
         args += ["--device", "none"]
     if est.cpu_moe_layers:
         args += ["--cpu-moe"] if est.cpu_moe_layers >= est.n_layer else ["--n-cpu-moe", str(est.cpu_moe_layers)]
+    if s.threads:
+        args += ["-t", str(s.threads)]
     if not s.mmap:
         args.append("--no-mmap")
     if s.kv_unified:

@@ -119,9 +119,16 @@ def estimate(
         weights[dev] += layer_weights
         if dev == -1 and repacks:
             repack += repack_by_layer[layer]
+    reclaimable = 0
     if repacks and not settings.mmap:
         # Without mmap a repacked tensor is loaded straight into the repack buffer: no second copy.
         weights[-1] -= repack
+    elif repacks:
+        # With mmap the loader reads each repacked tensor from the mapped file once, into the repack
+        # buffer (llama_model_loader::load_all_data -> ggml_backend_tensor_set -> the repack
+        # buffer's set_tensor); its mapped pages stay as clean page cache that nothing reads again, so
+        # the kernel drops them when memory is short instead of killing the process.
+        reclaimable = repack
     out_dev = device_of(n_layer)
     if not totals.has_output and out_dev != -1:
         # Tied embeddings: the output layer on a GPU gets its own copy of the token embedding.
@@ -208,6 +215,7 @@ def estimate(
             output_bytes=output,
             overhead_bytes=cpu.runtime_overhead_bytes,
             layers=layer_counts[-1],
+            reclaimable_bytes=reclaimable,
         )
     )
     projector, projector_device = _place_projector(settings, breakdown, gpu_build)
@@ -313,7 +321,11 @@ def _assumptions(
         out.append(
             f"CPU weight repacking ({settings.repack}): repacked matrices take extra host memory beside "
             "the memory-mapped file."
+            + (
+                " The mapped pages of those matrices are never read again after loading: the kernel can drop "
+                "them (reclaimable page cache), so the verdict counts only what must stay resident."
+                if settings.mmap
+                else ""
+            )
         )
     return out
-
-

@@ -86,6 +86,10 @@ class TensorTotals(Frozen):
     active_params: float
     expert_bytes: tuple[int, ...] = ()
     active_expert_bytes: tuple[float, ...] = ()
+    active_layer_params: tuple[float, ...] = Field(
+        default=(), description="per layer: parameters one decoded token touches (routed share of experts)"
+    )
+    active_expert_params: tuple[float, ...] = ()
     largest_matmul: tuple[tuple[int, int, int], ...] = Field(
         default=(), description="per layer: (bytes, ne0, ne1) of its largest non-expert 2-D weight"
     )
@@ -119,6 +123,8 @@ def _sum_tensors(arch: Architecture, tensors: Sequence[TensorInfo]) -> TensorTot
     active = [0.0] * (n_layer + 1)
     experts = [0] * (n_layer + 1)
     active_experts = [0.0] * (n_layer + 1)
+    layer_params = [0.0] * (n_layer + 1)
+    expert_params = [0.0] * (n_layer + 1)
     largest = [(0, 0, 0)] * (n_layer + 1)
     largest_expert = [(0, 0, 0)] * (n_layer + 1)
     input_bytes = token_embd = unloaded = 0
@@ -146,9 +152,14 @@ def _sum_tensors(arch: Architecture, tensors: Sequence[TensorInfo]) -> TensorTot
             if not has_output:
                 active[n_layer] += t.n_bytes
                 params += t.n_elements
+                layer_params[n_layer] += t.n_elements
         else:
-            active[n_layer if t.layer is None else t.layer] += t.n_bytes * (share if expert else 1.0)
+            at = n_layer if t.layer is None else t.layer
+            active[at] += t.n_bytes * (share if expert else 1.0)
             params += t.n_elements * (share if expert else 1.0)
+            layer_params[at] += t.n_elements * (share if expert else 1.0)
+            if expert:
+                expert_params[at] += t.n_elements * share
         if layer < 0:
             input_bytes += t.n_bytes
             continue
@@ -169,6 +180,8 @@ def _sum_tensors(arch: Architecture, tensors: Sequence[TensorInfo]) -> TensorTot
         active_params=params,
         expert_bytes=tuple(experts),
         active_expert_bytes=tuple(active_experts),
+        active_layer_params=tuple(layer_params),
+        active_expert_params=tuple(expert_params),
         largest_matmul=tuple(largest),
         largest_expert=tuple(largest_expert),
         output_head=output_head,

@@ -38,8 +38,6 @@ REPACK_TYPES: dict[str, frozenset[GGMLType]] = {
 }
 
 
-
-
 class Settings(Frozen):
     """llama.cpp context settings, named after its command-line flags.
 
@@ -68,6 +66,9 @@ class Settings(Frozen):
     )
     mmap: bool = True
     n_cpu_moe: int = Field(default=0, ge=0, description="--n-cpu-moe: expert tensors of the first N layers in RAM")
+    threads: int | None = Field(
+        default=None, ge=1, le=4096, description="-t: CPU threads; None: llama.cpp's default (the physical cores)"
+    )
     mmproj: ProjectorSpec | None = Field(default=None, description="--mmproj: a vision projector beside the model")
     mmproj_offload: bool = Field(default=True, description="False: --no-mmproj-offload (the projector in host memory)")
 
@@ -100,6 +101,7 @@ class Settings(Frozen):
             + (" --swa-full" if self.swa_full else " --no-swa-full")
             + ("" if self.mmap else " --no-mmap")
             + (f" --n-cpu-moe {self.n_cpu_moe}" if self.n_cpu_moe else "")
+            + (f" -t {self.threads}" if self.threads else "")
         )
 
 
@@ -115,6 +117,13 @@ class Target(Frozen):
         default="nvidia", description="cpu: a measured read bandwidth; host-spec: a DRAM spec-sheet peak"
     )
     overhead_bytes: int | None = Field(default=None, ge=0, description="None: the documented default")
+    pcie_gen: int | None = Field(default=None, ge=1, le=6, description="a GPU's link to the host: PCIe generation")
+    pcie_lanes: int | None = Field(default=None, ge=1, le=32, description="a GPU's link to the host: lanes")
+    cpu_cores: int | None = Field(
+        default=None,
+        ge=1,
+        description="host memory: the physical cores doing the CPU's share (fp16_tflops is all of them)",
+    )
 
     @property
     def runtime_overhead_bytes(self) -> int:
@@ -136,6 +145,12 @@ class DeviceBreakdown(Frozen):
     overhead_bytes: int
     layers: int = Field(description="repeating layers placed here (the output layer not counted)")
     projector_bytes: int = Field(default=0, description="a vision projector's weights and compute buffer (--mmproj)")
+    reclaimable_bytes: int = Field(
+        default=0,
+        ge=0,
+        description="page cache inside weights_bytes the kernel may drop: the mapped file pages of tensors the CPU "
+        "backend repacked, never read again after loading",
+    )
 
     @property
     def total_bytes(self) -> int:
@@ -151,12 +166,17 @@ class DeviceBreakdown(Frozen):
         )
 
     @property
+    def resident_bytes(self) -> int:
+        """What must stay in memory: everything but the page cache the kernel can drop."""
+        return self.total_bytes - self.reclaimable_bytes
+
+    @property
     def free_bytes(self) -> int:
-        return self.capacity_bytes - self.total_bytes
+        return self.capacity_bytes - self.resident_bytes
 
     @property
     def fits(self) -> bool:
-        return self.total_bytes <= self.capacity_bytes
+        return self.resident_bytes <= self.capacity_bytes
 
 
 class KVCacheDetail(Frozen):
@@ -241,6 +261,14 @@ class Estimate(Frozen):
         return self._sum("overhead_bytes")
 
     @property
+    def reclaimable_bytes(self) -> int:
+        return self._sum("reclaimable_bytes")
+
+    @property
+    def resident_bytes(self) -> int:
+        return self.total_bytes - self.reclaimable_bytes
+
+    @property
     def total_bytes(self) -> int:
         return sum(d.total_bytes for d in self.devices)
 
@@ -286,6 +314,8 @@ def estimate_json(e: Estimate) -> dict[str, Any]:
         "overhead_bytes": e.overhead_bytes,
         "projector_bytes": e.projector_bytes,
         "total_bytes": e.total_bytes,
+        "reclaimable_bytes": e.reclaimable_bytes,
+        "resident_bytes": e.resident_bytes,
         "model_bytes": e.model_bytes,
         "gpu_layers": e.gpu_layers,
         "devices": [
@@ -294,6 +324,8 @@ def estimate_json(e: Estimate) -> dict[str, Any]:
                 "kind": d.kind,
                 "capacity_bytes": d.capacity_bytes,
                 "total_bytes": d.total_bytes,
+                "reclaimable_bytes": d.reclaimable_bytes,
+                "resident_bytes": d.resident_bytes,
                 "free_bytes": d.free_bytes,
                 "fits": d.fits,
                 "weights_bytes": d.weights_bytes,

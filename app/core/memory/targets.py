@@ -6,19 +6,22 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from app.core.common.units import GIB
-from app.core.hardware.devices import DeviceSpec
-from app.core.hardware.host_memory import DEFAULT_HOST_MEMORY, HOST_MEMORY
+from app.core.hardware.devices import DeviceSpec, default_pcie
+from app.core.hardware.host_memory import DEFAULT_HOST_MEMORY, HOST_CPU, HOST_MEMORY
 from app.core.memory.records import CPU_RUNTIME_OVERHEAD_BYTES, RepackProfile, Target
 
 if TYPE_CHECKING:
     from app.core.hardware.snapshots import GpuSnapshot, HostSnapshot
 
 
-def target_from_device(device: DeviceSpec) -> Target:
+def target_from_device(device: DeviceSpec, pcie: tuple[int, int] | None = None) -> Target:
+    """A catalog device. ``pcie`` (generation, lanes) replaces a GPU's link as the card is sold
+    (``default_pcie``)."""
     # A catalog CPU's bandwidth is its memory's spec-sheet peak, not a measurement.
     cls = "host-spec"
     if device.is_gpu:
         cls = {"nvidia": "nvidia", "amd": "amd", "apple": "apple", "intel": "intel"}.get(device.vendor, "cpu")
+    link = (pcie or default_pcie(device)) if device.is_gpu else None
     return Target(
         name=device.name,
         kind="gpu" if device.is_gpu else "cpu",
@@ -26,15 +29,19 @@ def target_from_device(device: DeviceSpec) -> Target:
         bandwidth_gb_s=device.bandwidth_gb_s,
         fp16_tflops=device.fp16_tflops,
         efficiency_class=cls,  # type: ignore[arg-type]
+        pcie_gen=link[0] if link else None,
+        pcie_lanes=link[1] if link else None,
     )
 
 
 def target_from_gpu(gpu: GpuSnapshot, fallback: DeviceSpec | None = None, backend: str = "auto") -> Target:
     """A detected GPU of any vendor. Capacity is the memory free now (other processes hold the
     rest) as llama.cpp build ``backend`` sees it: an Apple GPU's wired limit, an AMD APU's carve-out
-    and GTT as ROCm or Vulkan counts them ("auto": the vendor's default build)."""
+    and GTT as ROCm or Vulkan counts them ("auto": the vendor's default build). Its PCIe link as the
+    driver reports it (``GpuSnapshot.pcie_link``), else the catalog card's."""
     bandwidth = gpu.bandwidth_gb_s or (fallback.bandwidth_gb_s if fallback else 500.0)
     tflops = fallback.fp16_tflops if fallback else 50.0
+    link = gpu.pcie_link or (default_pcie(fallback) if fallback else None)
     return Target(
         name=f"GPU {gpu.index}: {gpu.name}",
         kind="gpu",
@@ -42,14 +49,26 @@ def target_from_gpu(gpu: GpuSnapshot, fallback: DeviceSpec | None = None, backen
         bandwidth_gb_s=bandwidth,
         fp16_tflops=tflops,
         efficiency_class=gpu.vendor,
+        pcie_gen=link[0] if link else None,
+        pcie_lanes=link[1] if link else None,
     )
 
 
-def cpu_flops_tflops(host: HostSnapshot) -> float:
-    """Peak FP32 FMA throughput of the host: cores x 3 GHz x lanes x 2 (an order of magnitude)."""
-    cores = host.physical_cores or host.logical_cores
-    lanes = 16 if "avx512f" in host.cpu_flags else 8 if "avx2" in host.cpu_flags else 4
+def simd_fp32_lanes(avx512: bool, avx2: bool = True) -> int:
+    """FP32 lanes of one SIMD unit: 16 with AVX-512, 8 with AVX2, 4 otherwise (SSE, NEON)."""
+    return 16 if avx512 else 8 if avx2 else 4
+
+
+def cores_flops_tflops(cores: int, lanes: int) -> float:
+    """Peak FP32 FMA throughput of ``cores``: cores x 3 GHz x lanes x 2 (FMA) x 2 (units), in TFLOPS
+    (an order of magnitude; the speed model's CPU constants are fitted against this same rule)."""
     return cores * 3.0e9 * lanes * 2 * 2 / 1e12
+
+
+def cpu_flops_tflops(host: HostSnapshot) -> float:
+    """Peak FP32 FMA throughput of the host (``cores_flops_tflops`` of its physical cores)."""
+    cores = host.physical_cores or host.logical_cores
+    return cores_flops_tflops(cores, simd_fp32_lanes("avx512f" in host.cpu_flags, "avx2" in host.cpu_flags))
 
 
 def repack_profile(host: HostSnapshot | None) -> RepackProfile:
@@ -92,31 +111,48 @@ def cpu_target(host: HostSnapshot | None) -> Target:
         bandwidth_gb_s=bandwidth,
         fp16_tflops=cpu_flops_tflops(host),
         efficiency_class="cpu",
+        cpu_cores=host.physical_cores or host.logical_cores,
     )
 
 
-def host_ram_target(capacity_bytes: int, bandwidth_gb_s: float | None = None, host_memory: str | None = None) -> Target:
-    """Host memory beside GPUs (its size does not limit GPU memory, only spills). ``bandwidth_gb_s``
-    is this machine's measured read bandwidth when the host is this machine; otherwise the
-    theoretical peak of ``host_memory`` (a HOST_MEMORY key, default dual-channel DDR5), which the
-    speed model discounts as a spec-sheet figure. Raises KeyError for an unknown ``host_memory``."""
+def host_ram_target(
+    capacity_bytes: int,
+    bandwidth_gb_s: float | None = None,
+    host_memory: str | None = None,
+    host: HostSnapshot | None = None,
+    cores: int | None = None,
+) -> Target:
+    """Host memory beside GPUs (its size does not limit GPU memory, only spills), and the CPU that
+    computes what stays there. ``bandwidth_gb_s`` is this machine's measured read bandwidth when the
+    host is this machine (``host`` then gives its cores and SIMD); otherwise the theoretical peak of
+    ``host_memory`` (a HOST_MEMORY key, default dual-channel DDR5), which the speed model discounts
+    as a spec-sheet figure, with the CPU such a box has (HOST_CPU) or ``cores`` of it. Raises
+    KeyError for an unknown ``host_memory``."""
     if bandwidth_gb_s:
+        n_cores = cores or (host.physical_cores or host.logical_cores if host else 8)
+        avx512 = host is not None and "avx512f" in host.cpu_flags
+        avx2 = host is None or "avx2" in host.cpu_flags
         return Target(
             name="Host RAM",
             kind="cpu",
             capacity_bytes=capacity_bytes,
             bandwidth_gb_s=bandwidth_gb_s,
-            fp16_tflops=1.0,
+            fp16_tflops=cores_flops_tflops(n_cores, simd_fp32_lanes(avx512, avx2)),
             efficiency_class="cpu",
+            cpu_cores=n_cores,
         )
-    label, peak = HOST_MEMORY[host_memory or DEFAULT_HOST_MEMORY]
+    key = host_memory or DEFAULT_HOST_MEMORY
+    label, peak = HOST_MEMORY[key]
+    default_cores, avx512 = HOST_CPU[key]
+    n_cores = cores or default_cores
     return Target(
         name=f"Host RAM ({label})",
         kind="cpu",
         capacity_bytes=capacity_bytes,
         bandwidth_gb_s=peak,
-        fp16_tflops=1.0,
+        fp16_tflops=cores_flops_tflops(n_cores, simd_fp32_lanes(avx512)),
         efficiency_class="host-spec",
+        cpu_cores=n_cores,
     )
 
 

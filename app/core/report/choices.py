@@ -23,6 +23,7 @@ from pydantic import Field, ValidationError
 from app.core.common.errors import EstimateError, FitScopeError
 from app.core.common.units import GIB, Frozen
 from app.core.hardware.devices import DeviceSpec
+from app.core.hardware.host_memory import parse_pcie
 from app.core.hardware.snapshots import GpuSnapshot, HostSnapshot
 from app.core.memory.consumers import ollama_batch_tokens
 from app.core.memory.records import MAX_CONTEXT_TOKENS, GpuLayers, RepackProfile, Settings, Target
@@ -54,6 +55,12 @@ class HardwareChoice(Frozen):
     )
     host_memory: str | None = Field(
         default=None, description="a HOST_MEMORY key for catalog GPUs' host RAM; None: dual-channel DDR5"
+    )
+    host_cores: int | None = Field(
+        default=None, ge=1, le=1024, description="physical cores of the CPU beside catalog GPUs; None: by host_memory"
+    )
+    pcie: str | None = Field(
+        default=None, description="the GPUs' PCIe link as 'GENxLANES' (a PCIE_CHOICES entry); None: as sold or detected"
     )
 
     def label(self, machine: Machine | None = None) -> str:
@@ -127,6 +134,7 @@ class Controls(Frozen):
     kv_unified: bool = False
     swa_full: bool | None = Field(default=None, description="None: the program's default (llama-server: no)")
     fit_margin_mib: int = Field(default=1024, ge=0, le=1 << 20, description="--fit-target: MiB kept free per GPU")
+    threads: int | None = Field(default=None, ge=1, le=4096, description="-t: CPU threads; None: the physical cores")
 
     @property
     def n_ctx_tokens(self) -> int:
@@ -166,6 +174,7 @@ class Controls(Frozen):
                 n_cpu_moe=self.n_cpu_moe or 0,
                 mmproj=self.projector,
                 mmproj_offload=self.mmproj_offload,
+                threads=self.threads,
             )
         except ValidationError as exc:
             raise EstimateError(exc.errors()[0]["msg"]) from None
@@ -265,9 +274,12 @@ def resolve_targets(choice: HardwareChoice, machine: Machine, backend: str = "au
         gpus = [target_from_gpu(g, catalog_entry(g), backend) for g in machine.gpus]
         ram = host.ram_total_bytes if host else 16 * GIB
         ram = max(0, ram - sum(g.taken_from_ram_bytes(backend) for g in machine.gpus))
-        return [*gpus, host_ram_target(ram, host.measured_read_bandwidth_gb_s if host else None)]
+        link = _link(choice)
+        if link:
+            gpus = [g.model_copy(update={"pcie_gen": link[0], "pcie_lanes": link[1]}) for g in gpus]
+        return [*gpus, host_ram_target(ram, host.measured_read_bandwidth_gb_s if host else None, host=host)]
     device = find_device(choice.device_id or "")
-    base = target_from_device(device)
+    base = target_from_device(device, _link(choice))
     if not device.is_gpu:
         return [base]
     gpus = [
@@ -279,7 +291,17 @@ def resolve_targets(choice: HardwareChoice, machine: Machine, backend: str = "au
         int(choice.host_ram_gib * GIB) if choice.host_ram_gib is not None else None,
         host.ram_total_bytes if host else 64 * GIB,
     )
-    return [*gpus, host_ram_target(host_bytes, host_memory=choice.host_memory)]
+    return [*gpus, host_ram_target(host_bytes, host_memory=choice.host_memory, cores=choice.host_cores)]
+
+
+def _link(choice: HardwareChoice) -> tuple[int, int] | None:
+    """The PCIe link a choice names, or None (as the card is sold, or as NVML reports it)."""
+    if not choice.pcie:
+        return None
+    try:
+        return parse_pcie(choice.pcie)
+    except ValueError as exc:
+        raise EstimateError(str(exc)) from None
 
 
 def repack_for(choice: HardwareChoice, machine: Machine) -> RepackProfile:

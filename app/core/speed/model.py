@@ -11,6 +11,19 @@ weight type (quantized kernels or float tensor cores):
 
     tokens/s = rate factor x peak FP16 FLOP/s / (2 x active parameters per token)
 
+With weights in system memory beside a GPU (``--n-cpu-moe``, a partial ``-ngl``), a decoded token
+also reads the host-resident share at the host's bandwidth, computes it on the CPU's threads, and
+hands the activations between GPU and CPU at every layer that has host-resident weights:
+
+    seconds per token += host bytes / (host efficiency x host bandwidth)
+                         + host parameters x work per parameter / CPU FLOP/s + such layers x sync
+
+and a prompt's matrix products run on the GPU, which copies the host-resident weights it needs
+over PCIe for every ubatch (``ggml_backend_sched_compute_splits``: only the experts the ubatch
+routes to), so a larger ``-ub`` amortises the copy:
+
+    seconds per ubatch = ubatch tokens / GPU prefill rate + copied bytes / (PCIe efficiency x link)
+
 Both constants are fitted per device family (``speed_family``) on published llama-bench rows
 (``tests/data/llama_bench_*.json``, each with its source) by ``scripts/fit_speed.py``, which also
 reports their error on devices left out of the fit (grouped cross-validation) and sets each
@@ -53,7 +66,7 @@ def speed_family(name: str, kind: str = "gpu") -> str:
     n = name.lower()
     if "dgx spark" in n or "gb10" in n:
         return "unified-nvidia"
-    if "ryzen ai max" in n or "strix halo" in n or "395" in n and "ryzen" in n:
+    if "ryzen ai max" in n or "strix" in n or "8060s" in n or "gfx1151" in n or "395" in n and "ryzen" in n:
         return "unified-amd"
     if re.search(r"\bm1\b", n) and ("apple" in n or "gpu" in n or kind != "cpu"):
         return "apple-m1"
@@ -86,19 +99,60 @@ class FamilyConstants(BaseModel):
 
     decode_efficiency: float = Field(gt=0, le=1.5, description="share of the bandwidth roofline")
     per_layer_s: float = Field(ge=0, description="fixed decode cost per layer per token, seconds")
+    per_moe_layer_s: float = Field(
+        default=0.0, ge=0, description="extra per mixture-of-experts layer: router, top-k, gather and expert kernels"
+    )
+    per_recurrent_layer_s: float = Field(
+        default=0.0, ge=0, description="extra per recurrent (linear-attention, SSM) layer: its state-update kernels"
+    )
     decode_flop_per_param: float = Field(
         default=0.0, ge=0, description="decode work per active parameter in FP16-FLOP equivalents (CPUs: dequantizing)"
     )
     prefill_quant: float = Field(gt=0, description="prefill rate factor for quantized weights")
     prefill_float: float = Field(gt=0, description="prefill rate factor for F16/BF16/F32 weights")
+    prefill_backend: dict[str, dict[str, float]] = Field(
+        default_factory=dict,
+        description="a llama.cpp build (cuda, rocm, vulkan, metal, cpu) -> {'quant'|'float': its own factor}, where "
+        "the rows show it apart (ROCm's hipBLASLt and Vulkan's shaders differ most on float weights)",
+    )
     rows: int = Field(ge=0, description="benchmark rows behind these constants")
     devices: int = Field(ge=0)
+
+
+class HybridConstants(BaseModel):
+    """The host's share of a GPU run with weights in system memory, fitted on published rows with
+    ``--n-cpu-moe``, ``-ot exps=CPU`` or a partial ``-ngl`` (tests/data/llama_bench_budget.json)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    host_efficiency: float = Field(gt=0, le=1.5, description="share of the host memory's spec bandwidth reached")
+    host_flop_per_param: float = Field(ge=0, description="CPU work per active host parameter, FP32-FLOP equivalents")
+    sync_s: float = Field(
+        ge=0, description="per decoded token and layer with host-resident weights: the GPU-CPU handoff"
+    )
+    pcie_pinned: float = Field(
+        gt=0, le=1.5, description="share of the PCIe link for weights in pinned memory (--no-mmap)"
+    )
+    pcie_pageable: float = Field(
+        gt=0, le=1.5, description="share of the PCIe link for memory-mapped (pageable) weights"
+    )
+    rows: int = Field(ge=0)
+
+
+DEFAULT_HYBRID = HybridConstants(
+    host_efficiency=0.6, host_flop_per_param=4.0, sync_s=5e-5, pcie_pinned=0.8, pcie_pageable=0.5, rows=0
+)
 
 
 class SpeedModel(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     families: dict[str, FamilyConstants]
+    hybrid: HybridConstants = DEFAULT_HYBRID
+    moe_prefill_factor: float = Field(
+        default=1.0, gt=0, le=2, description="prefill rate of a mixture of experts against dense weights of its family"
+    )
+
     fallback: dict[str, str] = Field(description="family -> the family whose constants it borrows when it has none")
     decode_interval: dict[str, tuple[float, float]] = Field(
         description="device group (gpu, apple, cpu, unified, all) -> (low, high) multipliers holding ~80% of results"
@@ -106,9 +160,10 @@ class SpeedModel(BaseModel):
     prefill_interval: dict[str, tuple[float, float]]
     source: str
 
-    def intervals(self, family: str) -> tuple[tuple[float, float], tuple[float, float]]:
-        """(decode, prefill) range multipliers for a family's device group."""
-        group = device_group(family)
+    def intervals(self, family: str, group: str | None = None) -> tuple[tuple[float, float], tuple[float, float]]:
+        """(decode, prefill) range multipliers for a family's device group, or for ``group`` ("hybrid":
+        runs with weights in system memory beside a GPU)."""
+        group = group or device_group(family)
         return (
             self.decode_interval.get(group, self.decode_interval["all"]),
             self.prefill_interval.get(group, self.prefill_interval["all"]),
@@ -129,19 +184,73 @@ def load_speed_model(path: Path = SPEED_MODEL_PATH) -> SpeedModel:
 
 def decode_seconds_per_token(
     bytes_read: float,
-    n_layer: int,
+    n_layer: float,
     bandwidth_gb_s: float,
     c: FamilyConstants,
     active_params: float = 0.0,
     fp16_tflops: float = 0.0,
+    moe_layers: float = 0.0,
+    recurrent_layers: float = 0.0,
 ) -> float:
-    """Seconds to decode one token reading ``bytes_read`` bytes through ``n_layer`` layers, plus the
-    arithmetic on ``active_params`` parameters where the device's rate makes it count (CPUs)."""
+    """Seconds to decode one token reading ``bytes_read`` bytes through ``n_layer`` layers, of which
+    ``moe_layers`` route experts and ``recurrent_layers`` update a recurrent state (each kind with its
+    own fixed cost), plus the arithmetic on ``active_params`` parameters where the device's rate makes
+    it count (CPUs)."""
     compute = c.decode_flop_per_param * active_params / (fp16_tflops * 1e12) if fp16_tflops > 0 else 0.0
-    return bytes_read / (c.decode_efficiency * bandwidth_gb_s * 1e9) + n_layer * c.per_layer_s + compute
+    fixed = n_layer * c.per_layer_s + moe_layers * c.per_moe_layer_s + recurrent_layers * c.per_recurrent_layer_s
+    return bytes_read / (c.decode_efficiency * bandwidth_gb_s * 1e9) + fixed + compute
 
 
-def prefill_tokens_per_s(active_params: float, fp16_tflops: float, float_weights: bool, c: FamilyConstants) -> float:
-    """Prompt tokens per second for ``active_params`` parameters per token on ``fp16_tflops``."""
-    factor = c.prefill_float if float_weights else c.prefill_quant
-    return factor * fp16_tflops * 1e12 / (2 * active_params)
+def prefill_factor(c: FamilyConstants, float_weights: bool, backend: str = "") -> float:
+    """The family's prefill rate factor for float or quantized weights, the build's own where fitted."""
+    kind = "float" if float_weights else "quant"
+    own = c.prefill_backend.get(backend, {}).get(kind)
+    return own if own else (c.prefill_float if float_weights else c.prefill_quant)
+
+
+def prefill_tokens_per_s(
+    active_params: float,
+    fp16_tflops: float,
+    float_weights: bool,
+    c: FamilyConstants,
+    moe_factor: float = 1.0,
+    backend: str = "",
+) -> float:
+    """Prompt tokens per second for ``active_params`` parameters per token on ``fp16_tflops``;
+    ``moe_factor`` is ``SpeedModel.moe_prefill_factor`` for a mixture of experts, ``backend`` the
+    llama.cpp build (its own factor where one was fitted)."""
+    return prefill_factor(c, float_weights, backend) * moe_factor * fp16_tflops * 1e12 / (2 * active_params)
+
+
+def host_decode_seconds(
+    host_bytes: float,
+    host_bandwidth_gb_s: float,
+    host_params: float,
+    host_tflops: float,
+    host_layers: int,
+    h: HybridConstants,
+    efficiency: float | None = None,
+) -> float:
+    """Seconds a decoded token spends on the host's share of a GPU run: reading ``host_bytes`` at
+    ``efficiency`` (default the fitted share of a spec bandwidth) of the host's bandwidth, the CPU's
+    arithmetic on ``host_params`` at ``host_tflops`` (the threads in use), and the handoff at each of
+    ``host_layers`` layers with host-resident weights."""
+    eta = efficiency if efficiency is not None else h.host_efficiency
+    read = host_bytes / (eta * host_bandwidth_gb_s * 1e9) if host_bytes else 0.0
+    work = h.host_flop_per_param * host_params / (host_tflops * 1e12) if host_tflops > 0 else 0.0
+    return read + work + host_layers * h.sync_s
+
+
+def expert_coverage(tokens: int, used: int, experts: int) -> float:
+    """Expected share of a layer's experts that ``tokens`` route to (each picks ``used`` of ``experts``,
+    taken as independent and uniform): 1 - (1 - used/experts)^tokens."""
+    if experts <= 0 or used <= 0:
+        return 1.0
+    return 1.0 - (1.0 - min(used, experts) / experts) ** max(tokens, 0)
+
+
+def offload_copy_seconds(copy_bytes: float, link_gb_s: float, pinned: bool, h: HybridConstants) -> float:
+    """Seconds to copy ``copy_bytes`` of host-resident weights to the GPU over a ``link_gb_s`` PCIe link:
+    pinned memory (``--no-mmap``: the GPU's host buffer) streams faster than memory-mapped pages."""
+    share = h.pcie_pinned if pinned else h.pcie_pageable
+    return copy_bytes / (share * link_gb_s * 1e9) if copy_bytes else 0.0

@@ -6,11 +6,19 @@ read only the routed share of their expert tensors. With partial offload, each d
 own share and the times add up. Prefill is compute-bound: about 2 FLOPs per active parameter per
 token, plus attention over the context.
 
+With weights in system memory beside a GPU (``--n-cpu-moe``, a partial ``-ngl``), the host's share
+of a decoded token is read at the host's bandwidth and computed on the CPU's threads, with a
+handoff between GPU and CPU at every layer holding host-resident weights; a prompt's matrix products
+run on GPU 0, which copies the host-resident weights each ubatch uses over PCIe (llama.cpp's op
+offload, ``ggml_backend_sched_backend_id_from_cur`` and ``ggml_backend_sched_compute_splits``), so
+``-ub`` and the link matter.
+
 The constants per device family (decode efficiency, a fixed cost per layer per token, prefill
-rate factors) are fitted on published llama-bench results (``app.core.speed.model``); every figure
-is a range that held about 80% of published results for devices left out of the fit, and a later
-measurement on the user's machine replaces it. Several users share each decode step: the weights
-are read once per step, each user's KV cache once per user.
+rate factors) and for the host's share (``HybridConstants``) are fitted on published llama-bench
+results (``app.core.speed.model``); every figure is a range that held about 80% of published
+results for hardware left out of the fit, and a later measurement on the user's machine replaces
+it. Several users share each decode step: the weights are read once per step, each user's KV cache
+once per user.
 """
 
 from __future__ import annotations
@@ -18,11 +26,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from app.core.hardware.host_memory import DEFAULT_PCIE, pcie_gb_s, pcie_label
+from app.core.memory import backends
 from app.core.memory.layers import tensor_totals
 from app.core.memory.records import Estimate, Settings, Target
 from app.core.model.architecture import Architecture
 from app.core.model.tensors import GGMLType, TensorInfo
-from app.core.speed.model import decode_seconds_per_token, load_speed_model, speed_family
+from app.core.speed.model import (
+    decode_seconds_per_token,
+    expert_coverage,
+    host_decode_seconds,
+    load_speed_model,
+    offload_copy_seconds,
+    prefill_factor,
+    speed_family,
+)
 
 # This machine's CPU against its own measured read bandwidth (not a spec sheet): llama.cpp's CPU
 # backend reaches 0.70-0.90 of it (shared/reference: "CPUs 0.7-0.9 of a measured read bandwidth").
@@ -49,6 +67,7 @@ class SpeedEstimate:
     assumptions: tuple[str, ...]
     users: int = 1
     decode_typical: float = 0.0  # tokens/s per user at the fitted constants (inside the range)
+    prefill_typical: float = 0.0  # prompt tokens/s at the fitted constants (inside the range)
 
     @property
     def decode_total_tokens_per_s(self) -> Range:
@@ -56,20 +75,64 @@ class SpeedEstimate:
         return Range(self.decode_tokens_per_s.low * self.users, self.decode_tokens_per_s.high * self.users)
 
 
-def active_bytes_by_device(arch: Architecture, tensors: Sequence[TensorInfo], est: Estimate) -> list[float]:
-    """Weight bytes read per decoded token on each device of ``est`` (same order)."""
-    out = [0.0] * len(est.devices)
+@dataclass(frozen=True)
+class Placement:
+    """What one decoded token and one prompt ubatch touch on each device of an estimate (same order
+    as ``Estimate.devices``; the host is last)."""
+
+    bytes_per_token: tuple[float, ...]  # weight bytes read per decoded token
+    params_per_token: tuple[float, ...]  # parameters computed per decoded token
+    host_layers: int  # layers with host-resident weights, in a run with GPUs
+    copy_bytes: float  # host-resident weight bytes one ubatch copies to GPU 0 (op offload)
+
+    @property
+    def hybrid(self) -> bool:
+        return self.host_layers > 0 and len(self.bytes_per_token) > 1 and self.bytes_per_token[-1] > 0
+
+
+def placement(arch: Architecture, tensors: Sequence[TensorInfo], est: Estimate, ubatch_tokens: int) -> Placement:
+    """Bytes and parameters each device of ``est`` handles per decoded token, the layers whose weights
+    stay in host memory beside GPUs, and the bytes a ``ubatch_tokens`` ubatch copies to GPU 0 (the
+    experts it routes to, ``expert_coverage``, and every other host-resident matrix)."""
     totals = tensor_totals(arch, tensors)
-    host = len(est.devices) - 1
+    n_dev = len(est.devices)
+    host = n_dev - 1
+    by_bytes = [0.0] * n_dev
+    by_params = [0.0] * n_dev
+    has_gpu = any(d.kind == "gpu" for d in est.devices)
+    moe = arch.moe
+    coverage = expert_coverage(ubatch_tokens, moe.n_expert_used, moe.n_expert) if moe else 1.0
+    host_layers = 0
+    copy = 0.0
+    expert_bytes = totals.expert_bytes or (0,) * (arch.n_layer + 1)
+    expert_active = totals.active_expert_bytes or (0.0,) * (arch.n_layer + 1)
+    expert_params = totals.active_expert_params or (0.0,) * (arch.n_layer + 1)
+    layer_params = totals.active_layer_params or (0.0,) * (arch.n_layer + 1)
     for layer, n_bytes in enumerate(totals.active_layer_bytes):
         device = est.layer_devices[layer]
+        params = layer_params[layer]
         if layer < est.cpu_moe_layers and device != host:
-            # --n-cpu-moe: this layer's routed experts are read from host memory.
-            moved = totals.active_expert_bytes[layer]
-            out[host] += moved
-            n_bytes -= moved
-        out[device] += n_bytes
-    return out
+            # --n-cpu-moe: this layer's routed experts are read (and computed) from host memory.
+            by_bytes[host] += expert_active[layer]
+            by_params[host] += expert_params[layer]
+            n_bytes -= expert_active[layer]
+            params -= expert_params[layer]
+            host_layers += 1
+            copy += expert_bytes[layer] * coverage
+        elif device == host and has_gpu:
+            host_layers += 1
+            dense = totals.layer_bytes[layer] - expert_bytes[layer]
+            if layer == arch.n_layer and not totals.has_output:
+                dense += totals.token_embd_bytes  # the tied head reads the token embedding
+            copy += dense + expert_bytes[layer] * coverage
+        by_bytes[device] += n_bytes
+        by_params[device] += params
+    return Placement(tuple(by_bytes), tuple(by_params), host_layers, copy)
+
+
+def active_bytes_by_device(arch: Architecture, tensors: Sequence[TensorInfo], est: Estimate) -> list[float]:
+    """Weight bytes read per decoded token on each device of ``est`` (same order)."""
+    return list(placement(arch, tensors, est, est.settings.effective_ubatch).bytes_per_token)
 
 
 def active_params(arch: Architecture, tensors: Sequence[TensorInfo]) -> float:
@@ -85,6 +148,16 @@ def kv_bytes_per_token(est: Estimate) -> float:
         if cells:
             total += cache.total_bytes / cells
     return total
+
+
+def thread_share(target: Target, settings: Settings) -> tuple[float, int]:
+    """(share of the CPU's FLOP/s the threads reach, threads): ``-t`` of the physical cores (llama.cpp's
+    default is all of them; threads beyond the cores add nothing)."""
+    cores = target.cpu_cores
+    if not cores:
+        return 1.0, settings.threads or 0
+    threads = settings.threads or cores
+    return min(threads, cores) / cores, threads
 
 
 def estimate_speed(
@@ -106,36 +179,64 @@ def estimate_speed(
     settings: Settings = est.settings
     depth = prompt_tokens if depth_tokens is None else depth_tokens
     by_name = {t.name: t for t in targets}
-    weights = active_bytes_by_device(arch, tensors, est)
+    n_ub = max(1, min(settings.effective_ubatch, prompt_tokens))
+    where = placement(arch, tensors, est, n_ub)
+    weights = where.bytes_per_token
     kv_per_token = kv_bytes_per_token(est)
     n_attn_layers = _attention_layers(arch)
     assumptions = []
 
     model = load_speed_model()
+    h = model.hybrid
     params = active_params(arch, tensors)
+    group = "hybrid" if where.hybrid else None
     bands = []
     t_mid = 0.0  # seconds per token at the fitted constants
     t_low = t_high = 0.0  # seconds per token, optimistic / pessimistic
     t_roof = 0.0  # the physical floor: every byte at full bandwidth
-    flops_rate = 0.0
-    busy_devices = 0
+    prefill_s_per_flop = 0.0  # seconds per FLOP of a prompt token, summed over the devices' shares
     float_share = _float_weight_share(tensors)
-    for d, w in zip(est.devices, weights, strict=True):
+    host = len(est.devices) - 1
+    moe_here, recurrent_here = _layer_kinds(arch, est)
+    moe_factor = model.moe_prefill_factor if arch.moe else 1.0
+    gpu0 = by_name.get(est.devices[0].name) if est.devices[0].kind == "gpu" else None
+    offloaded = gpu0 is not None and backends.offloads_ops(est.backend, n_ub)
+    for i, (d, w) in enumerate(zip(est.devices, weights, strict=True)):
         target = by_name.get(d.name)
         if target is None or (w == 0 and d.kind == "gpu"):
             continue
         family = target_family(target)
         c = model.constants(family)
-        (d_lo, d_hi), band_pp = model.intervals(family)
-        bands.append(((d_lo, d_hi), band_pp, w))
+        (d_lo, d_hi), band_pp = model.intervals(family, group)
         kv_share = kv_per_token * depth * (d.layers / n_attn_layers)
         # One decode step reads the weights once for every user, and each user's own KV cache.
         bytes_read = w + kv_share * users
         bw = target.bandwidth_gb_s * 1e9
-        layers_here = d.layers
         t_roof += bytes_read / bw
-        if measured_efficiency and d.name in measured_efficiency:
-            m = measured_efficiency[d.name]
+        threads, n_threads = thread_share(target, settings) if d.kind == "cpu" else (1.0, 0)
+        tflops = target.fp16_tflops * threads
+        host_share = i == host and where.hybrid
+        params_here = where.params_per_token[i] * users
+        measured = bool(measured_efficiency and d.name in measured_efficiency)
+        if host_share:
+            eff = None
+            if measured:
+                eff = (measured_efficiency or {})[d.name]
+            elif target.efficiency_class == "cpu":
+                eff = sum(DECODE_EFFICIENCY["cpu"]) / 2
+            t = host_decode_seconds(bytes_read, target.bandwidth_gb_s, params_here, tflops, where.host_layers, h, eff)
+            t_mid += t
+            t_low += t / d_hi
+            t_high += t / d_lo
+            assumptions.append(
+                f"{d.name}: reads {w / 1e9:.2f} GB of host-resident weights per token at {target.bandwidth_gb_s:.0f} "
+                f"GB/s ({eff if eff is not None else h.host_efficiency:.2f} of it), computed on "
+                f"{n_threads or 'all'} CPU thread(s) ({tflops:.1f} TFLOPS), with a GPU-CPU handoff at each of "
+                f"{where.host_layers} layers ({h.sync_s * 1e6:.0f} us each; fitted on {h.rows} published rows "
+                "with weights in system memory)."
+            )
+        elif measured:
+            m = (measured_efficiency or {})[d.name]
             t_low += bytes_read / (min(1.0, m * 1.1) * bw)
             t_high += bytes_read / (m * 0.9 * bw)
             t_mid += bytes_read / (m * bw)
@@ -151,9 +252,15 @@ def estimate_speed(
                 f"{target.bandwidth_gb_s:.0f} GB/s, efficiency {eff_lo:.2f}-{eff_hi:.2f}."
             )
         else:
-            share = w / max(sum(weights), 1)
             t = decode_seconds_per_token(
-                bytes_read, max(layers_here, 1), target.bandwidth_gb_s, c, params * share * users, target.fp16_tflops
+                bytes_read,
+                max(d.layers, 1),
+                target.bandwidth_gb_s,
+                c,
+                params_here,
+                tflops,
+                moe_here[i],
+                recurrent_here[i],
             )
             t_mid += t
             t_low += t / d_hi
@@ -163,9 +270,19 @@ def estimate_speed(
                 f"{family} constants fitted on published llama-bench results ({c.devices} devices): "
                 f"{c.decode_efficiency:.2f} of the bandwidth, {c.per_layer_s * 1e6:.0f} us per layer."
             )
-        factor = c.prefill_float * float_share + c.prefill_quant * (1 - float_share)
-        flops_rate += factor * target.fp16_tflops * 1e12 * (w / max(sum(weights), 1))
-        busy_devices += 1
+        bands.append(((d_lo, d_hi), band_pp, w if not host_share else 0.0))
+        # Prefill: this device's share of the parameters, at its own rate, or at GPU 0's when the
+        # host's matrix products are offloaded there.
+        share = where.params_per_token[i] / max(sum(where.params_per_token), 1.0)
+        rate_target, rate_c = target, c
+        if host_share and offloaded and gpu0 is not None:
+            rate_target, rate_c = gpu0, model.constants(target_family(gpu0))
+        rate_tflops = rate_target.fp16_tflops * (threads if rate_target is target else 1.0)
+        build = est.backend if rate_target.kind == "gpu" else "cpu"
+        factor = prefill_factor(rate_c, True, build) * float_share + prefill_factor(rate_c, False, build) * (
+            1 - float_share
+        )
+        prefill_s_per_flop += share / (factor * moe_factor * rate_tflops * 1e12)
     # Per user: one decode step gives each of the users one token.
     t_low = max(t_low, t_roof)
     t_mid = max(t_mid, t_roof)
@@ -177,7 +294,20 @@ def estimate_speed(
     flops_per_token = 2 * params + attn_flops
     # The range of the device doing most of the work.
     (d_lo, d_hi), (p_lo, p_hi), _ = max(bands, key=lambda b: b[2]) if bands else ((1.0, 1.0), (1.0, 1.0), 0)
-    rate = flops_rate / flops_per_token if busy_devices else 0.0
+    ubatch_s = n_ub * flops_per_token * prefill_s_per_flop
+    copy_s = 0.0
+    if where.hybrid and offloaded and gpu0 is not None:
+        gen, lanes = (gpu0.pcie_gen, gpu0.pcie_lanes) if gpu0.pcie_gen and gpu0.pcie_lanes else DEFAULT_PCIE
+        pinned = not settings.mmap
+        copy_s = offload_copy_seconds(where.copy_bytes, pcie_gb_s(gen, lanes), pinned, h)
+        assumptions.append(
+            f"Prompt: the CPU-held weights' matrix products run on {gpu0.name}, which copies "
+            f"{where.copy_bytes / 1e9:.1f} GB of them per ubatch of {n_ub} tokens over {pcie_label(gen, lanes)} "
+            f"({h.pcie_pinned if pinned else h.pcie_pageable:.2f} of the link, "
+            + ("pinned memory with --no-mmap" if pinned else "memory-mapped pages; --no-mmap pins them")
+            + "): a larger -ub copies them fewer times."
+        )
+    rate = n_ub / (ubatch_s + copy_s) if (ubatch_s + copy_s) > 0 and bands else 0.0
     prefill = Range(rate * p_lo, rate * p_hi)
     if prefill.high and decode.high:
         # Prefill can never be slower per token than decoding the same tokens one by one.
@@ -197,11 +327,33 @@ def estimate_speed(
         )
     assumptions.append(
         f"Ranges hold about 80% of published results for hardware the model was not fitted on "
-        f"(decode x{d_lo:.2f}-x{d_hi:.2f}, prefill x{p_lo:.2f}-x{p_hi:.2f}); for {users} user(s) at once."
+        f"(decode x{d_lo:.2f}-x{d_hi:.2f}, prefill x{p_lo:.2f}-x{p_hi:.2f}"
+        + (", from runs with weights in system memory" if where.hybrid else "")
+        + f"); for {users} user(s) at once."
     )
     return SpeedEstimate(
-        decode, prefill, ttft, prompt_tokens, depth, tuple(assumptions), users=users, decode_typical=decode_mid
+        decode,
+        prefill,
+        ttft,
+        prompt_tokens,
+        depth,
+        tuple(assumptions),
+        users=users,
+        decode_typical=decode_mid,
+        prefill_typical=max(rate, decode_mid),
     )
+
+
+def _layer_kinds(arch: Architecture, est: Estimate) -> tuple[list[int], list[int]]:
+    """Per device of ``est``: its mixture-of-experts layers and its recurrent (linear-attention, SSM)
+    layers, whose fixed decode costs exceed a plain layer's (``FamilyConstants``)."""
+    moe = [0] * len(est.devices)
+    recurrent = [0] * len(est.devices)
+    for layer in range(arch.n_layer):
+        device = est.layer_devices[layer]
+        moe[device] += arch.is_moe_layer(layer)
+        recurrent[device] += arch.is_recurrent_layer(layer)
+    return moe, recurrent
 
 
 def target_family(target: Target) -> str:
