@@ -34,6 +34,7 @@ from app.core.common.text import safe_label, safe_text
 COMMAND_MODULES = {
     "estimate": "estimate",
     "demo": "estimate",
+    "tune": "tuning",
     "models": "listings",
     "architectures": "listings",
     "gpus": "listings",

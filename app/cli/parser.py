@@ -161,6 +161,27 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command")
     est = sub.add_parser("estimate", help="memory and speed for a model, settings and hardware")
     _add_estimate_args(est)
+    est.add_argument(
+        "--fastest",
+        action="store_true",
+        help="search for the fastest llama-server settings that fit (as fitscope tune)",
+    )
+    tune = sub.add_parser(
+        "tune", help="the fastest llama-server settings for a model and hardware: -ngl, --n-cpu-moe, -ub, KV, -fa, -t"
+    )
+    _add_estimate_args(tune)
+    tune.add_argument(
+        "--goal",
+        choices=["decode", "prompt"],
+        default="decode",
+        help="rank by decode speed (default) or by the time to answer a -p long prompt (prefill-weighted)",
+    )
+    tune.add_argument("--top", type=int, default=3, help="how many settings to show (default 3)")
+    tune.add_argument(
+        "--check",
+        action="store_true",
+        help="run the top settings live on this machine (llama.cpp, llama-bench style): predicted against measured",
+    )
     models = sub.add_parser("models", help="list the model catalog")
     models.add_argument("--json", action="store_true")
     models.add_argument(

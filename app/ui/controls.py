@@ -167,6 +167,12 @@ class ControlsPanel(QScrollArea):
             "(llama-server --n-cpu-moe N; 0: none). Attention and shared weights stay on the GPU."
         )
         adv.addRow("E&xperts in system memory", self.cpu_moe_spin)
+        self.fastest_button = QPushButton("&Fastest settings…")
+        self.fastest_button.setToolTip(
+            "Search KV cache types, flash attention, -ub, threads and the GPU/system-memory split for the "
+            "fastest llama-server settings that fit this context and these users; shows the best three"
+        )
+        adv.addRow("", self.fastest_button)
         self.backend_combo = QComboBox()
         for key, build_name in BACKENDS:
             self.backend_combo.addItem(build_name, key)

@@ -47,6 +47,7 @@ from app.ui.menus import MenuActions, build_menus
 from app.ui.remote_dialog import RemoteModelDialog, open_remote_dialog
 from app.ui.results import ResultsArea
 from app.ui.tool_tabs import ToolTabs, gpu_offload_supported
+from app.ui.tuning_dialog import open_fastest_dialog
 
 _log = logging.getLogger(__name__)
 
@@ -185,6 +186,7 @@ class MainWindow(QMainWindow):
         c.open_button.clicked.connect(self.open_gguf_dialog)
         c.import_button.clicked.connect(self.import_config_dialog)
         c.mmproj_button.clicked.connect(lambda: self.choose_projector_file())
+        c.fastest_button.clicked.connect(lambda: open_fastest_dialog(self, self._services.demo_path))
         self.tools.error_shown.connect(self.show_error)
         self.tools.run_saved.connect(self._run_saved)
         self.tools.quality_measured.connect(self.request_estimate)  # the ladder's measured quality
