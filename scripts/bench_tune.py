@@ -22,10 +22,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from app.core.common.units import GIB  # noqa: E402
-from app.core.memory.records import Settings  # noqa: E402
 from app.core.memory.targets import host_ram_target, target_from_device  # noqa: E402
 from app.core.model.catalog import find_device  # noqa: E402
 from app.core.model.source import model_from_catalog  # noqa: E402
+from app.core.report.choices import Controls  # noqa: E402
 from app.services.tuning import check_live, tune  # noqa: E402
 
 CASES = (  # model, quantization, GPU, host RAM (GiB), context
@@ -43,12 +43,12 @@ def search_times(repeat: int) -> None:
     for model_id, quant, gpu, ram, context in CASES:
         model = model_from_catalog(model_id, quant)
         targets = [target_from_device(find_device(gpu)), host_ram_target(ram * GIB)]
-        base = Settings(context_tokens=context, consumer="llama-server", swa_full=False)
+        controls = Controls(context_per_user_tokens=context)
         times = []
         result = None
         for _ in range(repeat):
             started = time.perf_counter()
-            result = tune(model, base, targets)
+            result = tune(model, controls, targets)
             times.append(time.perf_counter() - started)
         assert result is not None
         best = result.settings[0]
@@ -69,8 +69,8 @@ def live(gguf: str | None, repeat: int) -> int:
     model = model_from_gguf(path)
     machine = detect_machine(measure_bandwidth=True)
     targets = resolve_targets(HardwareChoice(kind="cpu"), machine)
-    base = Settings(context_tokens=2048, consumer="llama-cpp-python")
-    result = tune(model, base, targets, model_path=path, prompt_tokens=128)
+    controls = Controls(context_per_user_tokens=2048, consumer="llama-cpp-python")
+    result = tune(model, controls, targets, model_path=path, prompt_tokens=128)
     print(f"\n{model.label} on this machine's CPU ({targets[0].bandwidth_gb_s:.1f} GB/s measured):")
     checks = check_live(result, path, generate_tokens=48, repeat=repeat, on_progress=lambda line: print(" ", line))
     print(f"{'#':>2s} {'decode predicted':>17s} {'measured':>9s} {'error':>7s}")

@@ -250,6 +250,8 @@ def _catalog_targets(args: argparse.Namespace, devices: list[DeviceSpec], host: 
             count=len(devices) if devices[0].is_gpu else 1,
             host_ram_gib=args.host_ram_gib,
             host_memory=args.host_memory,
+            host_cores=args.host_cores,
+            pcie=args.pcie,
         )
         return resolve_targets(choice, Machine(host=host), args.backend)
     if not devices[0].is_gpu:

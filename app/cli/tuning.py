@@ -13,12 +13,11 @@ import argparse
 import json
 import sys
 
-from app.core.common.units import MIB
-
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from app.cli.estimate import _model, _settings, _targets
-    from app.core.memory.targets import repack_profile
+    from app.cli.estimate import _controls, _model, _targets
+    from app.core.memory.targets import repack_of_device, repack_profile
+    from app.core.model.catalog import find_device
     from app.core.speed.tuning import Goal
     from app.services.tuning import check_live, require_local_file, tune
 
@@ -27,18 +26,20 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
         args.gguf = str(demo_model_path())
     model = _model(args)
-    targets, host = _targets(args)
-    base = _settings(args, repack_profile(host))
+    targets, host, machine = _targets(args)
+    controls = _controls(args)
+    catalog = [g for g in args.gpu or [] if g != "local"]
+    repack = repack_of_device(find_device(catalog[0])) if machine is None else repack_profile(host)
     goal: Goal = "prompt" if getattr(args, "goal", "decode") == "prompt" else "decode"
     result = tune(
         model,
-        base,
+        controls,
         targets,
+        repack=repack,
         model_path=args.gguf or "MODEL.gguf",
         goal=goal,
         prompt_tokens=args.prompt_tokens,
         top=getattr(args, "top", 3),
-        margin_bytes=args.fit_target * MIB,
     )
     checks = []
     if getattr(args, "check", False):

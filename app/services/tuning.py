@@ -1,10 +1,9 @@
 """The fastest llama-server settings for a model on some hardware, as the CLI and the window show
-them: the search of ``app.core.speed.tuning`` with each result's llama-server command, and, on this
-machine, a live check of the best settings (llama.cpp run llama-bench style through
-``app.adapters.llamacpp_runner``) against what was predicted.
-
-Its interface is the model, llama.cpp's base settings and the estimator's targets, so that it sits
-on whatever resolves those (the estimate service, the CLI's hardware flags, the window's choice).
+them: the search of ``app.core.speed.tuning`` on the estimate service's inputs (its ``Controls``,
+their context per user, users, build, program and margin; decode quoted where the estimate service
+quotes it, ``decode_depth_tokens``), each result's llama-server command, and, on this machine, a live
+check of the best settings (llama.cpp run llama-bench style through ``app.adapters.llamacpp_runner``)
+against what was predicted for the same prompt and depth.
 """
 
 from __future__ import annotations
@@ -14,14 +13,23 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from app.core.common.errors import FitScopeError
-from app.core.memory.autofit import DEFAULT_MARGIN_BYTES
+from app.core.common.units import MIB
 from app.core.memory.commands import server_command
-from app.core.memory.records import Settings, Target
-from app.core.memory.targets import repack_profile
+from app.core.memory.records import RepackProfile, Target
 from app.core.model.source import ModelSource
-from app.core.report.choices import Controls, HardwareChoice, Machine, ModelChoice, load_model, resolve_targets
+from app.core.report.choices import (
+    Controls,
+    HardwareChoice,
+    Machine,
+    ModelChoice,
+    load_model,
+    repack_for,
+    resolve_targets,
+)
 from app.core.speed.measure import RunResult, RunSettings, summary
+from app.core.speed.predict import estimate_speed
 from app.core.speed.tuning import Candidate, Goal, fastest_settings
+from app.services.estimate import decode_depth_tokens
 
 
 @dataclass(frozen=True)
@@ -46,16 +54,22 @@ class TunedSetting:
 
 @dataclass(frozen=True)
 class TuneResult:
-    model_label: str
+    model: ModelSource
+    targets: tuple[Target, ...]
     goal: Goal
     settings: tuple[TunedSetting, ...]
     search_s: float  # seconds the search took
     prompt_tokens: int = 512  # the prompt the predictions are for
 
+    @property
+    def model_label(self) -> str:
+        return self.model.label
+
 
 @dataclass(frozen=True)
 class LiveCheck:
-    """A best setting run on this machine: predicted against measured decode and prefill (tokens/s)."""
+    """A best setting run on this machine: predicted against measured decode and prefill (tokens/s),
+    both for the check's own prompt and depth."""
 
     setting: TunedSetting
     predicted_decode: float
@@ -73,34 +87,36 @@ class LiveCheck:
 
 def tune(
     model: ModelSource,
-    base: Settings,
-    targets: list[Target],
+    controls: Controls,
+    targets: Sequence[Target],
     *,
+    repack: RepackProfile = "x86-avx2",
     model_path: str = "MODEL.gguf",
     goal: Goal = "decode",
     prompt_tokens: int = 512,
     top: int = 3,
-    margin_bytes: int = DEFAULT_MARGIN_BYTES,
 ) -> TuneResult:
-    """The ``top`` fastest settings for ``model`` with ``base``'s context and users on ``targets``.
-    Threads tried: llama.cpp's default (the physical cores) and half of them. Raises EstimateError
-    when nothing fits."""
+    """The ``top`` fastest settings for ``model`` with ``controls``' context per user and users on
+    ``targets``, keeping their ``fit_margin_mib`` free per GPU. Threads tried: llama.cpp's default
+    (the physical cores) and half of them. Raises EstimateError when nothing fits."""
     started = time.perf_counter()
     host = next((t for t in targets if t.kind == "cpu"), None)
     cores = host.cpu_cores if host is not None else None
     threads: list[int | None] = [None]
     if cores and cores >= 4:
         threads.append(cores // 2)
+    base = controls.settings(repack)
     found = fastest_settings(
         model.arch,
         model.tensors,
         base,
-        targets,
+        list(targets),
         goal=goal,
         prompt_tokens=prompt_tokens,
         top=top,
-        margin_bytes=margin_bytes,
+        margin_bytes=controls.fit_margin_mib * MIB,
         threads=threads,
+        depth_tokens=decode_depth_tokens(controls, prompt_tokens),
     )
     elapsed = time.perf_counter() - started
     sliding = model.arch.sliding_window is not None
@@ -110,7 +126,7 @@ def tune(
         gpu_layers = est.gpu_layers if any(t.kind == "gpu" for t in targets) else 0
         command = server_command(est, model_path, gpu_layers, sliding, c.plan.gpus_hidden)
         out.append(TunedSetting(i + 1, c, command, c.trades(found[0])))
-    return TuneResult(model.label, goal, tuple(out), elapsed, prompt_tokens)
+    return TuneResult(model, tuple(targets), goal, tuple(out), elapsed, prompt_tokens)
 
 
 def check_live(
@@ -125,18 +141,31 @@ def check_live(
 ) -> list[LiveCheck]:
     """Run each of ``result``'s settings on this machine (llama-bench style: a ``prompt_tokens``
     prompt, then ``generate_tokens`` tokens, ``repeat`` times) and hold the measured decode and
-    prefill against the prediction (``prompt_tokens`` defaults to the prompt the predictions are
-    for). ``run`` is the live runner (``run_live`` by default). Raises RunError when llama.cpp cannot
-    run a setting."""
+    prefill against the prediction for that prompt and depth (``prompt_tokens`` defaults to the
+    prompt the search was for). ``run`` is the live runner (``run_live`` by default). Raises
+    RunError when llama.cpp cannot run a setting."""
     prompt_tokens = prompt_tokens or result.prompt_tokens
     if run is None:
         from app.adapters.llamacpp_runner import run_live
 
         run = run_live
+    model = result.model
     checks = []
     for tuned in result.settings:
         s = tuned.candidate.settings
         est = tuned.candidate.plan.estimate
+        live = (
+            [t for t in result.targets if t.kind == "cpu"] if tuned.candidate.plan.gpus_hidden else list(result.targets)
+        )
+        predicted = estimate_speed(
+            model.arch,
+            model.tensors,
+            est,
+            live,
+            prompt_tokens=prompt_tokens,
+            depth_tokens=prompt_tokens + generate_tokens // 2,
+            users=s.parallel_sequences,
+        )
         settings = RunSettings(
             gguf_path=gguf_path,
             mode="bench",
@@ -161,9 +190,9 @@ def check_live(
         checks.append(
             LiveCheck(
                 tuned,
-                tuned.candidate.speed.decode_typical,
+                predicted.decode_typical,
                 decode.median if decode else None,
-                tuned.candidate.speed.prefill_typical,
+                predicted.prefill_typical,
                 prefill.median if prefill else None,
             )
         )
@@ -186,11 +215,17 @@ def tune_choice(
     goal: Goal = "decode",
     prompt_tokens: int = 512,
 ) -> TuneResult:
-    """``tune`` for what the window shows: its model, hardware and controls (context per user,
-    users, build, program, mmap) on ``machine``. Raises FitScopeError (model, hardware) or
-    EstimateError (nothing fits)."""
+    """``tune`` for what the window shows: its model, hardware and controls on ``machine``. Raises
+    FitScopeError (model, hardware) or EstimateError (nothing fits)."""
     model = load_model(model_choice, demo_path)
     targets = resolve_targets(hardware, machine)
-    base = controls.settings(repack_profile(machine.host)).model_copy(update={"gpu_layers": None, "n_cpu_moe": 0})
     path = str(model.path) if model_choice.kind in ("gguf", "demo") and model.path else "MODEL.gguf"
-    return tune(model, base, targets, model_path=path, goal=goal, prompt_tokens=prompt_tokens)
+    return tune(
+        model,
+        controls,
+        targets,
+        repack=repack_for(hardware, machine),
+        model_path=path,
+        goal=goal,
+        prompt_tokens=prompt_tokens,
+    )

@@ -24,8 +24,8 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.report.choices import Controls
-from app.core.report.scenario import Request
 from app.services.tuning import TunedSetting, TuneResult, tune_choice
+from app.services.view import Request
 from app.ui.jobs import JobRunner
 
 COLUMNS = ("#", "Decode (tokens/s)", "Prefill (tokens/s)", "What it trades")

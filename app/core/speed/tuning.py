@@ -103,10 +103,12 @@ def fastest_settings(
     top: int = 3,
     margin_bytes: int = DEFAULT_MARGIN_BYTES,
     threads: Sequence[int | None] = (None,),
+    depth_tokens: int | None = None,
 ) -> list[Candidate]:
     """The ``top`` fastest settings that fit ``targets`` for ``base``'s context and users (its
-    ``context_tokens`` and ``parallel_sequences``), best first, ranked by ``goal``. ``threads`` are
-    the ``-t`` values to try (None: llama.cpp's default, the physical cores). Raises EstimateError
+    ``context_tokens`` and ``parallel_sequences``), best first, ranked by ``goal``; decode is
+    predicted ``depth_tokens`` into a conversation (default: after the prompt). ``threads`` are the
+    ``-t`` values to try (None: llama.cpp's default, the physical cores). Raises EstimateError
     when no setting fits (the message says what was tried)."""
     candidates: list[Candidate] = []
     tried = 0
@@ -144,6 +146,7 @@ def fastest_settings(
                     est,
                     live,
                     prompt_tokens=min(prompt_tokens, base.context_tokens),
+                    depth_tokens=depth_tokens,
                     users=base.parallel_sequences,
                 )
                 chosen = plan if est is placed else plan.model_copy(update={"estimate": est})
@@ -184,7 +187,7 @@ def _distinct(ranked: list[Candidate], top: int) -> list[Candidate]:
     """The first ``top`` that differ in placement, KV cache or flash attention, each with its best
     -ub and -t (settings that differ only there are the same choice, better or worse tuned)."""
     out: list[Candidate] = []
-    seen: set[tuple] = set()
+    seen: set[tuple[int, int, bool, str, str, bool]] = set()
     for c in ranked:
         s = c.settings
         key = (c.plan.gpu_layers, c.plan.n_cpu_moe, c.plan.gpus_hidden, s.cache_type_k, s.cache_type_v, s.flash_attn)
