@@ -287,10 +287,6 @@ def _long_lived_imports() -> Iterator[None]:
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
-    if args.fastest:
-        from app.cli.tuning import cmd_tune
-
-        return cmd_tune(args)
     with _long_lived_imports():
         import app.adapters.host  # noqa: F401 - host detection runs on every estimate (in _targets)
         from app.core.memory.targets import repack_of_device, repack_profile

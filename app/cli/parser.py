@@ -163,7 +163,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_estimate_args(est)
     est.add_argument(
         "--fastest",
-        action="store_true",
+        action="store_const",
+        dest="command",
+        const="tune",
+        default="estimate",
         help="search for the fastest llama-server settings that fit (as fitscope tune)",
     )
     tune = sub.add_parser(
