@@ -173,3 +173,20 @@ def test_the_cli_verdict_shows_the_reclaimable_cache(capsys):
     out = _json(capsys, argv)
     assert out["reclaimable_bytes"] > 0
     assert out["resident_bytes"] == out["total_bytes"] - out["reclaimable_bytes"]
+
+
+def test_a_quantized_kv_cache_reads_less_on_a_gpu_but_saves_no_time_on_the_cpu():
+    """The CPU backend's flash attention turns quantized K/V back into floats before using them: on
+    this machine q4_0 and q8_0 caches decoded the demo model 18% and 15% slower than f16. A GPU
+    reads the smaller cache faster."""
+    model = model_from_catalog("llama-3.1-8b", "Q4_K_M")
+    cpu = [target_from_device(find_device("ryzen-9-9950x"))]
+    gpu = [target_from_device(find_device("rtx-4090")), host_ram_target(64 * GIB)]
+
+    def decode(targets, kv: str) -> float:
+        s = Settings(context_tokens=32768, cache_type_k=kv, cache_type_v=kv, consumer="llama-server")
+        est = estimate(model.arch, model.tensors, s, targets)
+        return estimate_speed(model.arch, model.tensors, est, targets, depth_tokens=16384).decode_typical
+
+    assert decode(cpu, "q4_0") == pytest.approx(decode(cpu, "f16"))
+    assert decode(gpu, "q4_0") > 1.05 * decode(gpu, "f16")

@@ -28,10 +28,11 @@ from dataclasses import dataclass
 
 from app.core.hardware.host_memory import DEFAULT_PCIE, pcie_gb_s, pcie_label
 from app.core.memory import backends
+from app.core.memory.kv import cache_type
 from app.core.memory.layers import tensor_totals
 from app.core.memory.records import Estimate, Settings, Target
 from app.core.model.architecture import Architecture
-from app.core.model.tensors import GGMLType, TensorInfo
+from app.core.model.tensors import BLOCK, GGMLType, TensorInfo
 from app.core.speed.model import (
     decode_seconds_per_token,
     expert_coverage,
@@ -140,14 +141,25 @@ def active_params(arch: Architecture, tensors: Sequence[TensorInfo]) -> float:
     return tensor_totals(arch, tensors).active_params
 
 
-def kv_bytes_per_token(est: Estimate) -> float:
-    """KV-cache bytes one token of context adds (both caches, one sequence)."""
+def kv_bytes_per_token(est: Estimate, as_f16: bool = False) -> float:
+    """KV-cache bytes one token of context adds (both caches, one sequence). ``as_f16``: what an f16
+    cache would read, for the CPU backend, whose flash attention converts a quantized K/V tile to
+    float before using it, so that a smaller cache saves reads but not time (on this machine, q4_0
+    and q8_0 caches decoded 18% and 15% slower than f16 with the demo model)."""
     total = 0.0
     for cache in est.kv_caches:
         cells = cache.cells * cache.streams
         if cells:
             total += cache.total_bytes / cells
+    if as_f16:
+        s = est.settings
+        total *= 2 / ((_element_bytes(s.cache_type_k) + _element_bytes(s.cache_type_v)) / 2)
     return total
+
+
+def _element_bytes(cache: str) -> float:
+    elements, size = BLOCK[cache_type(cache)]
+    return size / elements
 
 
 def thread_share(target: Target, settings: Settings) -> tuple[float, int]:
@@ -183,6 +195,7 @@ def estimate_speed(
     where = placement(arch, tensors, est, n_ub)
     weights = where.bytes_per_token
     kv_per_token = kv_bytes_per_token(est)
+    kv_cpu_per_token = kv_bytes_per_token(est, as_f16=True)
     n_attn_layers = _attention_layers(arch)
     assumptions = []
 
@@ -208,7 +221,8 @@ def estimate_speed(
         family = target_family(target)
         c = model.constants(family)
         (d_lo, d_hi), band_pp = model.intervals(family, group)
-        kv_share = kv_per_token * depth * (d.layers / n_attn_layers)
+        per_token = kv_cpu_per_token if d.kind == "cpu" and not where.hybrid else kv_per_token
+        kv_share = per_token * depth * (d.layers / n_attn_layers)
         # One decode step reads the weights once for every user, and each user's own KV cache.
         bytes_read = w + kv_share * users
         bw = target.bandwidth_gb_s * 1e9
@@ -242,14 +256,19 @@ def estimate_speed(
             t_mid += bytes_read / (m * bw)
             assumptions.append(f"{d.name}: decode efficiency {m:.2f} measured on this machine.")
         elif target.efficiency_class == "cpu":
-            # This machine's measured read bandwidth: llama.cpp's CPU backend reaches 0.70-0.90 of it.
+            # This machine's measured read bandwidth: llama.cpp's CPU backend reaches 0.70-0.90 of it;
+            # the CPU family's fixed cost per layer and its arithmetic on the threads come on top.
             eff_lo, eff_hi = DECODE_EFFICIENCY["cpu"]
-            t_low += bytes_read / (eff_hi * bw)
-            t_high += bytes_read / (eff_lo * bw)
-            t_mid += bytes_read / ((eff_lo + eff_hi) / 2 * bw)
+            fixed = decode_seconds_per_token(
+                0.0, max(d.layers, 1), target.bandwidth_gb_s, c, params_here, tflops, moe_here[i], recurrent_here[i]
+            )
+            t_low += bytes_read / (eff_hi * bw) + fixed
+            t_high += bytes_read / (eff_lo * bw) + fixed
+            t_mid += bytes_read / ((eff_lo + eff_hi) / 2 * bw) + fixed
             assumptions.append(
                 f"{d.name}: reads {w / 1e9:.2f} GB of weights per token at a measured "
-                f"{target.bandwidth_gb_s:.0f} GB/s, efficiency {eff_lo:.2f}-{eff_hi:.2f}."
+                f"{target.bandwidth_gb_s:.0f} GB/s, efficiency {eff_lo:.2f}-{eff_hi:.2f}, plus {fixed * 1e3:.1f} ms of "
+                f"fixed and arithmetic cost per token ({family} constants, {n_threads or 'all'} thread(s))."
             )
         else:
             t = decode_seconds_per_token(
