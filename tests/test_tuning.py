@@ -81,3 +81,53 @@ def test_fitscope_tune_prints_three_commands(capsys):
     assert "--n-cpu-moe" not in json.loads(capsys.readouterr().out)["settings"][0]["llama_server_command"]
     assert main(["tune", "--model", "gpt-oss-20b", "--gpu", "rtx-4090", "--pcie", "x9"]) == 2
     assert "Invalid --pcie" in capsys.readouterr().err
+
+
+def test_the_live_check_runs_each_setting_as_searched_and_compares_like_with_like(tmp_path):
+    """check_live asks llama.cpp for exactly the searched settings (KV, flash attention, -ub/-b,
+    placement) and holds each measured decode against a prediction for the check's own prompt."""
+    from app.core.report.choices import Controls
+    from app.core.speed.measure import MeasuredBuffers, RunFigures, RunResult
+    from app.services.tuning import check_live, tune
+
+    model = model_from_catalog("llama-3.1-8b", "Q4_K_M")
+    targets = [target_from_device(find_device("ryzen-9-9950x"))]
+    result = tune(model, Controls(context_per_user_tokens=4096), targets, repack="x86-avx512", prompt_tokens=256)
+    asked = []
+
+    def run(settings):
+        asked.append(settings)
+        figures = RunFigures(
+            prompt_tokens=256,
+            generated_tokens=64,
+            ttft_s=1.0,
+            prefill_s=0.9,
+            decode_s=6.3,
+            prefill_tokens_per_s_llama=284.0,
+            decode_tokens_per_s_llama=10.0,
+        )
+        return RunResult(
+            settings=settings,
+            started_at=0.0,
+            llama_cpp_version="test",
+            gpu_offload_supported=False,
+            model_size_bytes=1,
+            model_sha256="",
+            n_layer=32,
+            load_s=1.0,
+            runs=(figures,),
+            buffers=MeasuredBuffers(),
+        )
+
+    checks = check_live(result, str(tmp_path / "model.gguf"), run=run, generate_tokens=64, repeat=1)
+    assert len(checks) == len(asked) == len(result.settings)
+    for check, settings in zip(checks, asked, strict=True):
+        s = check.setting.candidate.settings
+        assert (settings.cache_type_k, settings.flash_attn, settings.ubatch_tokens) == (
+            s.cache_type_k,
+            s.flash_attn,
+            s.ubatch_tokens,
+        )
+        assert settings.gpu_layers == 0 and settings.prompt_tokens == 256 and settings.max_tokens == 64
+        assert check.measured_decode == 10.0
+        assert check.decode_error == pytest.approx((check.predicted_decode - 10.0) / 10.0)
