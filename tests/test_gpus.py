@@ -199,7 +199,13 @@ def test_a_mac_is_estimated_on_its_wired_limit_not_its_whole_memory(chip, memory
 
 def test_a_70b_the_whole_48_gb_would_hold_does_not_fit_the_wired_limit_until_it_is_raised():
     machine = apple_machine("Apple M4 Max", 48 * GIB, None, available=44 * GIB)
-    view = view_of(machine, "llama-3.1-70b", context_per_user_tokens=4096)
+    # Placed automatically, 68 layers go on the GPU and the rest run from system memory (their
+    # repacked copy resident, the mapped pages it was read from reclaimable); asked for every layer
+    # on the GPU (-ngl all), the wired limit is what stops it.
+    auto = view_of(machine, "llama-3.1-70b", context_per_user_tokens=4096)
+    assert auto.verdict.headline.startswith("Runs partly in system memory")
+    assert auto.estimate.devices[-1].reclaimable_bytes > 0 and auto.estimate.fits
+    view = view_of(machine, "llama-3.1-70b", context_per_user_tokens=4096, gpu_layers="all")
     # More than the GPU may wire, less than the Mac has: counting the whole memory would say "fits".
     assert 36 * GIB < view.estimate.devices[0].total_bytes < 48 * GIB
     assert view.verdict.headline.startswith("Does not fit: GPU 0: Apple M4 Max needs ")
@@ -207,7 +213,10 @@ def test_a_70b_the_whole_48_gb_would_hold_does_not_fit_the_wired_limit_until_it_
     assert "sudo sysctl iogpu.wired_limit_mb=40960" in view.verdict.text
     # With iogpu.wired_limit_mb=45056 (44 GiB, 4 GiB left to macOS) the same model fits on the GPU.
     raised = view_of(
-        apple_machine("Apple M4 Max", 48 * GIB, None, 44 * GIB, 45056), "llama-3.1-70b", context_per_user_tokens=4096
+        apple_machine("Apple M4 Max", 48 * GIB, None, 44 * GIB, 45056),
+        "llama-3.1-70b",
+        context_per_user_tokens=4096,
+        gpu_layers="all",
     )
     assert raised.targets[0].capacity_bytes == 44 * GIB
     assert raised.verdict.headline.startswith("Fits")
