@@ -131,9 +131,9 @@ def main() -> int:
     wait_until(window, lambda v: v.request.model.kind == "demo")
     window.tabs.setCurrentIndex(4)
     panel = window.run_panel
-    panel.preset_combo.setCurrentText("Summarize a passage")
-    panel.max_tokens.setValue(64)
-    panel.repeat.setValue(2)
+    panel.form.preset_combo.setCurrentText("Summarize a passage")
+    panel.form.max_tokens.setValue(64)
+    panel.form.repeat.setValue(2)
     done = QEventLoop()
     panel.run_finished.connect(lambda *_: done.quit())
     panel.run_failed.connect(lambda *_: done.quit())

@@ -111,14 +111,14 @@ def test_the_run_tab_sends_presets_through_the_template_and_follows_the_switch(q
     window.open_gguf(str(chat_model))
     settle(qtbot, window, lambda v: v.request.model.kind == "gguf")
     panel = window.run_panel
-    panel.preset_combo.setCurrentText("Chat")
-    assert panel.chat_check.isChecked() and not panel.prompt_edit.toPlainText().startswith("User:")
-    panel.chat_check.setChecked(False)
-    assert panel.prompt_edit.toPlainText().startswith("User:") and not panel.system_edit.isEnabled()
-    panel.chat_check.setChecked(True)
-    panel.system_edit.setText("Answer briefly.")
-    panel.max_tokens.setValue(4)
-    panel.repeat.setValue(1)
+    panel.form.preset_combo.setCurrentText("Chat")
+    assert panel.form.chat_check.isChecked() and not panel.form.prompt_edit.toPlainText().startswith("User:")
+    panel.form.chat_check.setChecked(False)
+    assert panel.form.prompt_edit.toPlainText().startswith("User:") and not panel.form.system_edit.isEnabled()
+    panel.form.chat_check.setChecked(True)
+    panel.form.system_edit.setText("Answer briefly.")
+    panel.form.max_tokens.setValue(4)
+    panel.form.repeat.setValue(1)
     with qtbot.waitSignal(panel.run_finished, timeout=120000) as blocker:
         panel.run_button.click()
     result = blocker.args[0]

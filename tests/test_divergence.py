@@ -198,14 +198,14 @@ def test_the_ab_tab_shows_the_figures_in_plain_words(qtbot, tiny_variants):
     qtbot.addWidget(panel)
     panel.add_variant(source)
     panel.add_variant(q8)
-    panel.add_suite(
+    panel.suites.add_suite(
         parse_suite(
             "name: quick\ntask: chat\nprompts:\n  - id: a\n    prompt: The old man\n    max_tokens: 2\n"
             "    check: {regex: '.'}\n"
         )
     )
-    for i in range(panel.suite_list.count()):  # only the one short suite keeps the test quick
-        item = panel.suite_list.item(i)
+    for i in range(panel.suites.suite_list.count()):  # only the one short suite keeps the test quick
+        item = panel.suites.suite_list.item(i)
         quick = item.text().startswith("quick")
         item.setCheckState(Qt.CheckState.Checked if quick else Qt.CheckState.Unchecked)
     panel.kl_tokens.setValue(512)

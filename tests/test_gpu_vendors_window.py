@@ -41,8 +41,8 @@ def assert_build_hint(qtbot, window, words: str, switch: str) -> None:
     qtbot.waitUntil(lambda: window.run_panel.gpu_offload_supported is not None, timeout=20000)
     if offloads_to_local_gpu(llama_cpp):
         return
-    assert words in window.run_panel.gpu_note.text()
-    assert switch in window.run_panel.gpu_command.text()
+    assert words in window.run_panel.form.gpu_note.text()
+    assert switch in window.run_panel.form.gpu_command.text()
 
 
 def test_m4_max_48gb_shows_its_wired_limit_and_follows_the_sysctl(qtbot, tmp_path):

@@ -375,3 +375,23 @@ def import_cycles() -> list[list[str]]:
 
 def test_no_import_circles():
     assert import_cycles() == []
+
+
+MAX_MODULE_LINES = 600
+
+
+def oversized_modules(limit: int = MAX_MODULE_LINES) -> list[str]:
+    """Modules under app/ longer than ``limit`` lines, as 'path: N lines' (a module that long does
+    more than one job: split it by job)."""
+    out = []
+    for path in sorted(APP.rglob("*.py")):
+        lines = len(path.read_text(encoding="utf-8").splitlines())
+        if lines > limit:
+            out.append(f"{path.relative_to(REPO)}: {lines} lines")
+    return out
+
+
+def test_no_module_exceeds_600_lines():
+    assert oversized_modules() == []
+    # The rule itself: a long file is named with its length.
+    assert oversized_modules(limit=100) and all(line.endswith(" lines") for line in oversized_modules(limit=100))

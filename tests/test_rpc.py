@@ -188,8 +188,8 @@ def test_the_run_tab_offers_local_rpc_servers_only_when_the_build_has_them(qtbot
 
     monkeypatch.setattr(run_panel, "rpc_backend_problem", lambda: "this llama.cpp build has no RPC backend; rebuild")
     window = open_window(qtbot, make_services(tmp_path))
-    assert not window.run_panel.rpc_local.isEnabled()
-    assert window.run_panel.rpc_local.toolTip().startswith("this llama.cpp build has no RPC backend")
+    assert not window.run_panel.form.rpc_local.isEnabled()
+    assert window.run_panel.form.rpc_local.toolTip().startswith("this llama.cpp build has no RPC backend")
 
 
 @pytest.mark.llamacpp
@@ -204,11 +204,11 @@ def test_the_run_tab_splits_across_two_local_servers_and_compares_each_buffer(qt
     window.open_gguf(str(tiny))
     settle(qtbot, window, lambda v: v.request.model.kind == "gguf")
     panel = window.run_panel
-    assert panel.rpc_local.isEnabled()
-    panel.rpc_local.setValue(2)
-    panel.preset_combo.setCurrentText("Chat")
-    panel.max_tokens.setValue(8)
-    panel.repeat.setValue(1)
+    assert panel.form.rpc_local.isEnabled()
+    panel.form.rpc_local.setValue(2)
+    panel.form.preset_combo.setCurrentText("Chat")
+    panel.form.max_tokens.setValue(8)
+    panel.form.repeat.setValue(1)
     with qtbot.waitSignal(panel.run_finished, timeout=120000) as blocker:
         panel.run_button.click()
     result, _report = blocker.args

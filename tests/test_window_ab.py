@@ -45,7 +45,7 @@ def test_make_a_variant_compare_and_export_the_routing_config(qtbot, tmp_path):
 
 
 def test_a_bad_suite_in_the_editor_points_at_the_line(qtbot):
-    from app.ui.ab_panel import SuiteEditor
+    from app.ui.ab_dialogs import SuiteEditor
 
     editor = SuiteEditor("name: x\ntask: chat\nprompts:\n  - id: a\n    prompt: hi\n    check: {regx: y}\n")
     qtbot.addWidget(editor)

@@ -22,8 +22,8 @@ def _panel(qtbot, folder: Path):
 def _items(panel) -> dict[str, tuple[str, bool]]:
     """Suite name -> (the list's text, ticked)."""
     out = {}
-    for i in range(panel.suite_list.count()):
-        item = panel.suite_list.item(i)
+    for i in range(panel.suites.suite_list.count()):
+        item = panel.suites.suite_list.item(i)
         suite = item.data(Qt.ItemDataRole.UserRole)
         out[suite.name] = (item.text(), item.checkState() == Qt.CheckState.Checked)
     return out
@@ -31,7 +31,7 @@ def _items(panel) -> dict[str, tuple[str, bool]]:
 
 def _add_through_the_dialog(qtbot, panel, prompt: str, expected: str, check: str) -> list[str]:
     """Click Add example…, fill the dialog and press OK; the dialog's messages, if it refused."""
-    from app.ui.ab_panel import ExampleDialog
+    from app.ui.ab_dialogs import ExampleDialog
 
     messages: list[str] = []
 
@@ -46,7 +46,7 @@ def _add_through_the_dialog(qtbot, panel, prompt: str, expected: str, check: str
             dialog.reject()
 
     QTimer.singleShot(0, fill)
-    panel.add_example_button.click()
+    panel.suites.add_example_button.click()
     return messages
 
 
@@ -64,12 +64,12 @@ def test_an_example_added_in_the_tab_is_saved_listed_ticked_and_survives_a_resta
     ]
     assert _items(panel)["my-examples"] == ("my-examples (1 prompts, yours)", True)
     assert "Added 'article-the-corner-shop-closed' to my-examples (1 prompts), saved in" in panel.status.text()
-    assert suite.name in [s.name for s in panel.chosen_suites()]
+    assert suite.name in [s.name for s in panel.suites.chosen_suites()]
 
     # The user unticks chat; a second example keeps that choice and the list shows the new count.
-    for i in range(panel.suite_list.count()):
-        if panel.suite_list.item(i).data(Qt.ItemDataRole.UserRole).name == "chat":
-            panel.suite_list.item(i).setCheckState(Qt.CheckState.Unchecked)
+    for i in range(panel.suites.suite_list.count()):
+        if panel.suites.suite_list.item(i).data(Qt.ItemDataRole.UserRole).name == "chat":
+            panel.suites.suite_list.item(i).setCheckState(Qt.CheckState.Unchecked)
     assert _add_through_the_dialog(qtbot, panel, "What is the capital of Peru?", "Lima", "contains") == []
     items = _items(panel)
     assert items["my-examples"] == ("my-examples (2 prompts, yours)", True)
@@ -78,7 +78,7 @@ def test_an_example_added_in_the_tab_is_saved_listed_ticked_and_survives_a_resta
     # A new tab (the app restarted) lists the saved suite, ticked, with both examples.
     again = _panel(qtbot, folder)
     assert _items(again)["my-examples"] == ("my-examples (2 prompts, yours)", True)
-    chosen = {s.name: s for s in again.chosen_suites()}
+    chosen = {s.name: s for s in again.suites.chosen_suites()}
     assert [p.check.kind for p in chosen["my-examples"].prompts] == ["similar", "contains"]
     assert chosen["my-examples"].prompts[1].check.value == "Lima"
 

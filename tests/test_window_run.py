@@ -33,9 +33,9 @@ def test_a_run_streams_text_shows_figures_against_the_estimate_and_is_saved(qtbo
     settle(qtbot, window, lambda v: v.request.model.kind == "gguf")
     panel = window.run_panel
     assert panel.run_button.isEnabled()
-    panel.preset_combo.setCurrentText("Chat")
-    panel.max_tokens.setValue(32)
-    panel.repeat.setValue(2)
+    panel.form.preset_combo.setCurrentText("Chat")
+    panel.form.max_tokens.setValue(32)
+    panel.form.repeat.setValue(2)
     result, report = wait_run(qtbot, window)
     assert len(result.runs) == 2 and all(r.generated_tokens > 0 for r in result.runs)
     assert panel.output.toPlainText() == result.output_text != ""
@@ -59,8 +59,8 @@ def test_history_compares_two_runs_and_exports_csv(qtbot, tmp_path, tiny):
     window = open_window(qtbot, make_services(tmp_path))
     window.open_gguf(str(tiny))
     settle(qtbot, window, lambda v: v.request.model.kind == "gguf")
-    window.run_panel.max_tokens.setValue(16)
-    window.run_panel.repeat.setValue(1)
+    window.run_panel.form.max_tokens.setValue(16)
+    window.run_panel.form.repeat.setValue(1)
     wait_run(qtbot, window)
     wait_run(qtbot, window)
     panel = window.history_panel
@@ -80,7 +80,7 @@ def test_catalog_models_cannot_be_run_and_say_why(qtbot, tmp_path):
     window.choose_model(ModelChoice(kind="catalog", ref="llama-3.1-8b"))
     settle(qtbot, window, lambda v: v.request.model.kind == "catalog")
     assert not window.run_panel.run_button.isEnabled()
-    assert "live runs need a GGUF file" in window.run_panel.model_label.text()
+    assert "live runs need a GGUF file" in window.run_panel.form.model_label.text()
 
 
 def test_cpu_only_build_disables_gpu_layers_and_says_how_to_get_cuda(qtbot, tmp_path):
@@ -92,16 +92,16 @@ def test_cpu_only_build_disables_gpu_layers_and_says_how_to_get_cuda(qtbot, tmp_
 
     if offloads_to_local_gpu(llama_cpp):
         pytest.skip("this llama-cpp-python can offload to a GPU")
-    assert not window.run_panel.ngl.isEnabled()
-    assert "install the CUDA build" in window.run_panel.gpu_note.text()
-    assert "DGGML_CUDA=on" in window.run_panel.gpu_command.text()
+    assert not window.run_panel.form.ngl.isEnabled()
+    assert "install the CUDA build" in window.run_panel.form.gpu_note.text()
+    assert "DGGML_CUDA=on" in window.run_panel.form.gpu_command.text()
 
 
 def test_stop_and_closing_mid_run_leave_no_process(qtbot, tmp_path):
     window = open_window(qtbot, make_services(tmp_path))  # the demo model
     panel = window.run_panel
-    panel.max_tokens.setValue(2000)
-    panel.repeat.setValue(1)
+    panel.form.max_tokens.setValue(2000)
+    panel.form.repeat.setValue(1)
     panel.run_button.click()
     qtbot.waitUntil(lambda: panel.child_pid is not None and panel.tokens_so_far > 0, timeout=30000)
     started = time.perf_counter()
@@ -122,12 +122,12 @@ def test_benchmark_mode_reports_pp_and_tg(qtbot, tmp_path, tiny):
     window.open_gguf(str(tiny))
     settle(qtbot, window, lambda v: v.request.model.kind == "gguf")
     panel = window.run_panel
-    panel.mode_combo.setCurrentIndex(panel.mode_combo.findData("bench"))
-    assert not panel.prompt_edit.isEnabled() and panel.depth_spin.isEnabled()
-    panel.long_tokens.setValue(256)
-    panel.max_tokens.setValue(32)
-    panel.depth_spin.setValue(64)
-    panel.repeat.setValue(1)
+    panel.form.mode_combo.setCurrentIndex(panel.form.mode_combo.findData("bench"))
+    assert not panel.form.prompt_edit.isEnabled() and panel.form.depth_spin.isEnabled()
+    panel.form.long_tokens.setValue(256)
+    panel.form.max_tokens.setValue(32)
+    panel.form.depth_spin.setValue(64)
+    panel.form.repeat.setValue(1)
     result, report = wait_run(qtbot, window)
     assert result.settings.mode == "bench" and result.settings.depth_tokens == 64
     run = result.runs[0]
@@ -146,8 +146,8 @@ def test_gpu_memory_of_the_run_is_charted_from_nvml(qtbot, tmp_path):
     window.choose_model(ModelChoice())
     settle(qtbot, window, lambda v: v.request.model.kind == "demo")
     panel = window.run_panel
-    panel.max_tokens.setValue(2000)
-    panel.repeat.setValue(1)
+    panel.form.max_tokens.setValue(2000)
+    panel.form.repeat.setValue(1)
     panel.run_button.click()
     qtbot.waitUntil(lambda: panel.child_pid is not None, timeout=30000)
     nvml.gpus[0].compute.append((panel.child_pid, 1536 * 1024**2))
@@ -169,8 +169,8 @@ def test_the_window_and_fitscope_run_report_the_same_figures_for_the_same_run(qt
     window = open_window(qtbot, make_services(tmp_path))
     window.open_gguf(str(tiny))
     settle(qtbot, window, lambda v: v.request.model.kind == "gguf")
-    window.run_panel.max_tokens.setValue(16)
-    window.run_panel.repeat.setValue(1)
+    window.run_panel.form.max_tokens.setValue(16)
+    window.run_panel.form.repeat.setValue(1)
     result, shown = wait_run(qtbot, window)
     assert shown.estimate is not None and shown.comparison  # held against an estimate, buffer by buffer
 

@@ -1,7 +1,7 @@
 """The Quantization A/B tab: 2–4 variants of one model (files the user has, or made here from a
-higher-precision file), task suites with checks, each variant's KL divergence and perplexity
-against the reference on a text, and the answer — quality against speed and memory, and which
-variant to route each task to.
+higher-precision file), task suites with checks (the list and its dialogs: ``ab_suites.py``,
+``ab_dialogs.py``), each variant's KL divergence and perplexity against the reference on a text,
+and the answer — quality against speed and memory, and which variant to route each task to.
 
 Long jobs (making a variant, running the suites) run on the tab's ``JobRunner`` (``app.ui.jobs``),
 like the Run tab's: progress in 100 ms batches, and every failure as a message that leaves the tab
@@ -22,8 +22,6 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
-    QDialog,
-    QDialogButtonBox,
     QFileDialog,
     QGridLayout,
     QGroupBox,
@@ -31,7 +29,6 @@ from PySide6.QtWidgets import (
     QLabel,
     QListWidget,
     QListWidgetItem,
-    QPlainTextEdit,
     QProgressBar,
     QPushButton,
     QSpinBox,
@@ -43,7 +40,6 @@ from app.adapters.ab_compare import MAX_VARIANTS, compare_variants
 from app.adapters.divergence_runner import DivergenceSettings, builtin_text, read_text
 from app.adapters.llamacpp_runner import LiveRun
 from app.adapters.quantizer import Quantization, default_variant_path, quantize
-from app.adapters.user_suites import UserSuite, add_example, load_user_suites, save_suite, user_suites_dir
 from app.core.common.errors import FitScopeError
 from app.core.common.text import safe_label
 from app.core.common.units import GIB
@@ -51,102 +47,10 @@ from app.core.memory.records import Target
 from app.core.model.quant import PRESETS
 from app.core.quality.divergence import DivergenceFigures, meaning
 from app.core.quality.quant_compare import Comparison, routing_config, to_toml
-from app.core.quality.suite import Suite, SuiteError
-from app.core.quality.suite_reading import builtin_suites, load_suite, parse_suite
-from app.core.quality.suite_writing import EXAMPLE_CHECKS, example_check_meaning, example_prompt, suite_to_yaml
-from app.ui.charts import COLORS, Chart
+from app.ui.ab_suites import SuiteBox
+from app.ui.chart_base import COLORS, Chart
 from app.ui.jobs import JobRunner, Report
 from app.ui.panels import fill_table, readonly_table
-
-
-class SuiteEditor(QDialog):
-    """Edit a suite as YAML; errors point at the line."""
-
-    def __init__(self, text: str, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setWindowTitle("Edit task suite")
-        self.resize(760, 620)
-        self.editor = QPlainTextEdit(text)
-        self.editor.setAccessibleName("Suite text (YAML or JSON)")
-        self.message = QLabel("")
-        self.message.setWordWrap(True)
-        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
-        check = buttons.addButton("&Check", QDialogButtonBox.ButtonRole.ActionRole)
-        check.clicked.connect(self.validate)
-        buttons.accepted.connect(self._accept)
-        buttons.rejected.connect(self.reject)
-        layout = QVBoxLayout(self)
-        layout.addWidget(self.editor)
-        layout.addWidget(self.message)
-        layout.addWidget(buttons)
-        self.suite: Suite | None = None
-
-    def validate(self) -> Suite | None:
-        try:
-            suite = parse_suite(self.editor.toPlainText(), "<editor>")
-        except SuiteError as exc:
-            self.message.setText(str(exc))
-            if exc.line:
-                block = self.editor.document().findBlockByLineNumber(exc.line - 1)
-                cursor = self.editor.textCursor()
-                cursor.setPosition(block.position())
-                self.editor.setTextCursor(cursor)
-            return None
-        self.message.setText(f"OK: {len(suite.prompts)} prompts.")
-        return suite
-
-    def _accept(self) -> None:
-        self.suite = self.validate()
-        if self.suite is not None:
-            self.accept()
-
-
-class ExampleDialog(QDialog):
-    """Paste a prompt and the answer you expect; choose how the model's answer is compared with it."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setWindowTitle("Add an example to your suite")
-        self.resize(640, 520)
-        self.prompt = QPlainTextEdit()
-        self.prompt.setAccessibleName("Prompt")
-        self.prompt.setPlaceholderText("The prompt, as your application sends it to the model")
-        self.expected = QPlainTextEdit()
-        self.expected.setAccessibleName("Expected answer")
-        self.expected.setPlaceholderText("The answer you expect")
-        self.check = QComboBox()
-        self.check.setAccessibleName("How to compare the answer")
-        labels = {"contains": "contains", "exact": "exact", "similar": "similar to"}
-        for kind in EXAMPLE_CHECKS:
-            self.check.addItem(f"{labels[kind]}: {example_check_meaning(kind)}", kind)
-        self.message = QLabel("")
-        self.message.setWordWrap(True)
-        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
-        buttons.accepted.connect(self._accept)
-        buttons.rejected.connect(self.reject)
-        layout = QVBoxLayout(self)
-        layout.addWidget(QLabel("Prompt:"))
-        layout.addWidget(self.prompt, 3)
-        layout.addWidget(QLabel("Expected answer:"))
-        layout.addWidget(self.expected, 2)
-        row = QHBoxLayout()
-        row.addWidget(QLabel("Pass when"))
-        row.addWidget(self.check, 1)
-        layout.addLayout(row)
-        layout.addWidget(self.message)
-        layout.addWidget(buttons)
-
-    def example(self) -> tuple[str, str, str]:
-        """The prompt, the expected answer and the check kind."""
-        return self.prompt.toPlainText(), self.expected.toPlainText(), str(self.check.currentData())
-
-    def _accept(self) -> None:
-        try:
-            example_prompt(*self.example())
-        except SuiteError as exc:
-            self.message.setText(str(exc))
-            return
-        self.accept()
 
 
 class AbPanel(QWidget):
@@ -162,8 +66,7 @@ class AbPanel(QWidget):
         """``hardware()`` gives the targets the advice must fit, their label and the CPU repack profile;
         ``suites_folder`` holds the user's own suites (default: FitScope's data folder)."""
         super().__init__(parent)
-        self._suites_folder = user_suites_dir() if suites_folder is None else suites_folder
-        self.user_suites, suite_problems = load_user_suites(self._suites_folder)
+        self.suites = SuiteBox(suites_folder)
         self._hardware = hardware
         self._job = JobRunner("ab", self)
         self._job.progressed.connect(self._on_progress)
@@ -173,12 +76,13 @@ class AbPanel(QWidget):
         self._live: LiveRun | None = None
         self._quantization: Quantization | None = None
         self.comparison: Comparison | None = None
-        self.custom_suites: list[Suite] = []
         self._source_path = ""
         self._text, self._text_name = builtin_text()
         self._build()
-        if suite_problems:
-            self.status.setText("Some of your suites cannot be used: " + " ".join(suite_problems))
+        self.suites.error_shown.connect(self.error_shown)
+        self.suites.status_changed.connect(self.status.setText)
+        if self.suites.problems:
+            self.status.setText("Some of your suites cannot be used: " + " ".join(self.suites.problems))
 
     # -- layout ---------------------------------------------------------------------------------
 
@@ -211,24 +115,6 @@ class AbPanel(QWidget):
         self.make_progress = QProgressBar()
         self.make_progress.setVisible(False)
         vl.addWidget(self.make_progress)
-
-        suites_box = QGroupBox("Task suites")
-        sl = QVBoxLayout(suites_box)
-        self.suite_list = QListWidget()
-        self.suite_list.setAccessibleName("Task suites to run")
-        sl.addWidget(self.suite_list)
-        srow = QHBoxLayout()
-        self.load_suite_button = QPushButton("&Load suite…")
-        self.edit_suite_button = QPushButton("&Edit…")
-        self.add_example_button = QPushButton("Add e&xample…")
-        self.add_example_button.setToolTip(
-            f"Paste a prompt and the answer you expect; it is saved to your suite in {self._suites_folder}"
-        )
-        srow.addWidget(self.load_suite_button)
-        srow.addWidget(self.edit_suite_button)
-        srow.addWidget(self.add_example_button)
-        sl.addLayout(srow)
-        self._fill_suites()
 
         text_box = QGroupBox("Distribution check: KL divergence and perplexity on a text")
         tl = QVBoxLayout(text_box)
@@ -292,7 +178,7 @@ class AbPanel(QWidget):
 
         left = QVBoxLayout()
         left.addWidget(variants_box)
-        left.addWidget(suites_box)
+        left.addWidget(self.suites)
         left.addWidget(text_box)
         left.addLayout(run_row)
         left.addWidget(self.progress)
@@ -313,41 +199,10 @@ class AbPanel(QWidget):
         self.make_button.clicked.connect(lambda: self.make_variant(self.make_preset.currentData()))
         self.choose_text_button.clicked.connect(self._choose_text_dialog)
         self.builtin_text_button.clicked.connect(lambda: self.set_text(*builtin_text()))
-        self.load_suite_button.clicked.connect(self._load_suite_dialog)
-        self.edit_suite_button.clicked.connect(self._edit_suite)
-        self.add_example_button.clicked.connect(self._add_example_dialog)
         self.compare_button.clicked.connect(self.start)
         self.stop_button.clicked.connect(self.stop)
         self.export_json.clicked.connect(lambda: self._export_dialog("json"))
         self.export_toml.clicked.connect(lambda: self._export_dialog("toml"))
-
-    def _fill_suites(self) -> None:
-        # A refill (a new example, an edited suite) keeps what the user ticked.
-        ticked = {
-            self.suite_list.item(i).data(Qt.ItemDataRole.UserRole).name: self.suite_list.item(i).checkState()
-            == Qt.CheckState.Checked
-            for i in range(self.suite_list.count())
-        }
-        self.suite_list.clear()
-        edited = {s.name for s in self.custom_suites}
-        for name, suite in builtin_suites().items():
-            self._add_suite_item(suite, checked=ticked.get(name, name in ("chat", "extraction")))
-        for mine in self.user_suites:
-            if mine.suite.name not in edited:
-                self._add_suite_item(mine.suite, checked=ticked.get(mine.suite.name, True), path=mine.path)
-        for suite in self.custom_suites:
-            self._add_suite_item(suite, checked=ticked.get(suite.name, True))
-
-    def _add_suite_item(self, suite: Suite, checked: bool, path: Path | None = None) -> None:
-        floor = f", floor {suite.quality_floor:.0%}" if suite.quality_floor is not None else ""
-        yours = ", yours" if path is not None else ""
-        item = QListWidgetItem(f"{safe_label(suite.name)} ({len(suite.prompts)} prompts{floor}{yours})")
-        item.setData(Qt.ItemDataRole.UserRole, suite)
-        item.setData(Qt.ItemDataRole.UserRole + 1, str(path) if path is not None else None)
-        item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
-        item.setCheckState(Qt.CheckState.Checked if checked else Qt.CheckState.Unchecked)
-        item.setToolTip(suite.description + (f"\nSaved in {path}" if path is not None else ""))
-        self.suite_list.addItem(item)
 
     # -- inputs ---------------------------------------------------------------------------------
 
@@ -392,18 +247,6 @@ class AbPanel(QWidget):
         except FitScopeError as exc:
             self.error_shown.emit(str(exc))
 
-    def chosen_suites(self) -> list[Suite]:
-        out = []
-        for i in range(self.suite_list.count()):
-            item = self.suite_list.item(i)
-            if item.checkState() == Qt.CheckState.Checked:
-                out.append(item.data(Qt.ItemDataRole.UserRole))
-        return out
-
-    def add_suite(self, suite: Suite) -> None:
-        self.custom_suites = [s for s in self.custom_suites if s.name != suite.name] + [suite]
-        self._fill_suites()
-
     def _add_dialog(self) -> None:
         paths, _ = QFileDialog.getOpenFileNames(self, "Add variants", "", "GGUF models (*.gguf)")
         for p in paths:
@@ -412,71 +255,6 @@ class AbPanel(QWidget):
     def _remove_selected(self) -> None:
         for item in self.variant_list.selectedItems():
             self.variant_list.takeItem(self.variant_list.row(item))
-
-    def _load_suite_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Load a task suite", "", "Suites (*.yaml *.yml *.json)")
-        if not path:
-            return
-        try:
-            self.add_suite(load_suite(path))
-        except SuiteError as exc:
-            self.error_shown.emit(str(exc))
-
-    def _edit_suite(self) -> None:
-        item = self.suite_list.currentItem()
-        base = item.data(Qt.ItemDataRole.UserRole) if item is not None else next(iter(builtin_suites().values()))
-        saved_in = item.data(Qt.ItemDataRole.UserRole + 1) if item is not None else None
-        dialog = SuiteEditor(suite_to_yaml(base), self)
-        if not dialog.exec() or dialog.suite is None:
-            return
-        if saved_in and dialog.suite.name == base.name:
-            # One of the user's files: the edit is saved there, as an added example is.
-            try:
-                save_suite(dialog.suite, Path(saved_in))
-            except FitScopeError as exc:
-                self.error_shown.emit(str(exc))
-                return
-            self._reload_user_suites()
-            return
-        self.add_suite(dialog.suite)
-
-    def user_suite_names(self) -> list[str]:
-        return [u.suite.name for u in self.user_suites]
-
-    def _reload_user_suites(self) -> None:
-        self.user_suites, problems = load_user_suites(self._suites_folder)
-        self._fill_suites()
-        if problems:
-            self.status.setText("Some of your suites cannot be used: " + " ".join(problems))
-
-    def add_example(self, prompt: str, expected: str, check: str) -> UserSuite | None:
-        """Append an example to the user's examples suite, save it, and list it (ticked) at once.
-        A problem is shown, not raised; returns the saved suite, or None."""
-        try:
-            saved = add_example(prompt, expected, check, folder=self._suites_folder)
-        except FitScopeError as exc:
-            self.error_shown.emit(str(exc))
-            return None
-        self.custom_suites = [s for s in self.custom_suites if s.name != saved.suite.name]
-        self._reload_user_suites()
-        for i in range(self.suite_list.count()):
-            item = self.suite_list.item(i)
-            if item.data(Qt.ItemDataRole.UserRole).name == saved.suite.name:
-                item.setCheckState(Qt.CheckState.Checked)
-                self.suite_list.setCurrentItem(item)
-        added = saved.suite.prompts[-1]
-        self.status.setText(
-            f"Added '{added.id}' to {saved.suite.name} ({len(saved.suite.prompts)} prompts), saved in {saved.path}."
-        )
-        return saved
-
-    def _add_example_dialog(self) -> None:
-        dialog = ExampleDialog(self)
-        accepted = dialog.exec()
-        example = dialog.example()
-        dialog.deleteLater()
-        if accepted:
-            self.add_example(*example)
 
     # -- jobs -----------------------------------------------------------------------------------
 
@@ -525,7 +303,7 @@ class AbPanel(QWidget):
         if self.busy:
             return
         paths = self.variants()
-        suites = self.chosen_suites()
+        suites = self.suites.chosen_suites()
         if not 2 <= len(paths) <= MAX_VARIANTS:
             self.error_shown.emit(f"Choose 2 to {MAX_VARIANTS} variants of one model to compare.")
             return

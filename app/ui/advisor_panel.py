@@ -31,7 +31,7 @@ from app.core.advisor.records import CATEGORY_WORDS, QUALITY_FLOORS, Candidate, 
 from app.core.report.choices import Controls, HardwareChoice, ModelChoice
 from app.core.report.verdict import WORDS_PER_TOKEN
 from app.services.advisor import advise, words_to_tokens, workload_sentence
-from app.ui.charts import COLORS, Chart
+from app.ui.chart_base import COLORS, Chart
 from app.ui.jobs import JobRunner
 from app.ui.panels import fill_table, readonly_table
 

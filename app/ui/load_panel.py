@@ -28,7 +28,7 @@ from app.adapters.cpu_topology import llama_math_threads
 from app.core.common.errors import FitScopeError
 from app.core.speed.loadsim import Lengths, LoadResult
 from app.services.load import LoadSimulation, simulate_load
-from app.ui.charts import COLORS, Chart
+from app.ui.chart_base import COLORS, Chart
 from app.ui.jobs import JobRunner
 from app.ui.panels import fill_table, readonly_table
 

@@ -36,7 +36,7 @@ from app.services.runs import finish_run, save_run
 from app.services.view import View
 from app.ui.ab_panel import AbPanel
 from app.ui.advisor_panel import AdvisorPanel, OpenConfiguration
-from app.ui.charts import Chart
+from app.ui.chart_base import Chart
 from app.ui.history_panel import HistoryPanel
 from app.ui.load_panel import LoadPanel
 from app.ui.run_panel import RunContext, RunPanel, demo_or_path

@@ -5,10 +5,10 @@ Every change goes the same way: the controls report the new choice, the window w
 everywhere at once (``view_changed`` fires after it is). Nothing slow runs on the GUI thread.
 
 The window owns its parts and the state they share (the preferences, this machine, the view on
-screen); each part lives in its own module: the left-hand controls (``controls.py`` and
-``hardware_box.py``), the verdict and the estimate's tabs (``results.py``), the Run / A/B / Load /
-Scale out / Which machine? / History tabs (``tool_tabs.py``), the menus (``menus.py``) and the
-exports (``exports.py``).
+screen); each part lives in its own module: how model files are opened and dropped
+(``model_files.py``), the left-hand controls (``controls.py`` and ``hardware_box.py``), the verdict
+and the estimate's tabs (``results.py``), the Run / A/B / Load / Scale out / Which machine? /
+History tabs (``tool_tabs.py``), the menus (``menus.py``) and the exports (``exports.py``).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QEvent, QSettings, Qt, QTimer, Signal
-from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent, QGuiApplication
-from PySide6.QtWidgets import QFileDialog, QMainWindow, QMessageBox, QSplitter
+from PySide6.QtGui import QCloseEvent, QGuiApplication
+from PySide6.QtWidgets import QMainWindow, QMessageBox, QSplitter
 
 from app.adapters.cpu_topology import llama_math_threads
 from app.adapters.demo_model import demo_model_ready
@@ -33,7 +33,6 @@ from app.adapters.logs import log_path
 from app.core.common.errors import FitScopeError
 from app.core.hardware.snapshots import GpuStatus, HostSnapshot, machine_key
 from app.core.model.catalog import load_devices, load_models
-from app.core.model.projector import ProjectorSpec, read_projector
 from app.core.report.choices import Controls, HardwareChoice, Machine, ModelChoice, catalog_projector
 from app.core.report.prefs import Preferences, save_preferences
 from app.services.remote import load_remote_model
@@ -44,7 +43,7 @@ from app.ui.hardware_box import select_combo
 from app.ui.help import Walkthrough, diagnostics
 from app.ui.jobs import JobRunner, process_pool
 from app.ui.menus import MenuActions, build_menus
-from app.ui.remote_dialog import RemoteModelDialog, open_remote_dialog
+from app.ui.model_files import ModelFiles
 from app.ui.results import ResultsArea
 from app.ui.tool_tabs import ToolTabs, gpu_offload_supported
 from app.ui.tuning_dialog import open_fastest_dialog
@@ -72,7 +71,7 @@ class Services:
     remote_model: Callable[[ModelChoice], Any] | None = load_remote_model  # models on the Hub / in Ollama
 
 
-class MainWindow(QMainWindow):
+class MainWindow(ModelFiles, QMainWindow):
     view_changed = Signal(object)  # View, after it is on screen
     error_shown = Signal(str)
     machine_changed = Signal(object)  # Machine
@@ -84,8 +83,7 @@ class MainWindow(QMainWindow):
         self._services = services
         self._prefs = prefs
         projector = prefs.controls.projector
-        # A projector read from a file (not a catalog model's own) stays chosen across models.
-        self._projector_file: ProjectorSpec | None = (
+        self._projector_file = (
             projector if projector is not None and not projector.source.startswith("https://") else None
         )
         self._estimates = JobRunner("estimate", self, make_pool=services.make_estimate_pool)
@@ -225,47 +223,6 @@ class MainWindow(QMainWindow):
 
     _select_combo = staticmethod(select_combo)
 
-    def _vision_available(self) -> bool:
-        """Whether a projector can be added: one is loaded, was read from a file, or the model has its own."""
-        return (
-            self._prefs.controls.projector is not None
-            or self._projector_file is not None
-            or catalog_projector(self._prefs.model) is not None
-        )
-
-    def _update_model_widgets(self) -> None:
-        self.controls.update_model_widgets(
-            self._prefs.model.kind, self._prefs.controls.projector, self._vision_available()
-        )
-
-    def _sync_vision_widgets(self) -> None:
-        self.controls.show_vision(self._prefs.controls.projector, self._vision_available())
-
-    def _vision_toggled(self, on: bool) -> None:
-        spec = (self._projector_file or catalog_projector(self._prefs.model)) if on else None
-        if on and spec is None:
-            self.choose_projector_file()
-            return
-        self._controls_edited(self._prefs.controls.model_copy(update={"projector": spec}))
-
-    def choose_projector_file(self, path: str | Path | None = None) -> None:
-        """Load a projector GGUF beside the model (a file dialog without ``path``)."""
-        if path is None:
-            chosen, _ = QFileDialog.getOpenFileName(self, "Choose a vision projector", "", "GGUF files (*.gguf)")
-            if not chosen:
-                self._sync_vision_widgets()
-                return
-            path = chosen
-        try:
-            spec = read_projector(path)
-        except FitScopeError as exc:
-            QMessageBox.warning(self, "Vision projector", str(exc))
-            self._sync_vision_widgets()
-            return
-        self._projector_file = spec
-        self._controls_edited(self._prefs.controls.model_copy(update={"projector": spec}))
-        self._sync_vision_widgets()
-
     def _set_prefs(self, **update: Any) -> None:
         self._prefs = self._prefs.model_copy(update=update)
         if "controls" in update:
@@ -320,48 +277,6 @@ class MainWindow(QMainWindow):
 
     def set_controls(self, controls: Controls) -> None:
         self.set_scenario(controls=controls)
-
-    def open_gguf(self, path: str) -> None:
-        self.choose_model(ModelChoice(kind="gguf", ref=str(path)))
-        self._remember_file(path)
-
-    def import_config(self, path: str) -> None:
-        self.choose_model(ModelChoice(kind="hf_config", ref=str(path), quant=self.controls.quant_combo.currentData()))
-        self._remember_file(path)
-
-    def _remember_file(self, path: str) -> None:
-        recent = tuple(dict.fromkeys((str(path), *self._prefs.recent_files)))[:10]
-        self._prefs = self._prefs.model_copy(update={"recent_files": recent})
-
-    def open_gguf_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Open a GGUF model", "", "GGUF models (*.gguf);;All files (*)")
-        if path:
-            self.open_gguf(path)
-
-    def open_remote_dialog(self, source: str) -> RemoteModelDialog:
-        """File > Open from Hugging Face / Ollama: a model opened there becomes this window's."""
-
-        def opened(choice: ModelChoice, spec: ProjectorSpec | None) -> None:
-            self.set_scenario(model=choice, controls=self._prefs.controls.model_copy(update={"projector": spec}))
-
-        return open_remote_dialog(self, source, opened)  # type: ignore[arg-type]
-
-    def import_config_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(
-            self, "Import a Hugging Face config.json", "", "config.json (*.json);;All files (*)"
-        )
-        if path:
-            self.import_config(path)
-
-    def open_path(self, path: str) -> None:
-        """A dropped or named file: a .gguf model or a config.json."""
-        lower = path.lower()
-        if lower.endswith(".gguf"):
-            self.open_gguf(path)
-        elif lower.endswith(".json"):
-            self.import_config(path)
-        else:
-            self.show_error(f"{Path(path).name} is neither a .gguf model nor a config.json; FitScope opens those.")
 
     # -- presentation mode and look -----------------------------------------------------------
 
@@ -553,19 +468,6 @@ class MainWindow(QMainWindow):
             return ""
         self.statusBar().showMessage("llama-server and llama-cpp-python settings copied to the clipboard", 6000)
         return text
-
-    # -- drag and drop ------------------------------------------------------------------------
-
-    def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802 - Qt's name
-        if event.mimeData().hasUrls() and any(u.isLocalFile() for u in event.mimeData().urls()):
-            event.acceptProposedAction()
-
-    def dropEvent(self, event: QDropEvent) -> None:  # noqa: N802 - Qt's name
-        paths = [u.toLocalFile() for u in event.mimeData().urls() if u.isLocalFile()]
-        if not paths:
-            return
-        event.acceptProposedAction()
-        self.open_path(paths[0])
 
     # -- persistence --------------------------------------------------------------------------
 
