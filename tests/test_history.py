@@ -249,27 +249,45 @@ def test_export_csv(store: RunHistory, tmp_path: Path) -> None:
     assert not (tmp_path / "two.csv.partial").exists()
 
 
-def test_efficiencies_newest_wins_per_target(store: RunHistory) -> None:
+def test_calibration_is_the_median_of_the_good_runs_per_target(store: RunHistory) -> None:
     r1 = store.add(_gemma_run(started_at=T0))
     r2 = store.add(_gemma_run(started_at=T0 + 60))
+    r3 = store.add(_gemma_run(started_at=T0 + 120))
     store.set_efficiency("host-a", "CPU", 0.55, r1, 2)
     store.set_efficiency("host-a", "NVIDIA GeForce RTX 4090", 0.71, r1, 2)
     store.set_efficiency("host-a", "CPU", 0.62, r2, 2)
     store.set_efficiency("host-b", "CPU", 0.40, r2, 2)
 
-    assert store.efficiencies("host-a", 2) == {"CPU": 0.62, "NVIDIA GeForce RTX 4090": 0.71}
+    assert store.efficiencies("host-a", 2) == {"CPU": pytest.approx(0.585), "NVIDIA GeForce RTX 4090": 0.71}
     assert store.efficiencies("host-b", 2) == {"CPU": 0.40}
     assert store.efficiencies("nowhere", 2) == {}
+    # One bad run (1% of the roofline) beside two good ones moves the median to the middle good one.
+    store.set_efficiency("host-a", "CPU", 0.01, r3, 2)
+    assert store.efficiencies("host-a", 2)["CPU"] == 0.55
+    cpu = store.calibration("host-a", 2)["CPU"]
+    assert (cpu.efficiency, cpu.runs) == (0.55, 3) and cpu.latest_s >= T0
 
     with pytest.raises(KeyError):
         store.set_efficiency("host-a", "CPU", 0.5, 9999, 2)
     with pytest.raises(ValueError):
         store.set_efficiency("host-a", "CPU", float("nan"), r1, 2)
 
-    # Deleting the run a calibration came from takes the calibration with it.
+    # Deleting the run a calibration came from takes its value with it.
+    store.delete(r3)
     store.delete(r2)
     assert store.efficiencies("host-a", 2) == {"CPU": 0.55, "NVIDIA GeForce RTX 4090": 0.71}
     assert store.efficiencies("host-b", 2) == {}
+
+
+def test_reset_forgets_a_machines_calibration_and_keeps_its_runs(store: RunHistory) -> None:
+    run = store.add(_gemma_run(started_at=T0))
+    store.set_efficiency("host-a", "CPU", 0.55, run, 2)
+    store.set_efficiency("host-a", "CPU", 0.60, run, 1)
+    store.set_efficiency("host-b", "CPU", 0.40, run, 2)
+    assert store.reset_calibration("host-a") == 2
+    assert store.efficiencies("host-a", 2) == {} and store.efficiencies("host-a", 1) == {}
+    assert store.efficiencies("host-b", 2) == {"CPU": 0.40}
+    assert [r.run_id for r in store.rows()] == [run]
 
 
 def test_an_efficiency_measured_with_other_threads_never_calibrates(store: RunHistory) -> None:

@@ -249,7 +249,7 @@ def test_services_source_never_imports_qt():
         ("from app import cli", "app.services", True),
         ("from ..ui import window", "app.services", True),
         ("from app.core.memory.estimate import estimate", "app.services", False),
-        ("from app.adapters.history import record_run", "app.services", False),
+        ("from app.adapters.run_saving import record_run", "app.services", False),
         ("from .runs import finish_run", "app.services", False),
     ],
 )

@@ -197,7 +197,8 @@ def _kept_run_payload() -> dict:
 def test_a_bad_kept_run_is_moved_aside_and_the_next_run_is_saved(tmp_path, monkeypatch, content):
     # The issue: [], "x", 42 or deep nesting made every later run fail "unexpectedly" and lose the
     # run just measured, and the window exit at start.
-    from app.adapters.history import RunHistory, record_run
+    from app.adapters.history import RunHistory
+    from app.adapters.run_saving import record_run
     from app.core.speed.measure import RunResult
 
     monkeypatch.setenv("FITSCOPE_DATA_DIR", str(tmp_path))
@@ -213,7 +214,7 @@ def test_a_bad_kept_run_is_moved_aside_and_the_next_run_is_saved(tmp_path, monke
 
 def test_a_nan_start_time_no_longer_diverts_every_run(tmp_path, monkeypatch):
     # The issue: a kept run with a NaN started_at sent every new run to unsaved-runs for good.
-    from app.adapters.history import record_run
+    from app.adapters.run_saving import record_run
     from app.core.speed.measure import RunResult
 
     monkeypatch.setenv("FITSCOPE_DATA_DIR", str(tmp_path))

@@ -377,7 +377,11 @@ def test_html_comparison_is_the_windows_table_current_hardware_first_no_speed_wh
     # Every layer on the GPU (-ngl 81): a 12 GB card cannot hold a 70B model that way.
     view = _view(evaluator, ref="llama-3.1-70b", controls=Controls(gpu_layers=81), compare=compare)
     rows = comparison_rows(view)
-    assert rows[0].label.endswith("(current)") and rows[0].price_usd == 1599
+    from app.core.advisor.configs import machine_price
+    from app.core.model.catalog import find_device
+
+    whole = machine_price(find_device("rtx-4090")).total_usd
+    assert rows[0].label.endswith("(current)") and rows[0].price_usd == whole > 1599
     cells = {r.label: compare_cells(r) for r in rows}
     small = next(c for label, c in cells.items() if "3060" in label)
     assert small[3] == "no" and small[4] == "-"  # cannot hold it: no speed to promise
@@ -385,7 +389,7 @@ def test_html_comparison_is_the_windows_table_current_hardware_first_no_speed_wh
     assert big[3] == "yes" and big[4] != "-"
     page = report_html(view, {})
     table = page[page.index("Comparison") :].split("</table>")[0]
-    assert "(current)" in table and "$1,599" in table
+    assert "(current)" in table and f"${whole:,.0f} PC" in table
     assert small[0] in table
 
 

@@ -17,7 +17,9 @@ import psutil
 import pytest
 
 from app import cli
-from app.adapters.history import RunHistory, keep_unsaved, record_run
+from app.adapters.history import RunHistory
+from app.adapters.kept_runs import keep_unsaved
+from app.adapters.run_saving import record_run
 from app.core.common.errors import FitScopeError, ModelFileError
 from app.core.model.gguf_model import read_gguf
 from app.core.model.hf_config import read_hf_config

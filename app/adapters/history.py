@@ -19,6 +19,7 @@ import logging
 import math
 import os
 import sqlite3
+import statistics
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -26,7 +27,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from app.adapters.kept_runs import keep_unsaved, read_kept_run, unsaved_runs_dir
+from app.adapters.kept_runs import read_kept_run, unsaved_runs_dir
 from app.adapters.paths import data_dir
 from app.core.common.errors import FitScopeError
 from app.core.common.files import move_aside, non_finite_problem
@@ -38,6 +39,7 @@ __all__ = [
     "COMPARE_FIGURES",
     "DEFAULT_DB_NAME",
     "SCHEMA_VERSION",
+    "Calibration",
     "HistoryRow",
     "RunHistory",
     "default_history_path",
@@ -492,7 +494,8 @@ class RunHistory:
     ) -> None:
         """Records the decode efficiency (measured / bandwidth-bound tokens per second, a fraction
         above 0) that run ``run_id`` measured for ``target_name`` on ``machine_key`` with
-        ``n_threads`` CPU threads. Earlier values are kept; the newest wins. ValueError for a value
+        ``n_threads`` CPU threads. Earlier values are kept; the median of them all calibrates
+        (:meth:`efficiencies`). ValueError for a value
         that is not a positive finite number, KeyError when there is no such run."""
         if not math.isfinite(efficiency) or efficiency <= 0:
             raise ValueError(f"efficiency must be a positive finite number, not {efficiency!r}")
@@ -506,16 +509,32 @@ class RunHistory:
             )
 
     def efficiencies(self, machine_key: str, n_threads: int) -> dict[str, float]:
-        """Target name -> the newest decode efficiency recorded on ``machine_key`` by a run with
+        """Target name -> the median decode efficiency recorded on ``machine_key`` by runs with
         ``n_threads`` threads (llama-server's count, so that estimates follow what llama-server does;
-        values measured with other or unrecorded thread counts never calibrate)."""
+        values measured with other or unrecorded thread counts never calibrate). The median, so that
+        one run measured while something else used the machine cannot move the calibration much."""
+        return {name: c.efficiency for name, c in self.calibration(machine_key, n_threads).items()}
+
+    def calibration(self, machine_key: str, n_threads: int) -> dict[str, Calibration]:
+        """Target name -> its :class:`Calibration` (see :meth:`efficiencies`)."""
         with self._lock:
-            # By insertion order rather than saved_at: a clock set back must not resurrect an old value.
             found = self._conn.execute(
-                "SELECT target_name, efficiency FROM efficiency WHERE machine_key = ? AND n_threads = ? ORDER BY id",
+                "SELECT target_name, efficiency, saved_at FROM efficiency WHERE machine_key = ? AND n_threads = ?"
+                " ORDER BY id",
                 (machine_key, n_threads),
             ).fetchall()
-        return dict(found)
+        values: dict[str, list[tuple[float, float]]] = {}
+        for name, value, saved_at in found:
+            values.setdefault(name, []).append((value, saved_at))
+        return {
+            name: Calibration(statistics.median(v for v, _ in rows), len(rows), max(t for _, t in rows))
+            for name, rows in values.items()
+        }
+
+    def reset_calibration(self, machine_key: str) -> int:
+        """Forget the efficiencies measured on ``machine_key`` (the runs stay). Returns how many."""
+        with self._transaction() as conn:
+            return conn.execute("DELETE FROM efficiency WHERE machine_key = ?", (machine_key,)).rowcount
 
     def close(self) -> None:
         """Closes the file (safe to call twice). Nothing is pending: every change was committed."""
@@ -544,50 +563,10 @@ def _compare_values(result: RunResult) -> dict[str, float | None]:
 
 
 @dataclass(frozen=True)
-class SaveOutcome:
-    """Where a finished run went: the history (``history_id``) or, when the history could not take
-    it, a file of its own (``unsaved_path``, None if even that failed) with a message saying so."""
+class Calibration:
+    """How one device of a machine is calibrated: the median ``efficiency`` of ``runs`` good runs,
+    the newest saved at ``latest_s`` (seconds since the epoch)."""
 
-    history_id: int | None = None
-    unsaved_path: str | None = None
-    message: str | None = None
-
-
-def record_run(
-    result: RunResult,
-    estimate: dict[str, Any] | None,
-    efficiency: tuple[str, float, int | None] | None,
-    machine_key: str,
-    *,
-    history: RunHistory | None = None,
-    path: Path | None = None,
-) -> SaveOutcome:
-    """Saves a finished run with the estimate it was held against and, when given, the decode
-    efficiency it measured (target, share of the roofline, threads) for this machine's calibration.
-    Uses ``history`` when the caller holds one open, else opens the one at ``path`` (default: the
-    user's). Never raises for a history that cannot be written: the run then goes to a file of its
-    own (imported on the next start) and the outcome says where."""
-
-    def save(into: RunHistory) -> int:
-        run_id = into.add(result, estimate)
-        if efficiency is not None:
-            target, value, n_threads = efficiency
-            into.set_efficiency(machine_key, target, value, run_id, n_threads)
-        return run_id
-
-    try:
-        if history is not None:
-            return SaveOutcome(history_id=save(history))
-        with RunHistory(path) as opened:
-            return SaveOutcome(history_id=save(opened))
-    except (FitScopeError, OSError, sqlite3.Error) as exc:
-        reason = str(exc)
-    try:
-        kept = keep_unsaved(result, estimate, reason)
-    except OSError as exc:
-        return SaveOutcome(message=f"The run could not be saved ({reason}); nor kept aside: {exc}.")
-    return SaveOutcome(
-        unsaved_path=str(kept),
-        message=f"The run history could not take this run ({reason}); it was kept in {kept} and will be "
-        "added to the history the next time FitScope opens it.",
-    )
+    efficiency: float
+    runs: int
+    latest_s: float

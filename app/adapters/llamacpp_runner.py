@@ -42,6 +42,7 @@ from app.adapters.child_protocol import (
     require_file,
     serve_child,
 )
+from app.adapters.contention import CpuWatch, hot_sensor
 from app.adapters.cpu_topology import llama_math_threads, with_llama_threads
 from app.adapters.llama_log import GGML_TYPE_IDS, parse_llama_log
 from app.adapters.rpc_backend import offloads_to_local_gpu
@@ -129,11 +130,16 @@ def run_live(
     runs: list[RunFigures] = []
     tokens: list[float] = []
     text_parts: list[str] = []
+    # What else the machine did while the model generated (a run measured then calibrates nothing).
+    watch: CpuWatch | None = None
 
     def handle(event: ChildEvent) -> None:
-        nonlocal loaded, tokens, text_parts
+        nonlocal loaded, tokens, text_parts, watch
         if isinstance(event, LiveLoaded):
             loaded = event
+            if live.pid is not None:
+                watch = CpuWatch(live.pid)
+                watch.start()
         elif isinstance(event, Token):
             if event.run != len(runs):
                 return
@@ -141,6 +147,8 @@ def run_live(
             text_parts.append(event.text)
         elif isinstance(event, RunDone):
             runs.append(event.figures)
+            if watch is not None:
+                watch.stop()  # the child is still there to be read; the last repetition's mark counts
             tokens = []
             if len(runs) < settings.repeat:
                 text_parts = []
@@ -177,6 +185,8 @@ def run_live(
         prompt_format=loaded.prompt_format,
         n_threads_used=loaded.n_threads,
         llama_server_threads=llama_math_threads(),
+        others_cpu_share=watch.others_share if watch is not None else None,
+        hot_sensor=hot_sensor(),
     )
 
 

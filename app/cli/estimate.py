@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from app.cli.parser import build_parser
 from app.core.common.errors import FitScopeError
 from app.core.common.units import GIB, MIB
+from app.core.report.verdict import rate_range
 
 if TYPE_CHECKING:
     from app.core.hardware.devices import DeviceSpec
@@ -397,15 +398,10 @@ def format_answer(result) -> str:
         )
     lines += [
         f"Verdict: {placement}" + (f" ({APPROXIMATE_NOTE})" if e.approximate else "") + "." + limits,
-        f"Decode: {s.decode_tokens_per_s.low:.1f}-{s.decode_tokens_per_s.high:.1f} tokens/s"
-        + (
-            f" per user ({s.users} at once: {s.decode_total_tokens_per_s.low:.0f}-"
-            f"{s.decode_total_tokens_per_s.high:.0f} in total)"
-            if s.users > 1
-            else ""
-        )
+        f"Decode: {rate_range(s.decode_tokens_per_s)}"
+        + (f" per user ({s.users} at once: {rate_range(s.decode_total_tokens_per_s)} in total)" if s.users > 1 else "")
         + f", {s.depth_tokens:,} tokens into each conversation; "
-        f"prefill: {s.prefill_tokens_per_s.low:.0f}-{s.prefill_tokens_per_s.high:.0f} tokens/s; "
+        f"prefill: {rate_range(s.prefill_tokens_per_s)}; "
         f"time to first token ({s.prompt_tokens} tokens): {s.ttft_s.low:.2f}-{s.ttft_s.high:.2f} s.",
         "",
         "Assumptions:",

@@ -179,8 +179,11 @@ def format_run_report(r: dict) -> str:
         lines.append(r["calibration_note"])
     est = r.get("estimate")
     if est:
+        from app.core.report.verdict import rate_range
+        from app.core.speed.predict import Range
+
         d = est["decode_tokens_per_s"]
-        lines.append(f"estimated decode {d['low']:.0f}-{d['high']:.0f} tok/s")
+        lines.append(f"estimated decode {rate_range(Range(d['low'], d['high']))}")
     if r.get("comparison"):
         # A run across RPC servers is held against the RPC plan, device by device.
         width, against = (36, "plan") if "rpc" in r else (16, "estimate")

@@ -19,15 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from app.core.advisor.configs import (
-    OS_RESERVE_BYTES,
-    RAM_USD_PER_GIB,
-    HostPlatform,
-    Variant,
-    platform_for_cpu,
-    platform_for_gpus,
-)
-from app.core.advisor.records import Candidate, Category, Placement, format_rate, format_usd
+from app.core.advisor.configs import OS_RESERVE_BYTES, Variant, machine_price, platform_for_gpus
+from app.core.advisor.records import Candidate, Category, Placement, format_rate
 from app.core.advisor.sweep import NO_MACHINE, Sweep, fewest_cpu_moe, offload_bound, speed_bound
 from app.core.common.errors import EstimateError
 from app.core.common.units import GIB
@@ -145,7 +138,6 @@ def evaluate_box(sw: Sweep, device: DeviceSpec, count: int) -> None:
     w = sw.workload
     platform = platform_for_gpus(count)
     ram_max = platform.ram_options_gib[-1]
-    gpu_price = device.price_usd * count if device.price_usd else None
 
     def choice(ram_gib: float) -> HardwareChoice:
         return HardwareChoice(
@@ -168,13 +160,8 @@ def evaluate_box(sw: Sweep, device: DeviceSpec, count: int) -> None:
     )
 
     def priced(ram_gib: float) -> tuple[float | None, str]:
-        if gpu_price is None:
-            return None, "no list price for this GPU in the catalog"
-        host = platform.price_usd(ram_gib)
-        return gpu_price + host, (
-            f"{count} x {format_usd(device.price_usd or 0)} GPUs + {format_usd(host)} for the {platform.label} "
-            f"around them ({platform.cpu_name}, {ram_gib:g} GiB RAM; assumed)"
-        )
+        price = machine_price(device, count, ram_gib)
+        return price.total_usd, price.note
 
     lowest_price, _ = priced(platform.ram_options_gib[0])
     for v in sw.variants:
@@ -321,19 +308,8 @@ def evaluate_single(sw: Sweep, device: DeviceSpec) -> None:
     category: Category = "cpu" if is_cpu else "apple" if device.vendor == "apple" else "unified"
     choice = HardwareChoice(kind="catalog", device_id=device.id)
     targets = resolve_targets(choice, NO_MACHINE)
-    if is_cpu:
-        platform: HostPlatform = platform_for_cpu(device)
-        rest = platform.base_usd + device.memory_gib * RAM_USD_PER_GIB
-        price: float | None = device.price_usd + rest if device.price_usd else None
-        note = (
-            f"{format_usd(device.price_usd)} CPU + {format_usd(rest)} for the board, power, case, disk and "
-            f"{device.memory_gib:g} GiB RAM (assumed)"
-            if device.price_usd
-            else "no list price in the catalog"
-        )
-    else:
-        price = device.price_usd
-        note = "the whole computer (catalog list price)" if price else "no list price in the catalog"
+    whole = machine_price(device)
+    price, note = whole.total_usd, whole.note
     capacity = targets[0].capacity_bytes
     where_memory = "memory" if is_cpu else "GPU memory"
     if not is_cpu and device.gpu_usable_fraction < 1:

@@ -19,6 +19,7 @@ from app.core.common.errors import EstimateError
 from app.core.common.units import GIB
 from app.core.memory.records import MAX_CONTEXT_TOKENS, Estimate
 from app.core.model.tensors import CACHE_TYPES
+from app.core.report.verdict import rate_range
 from app.core.speed.predict import Range
 from app.services.estimate import model_file
 from app.services.tables import BREAKDOWN_HEADER, COMPARE_HEADER, breakdown_rows, compare_cells, comparison_rows
@@ -318,8 +319,8 @@ def report_html(view: View, images: dict[str, bytes]) -> str:
 
     if view.speed is not None:
         speed_rows = [
-            ("Decode (tokens/s)", _range(view.speed.decode_tokens_per_s)),
-            ("Prefill (tokens/s)", _range(view.speed.prefill_tokens_per_s)),
+            ("Decode", rate_range(view.speed.decode_tokens_per_s)),
+            ("Prefill", rate_range(view.speed.prefill_tokens_per_s)),
             (f"Time to first token, {view.speed.prompt_tokens:,}-token prompt (s)", _range(view.speed.ttft_s, 2)),
         ]
         parts.append(f'<h2 style="{_CSS_H2}">Speed</h2>' + _kv_table(speed_rows))
@@ -333,11 +334,11 @@ def report_html(view: View, images: dict[str, bytes]) -> str:
                 _gib2(r.capacity_bytes),
                 _yes(r.fits),
                 _e(r.gpu_layers),
-                _e(_range(r.decode_tokens_per_s)),
+                _e(rate_range(r.decode_tokens_per_s)),
             ]
             for r in view.ladder
         ]
-        header = ["Preset", "Perplexity increase", "Memory (GiB)", "Capacity (GiB)", "Fits", "GPU layers", "tokens/s"]
+        header = ["Preset", "Perplexity increase", "Memory (GiB)", "Capacity (GiB)", "Fits", "GPU layers", "Speed"]
         parts.append(f'<h2 style="{_CSS_H2}">Quantization ladder</h2>')
         if view.ladder_note:
             parts.append(f'<p style="margin:0 0 6px 0;">{_e(view.ladder_note)}</p>')

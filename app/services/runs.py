@@ -9,8 +9,9 @@ import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
-from app.adapters.history import RunHistory, default_history_path, record_run
+from app.adapters.history import Calibration, RunHistory, default_history_path
 from app.adapters.rpc_servers import RpcRunOutcome
+from app.adapters.run_saving import record_run
 from app.core.common.errors import FitScopeError
 from app.core.hardware.snapshots import machine_key
 from app.core.memory.targets import repack_profile
@@ -35,15 +36,21 @@ def detect_machine(measure_bandwidth: bool = True) -> Machine:
 
 
 def machine_calibration(machine: Machine, history: RunHistory | None = None) -> dict[str, float]:
-    """Target name -> the decode efficiency live runs measured on ``machine`` (with llama-server's
-    thread count), which calibrates its estimates in the window and on the command line alike.
-    ``history`` when the caller holds it open; else the user's, read only if it exists. {} when
-    there is none or it cannot be read."""
+    """Target name -> the median decode efficiency of the good live runs on ``machine`` (with
+    llama-server's thread count; a disturbed run never recorded one), which calibrates its
+    estimates in the window and on the command line alike. ``history`` when the caller holds it
+    open; else the user's, read only if it exists. {} when there is none or it cannot be read."""
+    return {name: c.efficiency for name, c in calibration_of(machine, history).items()}
+
+
+def calibration_of(machine: Machine, history: RunHistory | None = None) -> dict[str, Calibration]:
+    """Target name -> how ``machine``'s estimates are calibrated (median, runs, newest run's date);
+    see :func:`machine_calibration`."""
     from app.adapters.cpu_topology import llama_math_threads
 
     key = machine_key(machine.host, machine.gpus)
     if history is not None:
-        return history.efficiencies(key, llama_math_threads())
+        return history.calibration(key, llama_math_threads())
     path = default_history_path()
     if not path.is_file():
         return {}
@@ -52,9 +59,15 @@ def machine_calibration(machine: Machine, history: RunHistory | None = None) -> 
     except FitScopeError:
         return {}
     try:
-        return opened.efficiencies(key, llama_math_threads())
+        return opened.calibration(key, llama_math_threads())
     finally:
         opened.close()
+
+
+def reset_calibration(machine: Machine, history: RunHistory) -> int:
+    """Forget every efficiency measured on ``machine`` (its runs stay in the history): its estimates
+    go back to the speed model's own figures. Returns how many were forgotten."""
+    return history.reset_calibration(machine_key(machine.host, machine.gpus))
 
 
 def ran_on_gpu(result: RunResult, machine: Machine) -> bool:
@@ -79,9 +92,10 @@ def finish_run(result: RunResult, machine: Machine, thread_sweep: Sequence[Sweep
 def save_run(report: RunReport, machine: Machine, history: RunHistory | None = None) -> RunReport:
     """Keeps the run in the history (``history`` when the caller holds it open, else the user's),
     with the efficiency that calibrates this machine's estimates; a copy of the report says where it
-    went. Never raises for a history that cannot be written: the run is kept in a file of its own
-    and ``save_message`` says so."""
-    efficiency = report.measured_efficiency
+    went. A disturbed run (:attr:`RunReport.disturbed`) is kept without its efficiency: it does
+    not calibrate. Never raises for a history that cannot be written: the run is kept in a file of
+    its own and ``save_message`` says so."""
+    efficiency = report.measured_efficiency if report.calibrates else None
     saved = record_run(
         report.result,
         report.estimate_json(),

@@ -7,10 +7,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.core.common.units import GIB
+from app.core.model.benchmarks import answer_quality_sentence
 from app.core.model.coverage import APPROXIMATE_NOTE, coverage
+from app.core.report.verdict import words_range
+from app.services.room import catalog_id
 from app.services.view import CompareRow, View
 
-COMPARE_HEADER = ["Hardware", "Memory needed", "Memory there", "Fits", "Expected tokens/s", "Price (USD)"]
+COMPARE_HEADER = ["Hardware", "Memory needed", "Memory it has", "Fits", "Speed per person", "Price"]
+COMPARE_NOTE = (
+    "Memory needed differs between machines for the same job: a graphics card keeps llama.cpp's working buffers "
+    "beside the model, a processor keeps a rearranged copy of the weights, and a machine that runs the model partly "
+    "in system memory counts only what its graphics cards hold. Prices are whole computers: a graphics card's "
+    "catalog price plus an assumed computer around it (hover over a price for what it is made of)."
+)
 
 
 def comparison_rows(view: View) -> list[CompareRow]:
@@ -25,15 +34,15 @@ def compare_cells(r: CompareRow) -> list[str]:
         return [r.label, "-", "-", r.error, "-", "-"]
     fit_text = "yes" if r.fits else "no"
     if r.fits and r.gpu_layers is not None and r.gpu_layers < r.n_layer + 1:
-        fit_text = f"partly ({r.gpu_layers} of {r.n_layer + 1} layers on GPU)"
+        fit_text = f"partly ({min(r.gpu_layers, r.n_layer)} of {r.n_layer} layers on the GPU)"
     decode = r.decode_tokens_per_s
     return [
         r.label,
         f"{r.budget_bytes / GIB:.1f} GiB",
         f"{r.capacity_bytes / GIB:.1f} GiB",
         fit_text,
-        f"{decode.low:,.0f}-{decode.high:,.0f}" if decode and r.fits else "-",
-        f"${r.price_usd:,.0f}" if r.price_usd else "unknown",
+        words_range(decode) if decode and r.fits else "-",
+        f"${r.price_usd:,.0f} {r.price_kind}".rstrip() if r.price_usd else "not listed",
     ]
 
 
@@ -97,6 +106,11 @@ def model_summary(view: View, demo_name: str, demo_license: str) -> ModelSummary
     params = f"{arch.params_billions:g} billion parameters" if arch.params_billions else "parameters unknown"
     is_demo = view.request.model.kind == "demo"
     lines = [f"{params}; {arch.n_layer} layers; {kv} KV heads; trained context {arch.n_ctx_train:,} tokens"]
+    model_id = catalog_id(view.request.model)
+    if is_demo:
+        lines.append("A tiny model for measuring speed: its answers say nothing about what a real model can do.")
+    elif model_id is not None:
+        lines.append(answer_quality_sentence(model_id, "this model").replace("Answer quality of this model", "Answers"))
     rules = coverage(arch.arch)
     if rules.status != "exact":
         lines.append(f"Memory rules for {arch.arch}: {APPROXIMATE_NOTE} ({rules.detail}).")

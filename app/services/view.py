@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from app.core.advisor.configs import MachinePrice, machine_price
 from app.core.common.errors import EstimateError, FitScopeError
 from app.core.memory.estimate import estimate
 from app.core.memory.records import MAX_CONTEXT_TOKENS, Estimate, RepackProfile, Target
@@ -48,6 +49,7 @@ from app.core.report.verdict import (
 )
 from app.core.speed.predict import Range, SpeedEstimate
 from app.services.estimate import Answer, LimitScope, answer, largest_context_per_user, place, users_that_fit
+from app.services.room import buyer_warnings, hardware_words, room_headline
 
 # -- requests and views --------------------------------------------------------------------------
 
@@ -64,6 +66,8 @@ class Request:
     """(target name, decode efficiency) measured by live runs on this machine."""
     measured_quality: tuple[MeasuredQuality, ...] = ()
     """Δ perplexities measured by quantization A/B comparisons, shown on the ladder."""
+    min_tokens_per_s: float | None = None
+    """The speed each person needs (the shared workload settings); None: not asked."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,8 @@ class LadderRow:
     decode_tokens_per_s: Range
     current: bool
     placement: Literal["gpu", "partial", "cpu", "none"] = "gpu"
+    weights_bytes: int = 0
+    """The model's weights at this preset (what "smaller" means: the file, wherever it runs)."""
     measured: MeasuredQuality | None = None
     """This model's own Δ perplexity for the preset, measured against a reference file (A/B tab)."""
 
@@ -104,7 +110,7 @@ class LadderRow:
         return {
             "gpu": "fits on the GPU",
             "partial": f"runs partly in system memory at {speed}",
-            "cpu": f"runs on the CPU at {speed}",
+            "cpu": f"runs on the processor at {speed}",
             "none": "does not fit",
         }[self.placement]
 
@@ -126,6 +132,10 @@ class CompareRow:
     decode_tokens_per_s: Range | None
     price_usd: float | None
     error: str = ""
+    price_note: str = ""
+    """What the whole-computer price is made of (:func:`app.core.advisor.configs.machine_price`)."""
+    price_kind: str = ""
+    """"PC", "computer", "server"...: what the price buys ("" without a price)."""
 
 
 @dataclass(frozen=True)
@@ -147,6 +157,8 @@ class View:
     """The current hardware as a row of the comparison, from the same answer (its label ends "(current)")."""
     targets: tuple[Target, ...] = ()
     error: str = ""
+    room_headline: str = ""
+    """The answer for a room: the model, the machine, the people, yes or no and how fast."""
 
     @property
     def hardware_label(self) -> str:
@@ -193,9 +205,10 @@ class View:
 # -- the evaluator -------------------------------------------------------------------------------
 
 
-def context_grid(n_ctx_train: int, points_per_octave: int = 4) -> tuple[int, ...]:
-    """Context lengths from 512 to the trained context, evenly spaced on a log scale."""
-    top = max(MIN_CONTEXT_TOKENS, min(n_ctx_train, MAX_CONTEXT_TOKENS))
+def context_grid(n_ctx_train: int, points_per_octave: int = 4, chosen: int = 0) -> tuple[int, ...]:
+    """Context lengths from 512 to the trained context (or to ``chosen``, when that is longer, so
+    that a chart always shows the choice), evenly spaced on a log scale."""
+    top = max(MIN_CONTEXT_TOKENS, min(max(n_ctx_train, chosen), MAX_CONTEXT_TOKENS))
     octaves = math.log2(top / MIN_CONTEXT_TOKENS)
     n = max(2, int(round(octaves * points_per_octave)) + 1)
     out = sorted({int(round(MIN_CONTEXT_TOKENS * 2 ** (octaves * i / (n - 1)))) for i in range(n)})
@@ -287,12 +300,22 @@ class Evaluator:
             gpus_hidden=main.gpus_hidden,
         )
         if est.fits and main.limits.users_that_fit >= 1:
-            people = people_sentence(main.limits.users_that_fit, c, main.limits.scope, main.placement)
-            verdict = Verdict(verdict.level, verdict.headline, (*verdict.sentences, people))
-        note = hardware_note(request.hardware, request.machine, c.backend)
-        if note:
-            verdict = Verdict(verdict.level, verdict.headline, (*verdict.sentences, note))
-        current = _compare_row(request.hardware.label(request.machine) + " (current)", main, _price(request.hardware))
+            verdict = verdict.adding(people_sentence(main.limits.users_that_fit, c, main.limits.scope, main.placement))
+        verdict = verdict.adding(hardware_note(request.hardware, request.machine, c.backend))
+        name = self._name(model, request)
+        warnings = buyer_warnings(
+            request.model, name, model.arch.params_billions, c.users, main, request.min_tokens_per_s
+        )
+        verdict = Verdict(verdict.level, verdict.headline, (*warnings, *verdict.sentences), verdict.technical)
+        headline = room_headline(
+            name,
+            hardware_words(request.hardware, request.machine),
+            c.users,
+            main,
+            verdict.level,
+            request.min_tokens_per_s,
+        )
+        current = _compare_row(request.hardware.label(request.machine) + " (current)", main, request.hardware)
         comparison = tuple(self._compare_row(model, request, choice) for choice in request.compare)
         return View(
             request=request,
@@ -306,19 +329,32 @@ class Evaluator:
             comparison=comparison,
             current=current,
             targets=main.targets,
+            room_headline=headline,
         )
+
+    @staticmethod
+    def _name(model: ModelSource, request: Request) -> str:
+        """The model as people call it: the catalog's name, else the file's label."""
+        if request.model.kind == "demo":
+            return "The demo model (Gemma 3 270M)"
+        return model.arch.name if request.model.kind == "catalog" else model.label
 
     def _context_curves(
         self, model: ModelSource, targets: list[Target], request: Request, scope: LimitScope
     ) -> tuple[ContextCurve, ConcurrencyCurve]:
         c = request.controls
         repack = repack_for(request.hardware, request.machine)
-        key = (id(model), model.label, c.model_copy(update={"context_per_user_tokens": 1}), tuple(targets), repack)
+        arch = model.arch
+        # A context beyond the trained one widens the charts to the next power of two (not at every
+        # step of the slider), so the choice is always on them.
+        chosen = c.context_per_user_tokens
+        reach = 2 ** math.ceil(math.log2(chosen)) if chosen > arch.n_ctx_train else 0
+        unchanging = c.model_copy(update={"context_per_user_tokens": 1})
+        key = (id(model), model.label, unchanging, tuple(targets), repack, reach)
         hit = self._curves.get(key)
         if hit is not None:
             return hit
-        arch = model.arch
-        grid = context_grid(arch.n_ctx_train)
+        grid = context_grid(arch.n_ctx_train, chosen=reach)
         budgets = []
         for n in grid:
             at = c.model_copy(update={"context_per_user_tokens": min(n, MAX_CONTEXT_TOKENS // c.users)})
@@ -336,9 +372,15 @@ class Evaluator:
             max_context_tokens=largest,
             projector_bytes=tuple(b.projector_bytes for b in budgets) if c.projector is not None else (),
         )
-        users_grid = context_grid(arch.n_ctx_train, points_per_octave=2)
+        users_grid = context_grid(arch.n_ctx_train, points_per_octave=2, chosen=reach)
         users = tuple(
-            users_that_fit(model, targets, c.model_copy(update={"context_per_user_tokens": n}), repack, scope)
+            users_that_fit(
+                model,
+                targets,
+                c.model_copy(update={"context_per_user_tokens": min(n, MAX_CONTEXT_TOKENS)}),
+                repack,
+                scope,
+            )
             for n in users_grid
         )
         result = (curve, ConcurrencyCurve(users_grid, users))
@@ -375,10 +417,11 @@ class Evaluator:
                     gpu_layers=a.estimate.gpu_layers,
                     decode_tokens_per_s=a.speed.decode_tokens_per_s,
                     current=preset.name == model.quant,
+                    weights_bytes=_weights_bytes(a.estimate),
                     measured=self._measured_quality.get((key, preset.name)),
                 )
             )
-        rows.sort(key=lambda r: r.budget_bytes)
+        rows.sort(key=lambda r: (r.weights_bytes, r.budget_bytes))
         note = ""
         if model.quant not in {r.preset for r in rows} and model.path is not None:
             note = f"This file's quantization ({model.quant}) is not a llama.cpp preset; the ladder shows the presets."
@@ -395,7 +438,7 @@ class Evaluator:
             return CompareRow(
                 choice.device_id or choice.kind, 0, 0, False, None, model.arch.n_layer, None, None, str(exc)
             )
-        return _compare_row(label, a, _price(choice))
+        return _compare_row(label, a, choice)
 
 
 def _curve_estimate(
@@ -413,18 +456,20 @@ def _curve_estimate(
     return estimate(model.arch, model.tensors, controls.settings(repack, layers), targets)
 
 
-def _price(choice: HardwareChoice) -> float | None:
+def _price(choice: HardwareChoice) -> MachinePrice | None:
+    """The whole-computer price of a catalog choice (None for this machine)."""
     if choice.kind != "catalog" or not choice.device_id:
         return None
     try:
         device = find_device(choice.device_id)
     except FitScopeError:
         return None
-    return device.price_usd * choice.count if device.price_usd else None
+    return machine_price(device, choice.count, choice.host_ram_gib)
 
 
-def _compare_row(label: str, a: Answer, price: float | None) -> CompareRow:
+def _compare_row(label: str, a: Answer, choice: HardwareChoice) -> CompareRow:
     b = a.budget
+    price = _price(choice)
     return CompareRow(
         label=label,
         budget_bytes=b.used_bytes,
@@ -433,17 +478,25 @@ def _compare_row(label: str, a: Answer, price: float | None) -> CompareRow:
         gpu_layers=a.estimate.gpu_layers if a.has_gpus else None,
         n_layer=a.estimate.n_layer,
         decode_tokens_per_s=a.speed.decode_tokens_per_s,
-        price_usd=price,
+        price_usd=price.total_usd if price is not None else None,
+        price_note=price.note if price is not None else "",
+        price_kind=price.kind if price is not None and price.total_usd is not None else "",
     )
 
 
+def _weights_bytes(est: Estimate) -> int:
+    """The model's weights wherever they are placed (the file's size, more or less)."""
+    return sum(d.weights_bytes for d in est.devices)
+
+
 def _smaller_quant(main: Answer, ladder: tuple[LadderRow, ...]) -> str | None:
-    """When the model does not fit: the best-quality preset that fits, on the GPU if any does;
-    otherwise one that runs partly in system memory, said as such with its speed."""
+    """When the model does not fit: the best-quality preset with smaller weights that fits (the
+    ladder runs from the smallest), on the GPU if any does; otherwise one that runs partly in system
+    memory, said as such with its speed. Never a "smaller" preset that is not smaller."""
     if main.fits:
         return None
-    used = main.budget.used_bytes
-    fitting = [r for r in ladder if r.fits and r.budget_bytes < used]
+    weights = _weights_bytes(main.estimate)
+    fitting = [r for r in ladder if r.fits and r.weights_bytes < weights]
     on_gpu = [r for r in fitting if r.placement == "gpu"]
     if on_gpu:
         best = on_gpu[-1]

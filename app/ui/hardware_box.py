@@ -28,7 +28,7 @@ from app.core.hardware.devices import DeviceSpec
 from app.core.hardware.host_memory import DEFAULT_HOST_MEMORY, HOST_CPU, HOST_MEMORY, PCIE_CHOICES
 from app.core.report.choices import HardwareChoice
 from app.core.report.prefs import MAX_COMPARED
-from app.ui.panels import DeviceCombo, HardwareView, device_label
+from app.ui.panels import DeviceCombo, HardwareView, device_label, device_tooltip
 
 
 def select_combo(combo: QComboBox, data: Any) -> None:
@@ -153,9 +153,8 @@ class HardwareBox(QGroupBox):
             combo.addItem("This machine", "local")
             combo.addItem("This machine's CPU only", "cpu")
         for d in self._devices.values():
-            combo.addItem(device_label(d.name, d.memory_gib, d.price_usd), f"catalog:{d.id}")
-            price = f", ${d.price_usd:,.0f}" if d.price_usd else ""
-            combo.setItemData(combo.count() - 1, f"{d.name}: {d.memory_gib:g} GiB{price}", Qt.ItemDataRole.ToolTipRole)
+            combo.addItem(device_label(d), f"catalog:{d.id}")
+            combo.setItemData(combo.count() - 1, device_tooltip(d), Qt.ItemDataRole.ToolTipRole)
         return combo
 
     def show_choices(self, hardware: HardwareChoice, compare: Sequence[HardwareChoice]) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 
 from PySide6.QtCore import QEvent, Qt, Signal
@@ -25,10 +24,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.core.advisor.configs import machine_price
+from app.core.hardware.devices import DeviceSpec
 from app.core.hardware.snapshots import GpuSnapshot, HostSnapshot
 from app.core.memory.records import MAX_CONTEXT_TOKENS
 from app.core.report.choices import MIN_CONTEXT_TOKENS
-from app.core.report.machine_text import gpu_bar, gpu_label, gpu_source, host_label
+from app.core.report.machine_text import gpu_bar, gpu_label, gpu_source, host_label, short_device_name
 from app.core.report.verdict import Verdict
 
 
@@ -247,19 +248,19 @@ class ContextControl(QWidget):
         self.context_changed.emit(tokens)
 
 
-_VENDOR = re.compile(r"^(NVIDIA|AMD|Intel|Apple)\s+(GeForce\s+|Radeon\s+|Instinct\s+)?")
-_DETAIL = re.compile(r"\s*\([^)]*\)|\s+\d+\s*GB$")
-_LONG_WORDS = (("Workstation Edition", ""), ("Server Edition", ""), ("Ada Generation", "Ada"), ("  ", " "))
-
-
-def device_label(name: str, memory_gib: float, price_usd: float | None) -> str:
+def device_label(device: DeviceSpec) -> str:
     """A catalog device as a hardware list shows it: the name without the vendor and the details in
-    parentheses (those are in its tooltip), its memory and price, short enough to read whole."""
-    short = _DETAIL.sub("", _VENDOR.sub("", name))
-    for long, brief in _LONG_WORDS:
-        short = short.replace(long, brief)
-    price = f" · ${price_usd:,.0f}" if price_usd else ""
-    return f"{short.strip()} · {memory_gib:g} GiB{price}"
+    parentheses, its memory and its whole-computer price (the card's own price and the assumed rest
+    are in :func:`device_tooltip`), short enough to read whole."""
+    price = machine_price(device)
+    money = f" · {price.short}" if price.total_usd is not None else ""
+    return f"{short_device_name(device.name)} · {device.memory_gib:g} GiB{money}"
+
+
+def device_tooltip(device: DeviceSpec) -> str:
+    """The whole name and what its price is made of."""
+    price = machine_price(device)
+    return f"{device.name}, {device.memory_gib:g} GiB. Price: {price.short}: {price.note}."
 
 
 class DeviceCombo(QComboBox):

@@ -5,6 +5,11 @@ GPUs, a workstation for 3-4, a server for 5-8, each with its CPU, host memory ty
 round price for the rest), and the machines with one memory (Apple machines, unified-memory boxes,
 CPU servers): :func:`catalog_machines`.
 
+Prices: :func:`machine_price` is the one whole-computer price of a catalog machine, on the basis
+every screen uses (the compare table, the hardware lists, "Estimate for", the advisor): a GPU's
+catalog price is the card's, so a GPU box adds the platform around it; an Apple machine or a
+unified-memory box is priced whole; a CPU server adds its board, power, case, disk and RAM.
+
 Presets: every llama.cpp preset whose published quality loss meets the workload's floor
 (:func:`presets_for`), or the ones asked for, each as a :class:`Variant` of the model with the byte
 sums the sweep's bounds need. A preset no smaller than another that loses more quality is left out.
@@ -17,7 +22,7 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 
-from app.core.advisor.records import QUALITY_FLOORS, QualityFloor, Workload
+from app.core.advisor.records import QUALITY_FLOORS, QualityFloor, Workload, format_usd
 from app.core.common.errors import EstimateError, FitScopeError
 from app.core.common.units import GIB
 from app.core.hardware.devices import DeviceSpec
@@ -28,6 +33,7 @@ from app.core.model.hf_config import read_hf_config
 from app.core.model.quant import PRESETS, QuantPreset, find_preset, quantize_layout
 from app.core.model.source import model_from_gguf
 from app.core.model.tensors import TensorInfo
+from app.core.report.machine_text import short_device_name
 
 OS_RESERVE_BYTES = 4 * GIB  # host RAM left to the operating system when choosing a RAM size
 RAM_USD_PER_GIB = 4.0  # DDR5 at a round 2025 street price; an assumption, shown with the answer
@@ -63,6 +69,80 @@ PLATFORMS: tuple[HostPlatform, ...] = (
     HostPlatform("workstation", "workstation", "threadripper-7980x", "ddr5-6400-4ch", 4, (128, 256, 512), 2500.0),
     HostPlatform("server", "server", "epyc-9655", "ddr5-6000-12ch", 8, (256, 512, 768), 6000.0),
 )
+
+
+@dataclass(frozen=True)
+class MachinePrice:
+    """A catalog machine's whole-computer price in US dollars (None: no list price) and what it
+    is made of: ``parts_usd`` the catalog's own price (the GPU cards, the CPU, or the whole
+    computer), ``rest_usd`` what FitScope assumes for the rest of the machine, ``note`` both in
+    words (for a tooltip or the details)."""
+
+    total_usd: float | None
+    parts_usd: float | None
+    rest_usd: float
+    kind: str  # "PC", "workstation", "server" (by the platform around the GPUs or the CPU), "computer"
+    note: str
+
+    @property
+    def short(self) -> str:
+        """"$3,655 PC", "$3,499 computer", "no list price"."""
+        if self.total_usd is None:
+            return "no list price"
+        return f"{format_usd(self.total_usd)} {self.kind}"
+
+
+
+_BOX_KINDS = {"desktop": "PC", "workstation": "workstation", "server": "server"}
+
+
+def machine_price(device: DeviceSpec, count: int = 1, ram_gib: float | None = None) -> MachinePrice:
+    """The whole-computer price of ``count`` x ``device`` (see the module docstring); ``ram_gib``
+    is a GPU box's host RAM (None: its platform's smallest size)."""
+    if device.is_gpu and device.memory_kind == "dedicated":
+        platform = platform_for_gpus(count)
+        ram = ram_gib if ram_gib is not None else float(platform.ram_options_gib[0])
+        rest = platform.price_usd(ram)
+        kind = _BOX_KINDS[platform.key]
+        if not device.price_usd:
+            return MachinePrice(None, None, rest, kind, "no list price for this GPU in the catalog")
+        cards = device.price_usd * count
+        what = f"{count} x {format_usd(device.price_usd)} GPU cards" if count > 1 else f"the {format_usd(cards)} card"
+        return MachinePrice(
+            cards + rest,
+            cards,
+            rest,
+            kind,
+            f"{what} + {format_usd(rest)} for the {platform.label} around {'them' if count > 1 else 'it'} "
+            f"({platform.cpu_name}, {ram:g} GiB RAM, board, power supply, case and disk; assumed)",
+        )
+    if device.is_gpu:
+        price = device.price_usd
+        note = "the whole computer (catalog list price)" if price else "no list price in the catalog"
+        return MachinePrice(price, price, 0.0, "computer", note)
+    platform = platform_for_cpu(device)
+    rest = platform.base_usd + device.memory_gib * RAM_USD_PER_GIB
+    kind = _BOX_KINDS[platform.key]
+    if not device.price_usd:
+        return MachinePrice(None, None, rest, kind, "no list price in the catalog")
+    return MachinePrice(
+        device.price_usd + rest,
+        device.price_usd,
+        rest,
+        kind,
+        f"{format_usd(device.price_usd)} CPU + {format_usd(rest)} for the board, power, case, disk and "
+        f"{device.memory_gib:g} GiB RAM (assumed)",
+    )
+
+
+def machine_name(device: DeviceSpec, count: int = 1) -> str:
+    """The machine in a few words, as a buyer says it: "RTX 5090 PC", "2x RTX 3090 PC", "M4 Max
+    computer with 128 GiB", "EPYC 9655 server"."""
+    short = short_device_name(device.name)
+    kind = machine_price(device, count).kind
+    if device.is_gpu and device.memory_kind != "dedicated":
+        return f"{short} computer with {device.memory_gib:g} GiB"
+    return f"{count}x {short} {kind}" if count > 1 else f"{short} {kind}"
 
 
 def platform_for_gpus(count: int) -> HostPlatform:

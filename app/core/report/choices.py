@@ -42,6 +42,7 @@ from app.core.model.source import ModelSource, model_from_catalog, model_from_gg
 
 MIN_CONTEXT_TOKENS = 512
 MAX_USERS = 64
+DEMO_CATALOG_ID = "gemma-3-270m"  # the built-in demo file's model in the catalog (its size, its score)
 
 
 class HardwareChoice(Frozen):

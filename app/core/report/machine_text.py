@@ -4,6 +4,8 @@ say the same."""
 
 from __future__ import annotations
 
+import re
+
 from app.core.common.units import GIB
 from app.core.hardware.snapshots import GpuSnapshot, GpuStatus, HostSnapshot
 from app.core.memory.backends import BUILD_NAMES
@@ -15,6 +17,28 @@ _SOURCES = {
     "amd": "the amdgpu driver (/sys/class/drm)",
     "intel": "the Intel driver (/sys/class/drm)",
 }
+
+
+_VENDOR = re.compile(r"^(NVIDIA|AMD|Intel|Apple)\s+(GeForce\s+|Radeon\s+|Instinct\s+)?")
+_DETAIL = re.compile(r"\s*\([^)]*\)|\s+\d+\s*GB$")
+_LONG_WORDS = (("Workstation Edition", ""), ("Server Edition", ""), ("Ada Generation", "Ada"), ("  ", " "))
+
+
+def short_device_name(name: str) -> str:
+    """A catalog device's name without the vendor and the details in parentheses: "RTX 4090",
+    "M2 Ultra", "Threadripper 7980X" (the whole name goes in tooltips)."""
+    short = _DETAIL.sub("", _VENDOR.sub("", name))
+    for long, brief in _LONG_WORDS:
+        short = short.replace(long, brief)
+    return short.strip()
+
+
+def with_article(noun: str) -> str:
+    """``noun`` after "a" or "an" as it is said aloud: "an RTX 5090 PC", "an M4 Max", "a Ryzen"."""
+    word = noun.split()[0] if noun.split() else noun
+    spelled = word.isupper() or any(c.isdigit() for c in word)  # said letter by letter: "R-T-X", "M4"
+    vowel_sound = word[:1].upper() in "AEIOU" or (spelled and word[:1].upper() in "FHLMNRSX")
+    return f"{'an' if vowel_sound else 'a'} {noun}"
 
 
 def _gib(n: float) -> str:

@@ -11,6 +11,7 @@ from app.core.memory.estimate import estimate
 from app.core.memory.records import Estimate, Settings, Target, estimate_json
 from app.core.model.architecture import Architecture
 from app.core.model.tensors import TensorInfo
+from app.core.report.verdict import rate, rate_range
 from app.core.speed.measure import RunResult, RunSettings, Spread, SweepRow, summary
 from app.core.speed.predict import SpeedEstimate, active_bytes_by_device, estimate_speed, kv_bytes_per_token
 
@@ -132,6 +133,7 @@ def diagnose(result: RunResult, est: Estimate | None, speed: SpeedEstimate | Non
     decode: Spread | None = summary(result)["decode_tokens_per_s"]
     if decode is not None and speed is not None and speed.decode_tokens_per_s.high > 0:
         lo, hi = speed.decode_tokens_per_s.low, speed.decode_tokens_per_s.high
+        estimated = rate_range(speed.decode_tokens_per_s)
         if decode.median < 0.5 * lo:
             on_gpu = s.gpu_layers != 0 and result.gpu_offload_supported
             causes = (
@@ -142,17 +144,59 @@ def diagnose(result: RunResult, est: Estimate | None, speed: SpeedEstimate | Non
                 "token that weigh heavily on small models"
             )
             out.append(
-                f"Decoding ran at {decode.median:.1f} tokens/s, far below the {lo:.0f}-{hi:.0f} estimated. Likely "
-                f"causes: {causes}. The measured speed now replaces the assumed efficiency for this machine."
+                f"Decoding ran at {rate(decode.median)} tokens/s, far below the {estimated} "
+                f"estimated. Likely causes: {causes}."
             )
         elif decode.median > 1.5 * hi:
             out.append(
-                f"Decoding ran at {decode.median:.1f} tokens/s, well above the {lo:.0f}-{hi:.0f} estimated: the "
-                "estimate is cautious for this machine; a measured efficiency now corrects later estimates."
+                f"Decoding ran at {rate(decode.median)} tokens/s, well above the {estimated} "
+                "estimated: the estimate is cautious for this machine."
             )
     if est is not None and not est.fits:
         out.append("The estimate said these settings do not fit; the run shows what actually happened.")
     return out
+
+
+CONTENDED_SHARE = 0.25  # other programs used a quarter of the machine's CPUs or more
+SLOW_FACTOR = 0.5  # decode below half the lowest the estimate allows
+IMPLAUSIBLE_FACTOR = 0.2  # decode below a fifth of it: nothing about this machine's memory explains that
+UNSTEADY_RATIO = 1.5  # repetitions whose decode speeds differ by more than half
+
+
+def disturbance(result: RunResult, speed: SpeedEstimate | None) -> str | None:
+    """Why a run must not calibrate this machine's estimates, or None when nothing disturbed it: it
+    ran slow while other programs used the processor or the machine was running hot, it ran at under
+    a fifth of the slowest speed the estimate allows (something else was slowing the machine, or the
+    model is too small for its speed to say anything about larger ones), or its repetitions
+    disagreed by more than half. A sentence a person can act on."""
+    decode = summary(result)["decode_tokens_per_s"]
+    if decode is None:
+        return None
+    low = speed.decode_tokens_per_s.low if speed is not None else 0.0
+    slow = low > 0 and decode.median < SLOW_FACTOR * low
+    share = result.others_cpu_share
+    if slow and share is not None and share >= CONTENDED_SHARE:
+        return (
+            f"other programs used {share:.0%} of the processor while it ran, and it decoded at {rate(decode.median)} "
+            f"tokens/s against {rate_range(speed.decode_tokens_per_s) if speed else 'the estimate'}"
+        )
+    if slow and result.hot_sensor:
+        return f"the machine was running hot ({result.hot_sensor}) and it decoded at {rate(decode.median)} tokens/s"
+    if low > 0 and decode.median < IMPLAUSIBLE_FACTOR * low:
+        assert speed is not None
+        return (
+            f"it decoded at {rate(decode.median)} tokens/s, under a fifth of the slowest the estimate allows "
+            f"({rate_range(speed.decode_tokens_per_s)}): something else was slowing the machine, or the model is too "
+            "small for its speed to say anything about larger ones"
+        )
+    speeds = [r.decode_tokens_per_s_llama or r.decode_tokens_per_s_wall or 0.0 for r in result.completed_runs]
+    speeds = [v for v in speeds if v > 0]
+    if len(speeds) >= 3 and max(speeds) > UNSTEADY_RATIO * min(speeds):
+        return (
+            f"its speed changed by more than half between repetitions ({rate(min(speeds))} to {rate(max(speeds))} "
+            "tokens/s): something else was using the machine"
+        )
+    return None
 
 
 @dataclass(frozen=True)
@@ -209,12 +253,15 @@ class RunReport:
     run_estimate: RunEstimate | None = None
     comparison: tuple[BufferRow, ...] = ()
     diagnosis: tuple[str, ...] = ()
-    # Calibrates this machine's estimates (a run with llama-server's threads, one device busy).
+    # Measured with llama-server's threads, one device busy: calibrates this machine's estimates
+    # unless the run was disturbed (``disturbed`` says how; then ``calibrates`` is False).
     measured_efficiency: Efficiency | None = None
     # Reached with other threads: shown, never used for calibration; calibration_note says why.
     uncalibrated_efficiency: Efficiency | None = None
     calibration_note: str | None = None
     thread_sweep: tuple[SweepRow, ...] = ()
+    disturbed: str | None = None
+    """Why the run must not calibrate (:func:`disturbance`); None when nothing disturbed it."""
     rpc: dict[str, Any] | None = None  # the RPC plan and servers of a run across machines
     history_id: int | None = None
     unsaved_path: str | None = None
@@ -223,6 +270,11 @@ class RunReport:
     @property
     def estimate(self) -> Estimate | None:
         return self.run_estimate.estimate if self.run_estimate is not None else None
+
+    @property
+    def calibrates(self) -> bool:
+        """Whether this run's efficiency calibrates this machine's estimates."""
+        return self.measured_efficiency is not None and self.disturbed is None and self.rpc is None
 
     def estimate_json(self) -> dict[str, Any] | None:
         """The estimate as ``fitscope estimate --json`` names it, with the speed ranges."""
@@ -293,6 +345,9 @@ class RunReport:
             out["estimate"] = estimate
         if estimate is not None or self.comparison:
             out["comparison"] = [row.to_json() for row in self.comparison]
+        out["calibrates"] = self.calibrates
+        if self.disturbed is not None:
+            out["disturbed"] = self.disturbed
         if self.measured_efficiency is not None:
             e = self.measured_efficiency
             out["measured_efficiency"] = {"target": e.target, "value": e.value, "n_threads": e.n_threads}
@@ -330,6 +385,7 @@ def make_run_report(
     comparison = tuple(compare_buffers(result, est))
     measured = uncalibrated = None
     note = None
+    disturbed = disturbance(result, run_estimate.speed)
     threads = result.threads
     if run_estimate.efficiency is not None:
         target, value = run_estimate.efficiency
@@ -340,6 +396,8 @@ def make_run_report(
             # never mixed into this machine's calibration.
             uncalibrated = Efficiency(target, value)
             note = f"Not used to calibrate this machine's estimates: it ran with {threads.describe()}."
+    if disturbed is not None and note is None:
+        note = f"Not used to calibrate this machine's estimates: {disturbed}. Run it again when the machine is idle."
     return RunReport(
         result,
         model_label,
@@ -350,4 +408,5 @@ def make_run_report(
         uncalibrated_efficiency=uncalibrated,
         calibration_note=note,
         thread_sweep=tuple(thread_sweep),
+        disturbed=disturbed,
     )

@@ -24,13 +24,26 @@ APPROXIMATE_HEADROOM = 0.25
 
 @dataclass(frozen=True)
 class Verdict:
+    """The answer in plain words (``headline``, ``sentences``); ``technical`` says the same in
+    llama.cpp's terms (flags, layer counts as llama.cpp numbers them) for the details and tooltips."""
+
     level: Literal["green", "amber", "red"]
     headline: str
     sentences: tuple[str, ...]
+    technical: tuple[str, ...] = ()
 
     @property
     def text(self) -> str:
         return " ".join((self.headline, *self.sentences))
+
+    def adding(self, *sentences: str, technical: tuple[str, ...] = ()) -> Verdict:
+        """This verdict with ``sentences`` (the empty ones left out) and ``technical`` added."""
+        return Verdict(
+            self.level,
+            self.headline,
+            (*self.sentences, *(s for s in sentences if s)),
+            (*self.technical, *technical),
+        )
 
 
 @dataclass(frozen=True)
@@ -82,24 +95,45 @@ def _percent(part: int, whole: int) -> str:
     return f"{100 * part / whole:.0f}%" if whole > 0 else "-"
 
 
+SLOWEST_SHOWN = 0.01  # per second: anything slower is said as "under 0.01"
+
+
 def rate(x: float) -> str:
-    """A speed for a sentence: whole numbers from 10 up, one decimal below 10, two below 1."""
+    """A speed for a sentence: whole numbers from 10 up, one decimal below 10, two below 1, and
+    "under 0.01" below that (never a "0")."""
+    if x < SLOWEST_SHOWN:
+        return f"under {SLOWEST_SHOWN:g}"
     return f"{x:,.0f}" if x >= 10 else f"{x:.1f}" if x >= 1 else f"{x:.2f}"
 
 
+def _range_text(low: float, high: float, unit: str) -> str:
+    if high <= 0:
+        return "no speed figure"
+    lo, hi = rate(low), rate(high)
+    if high < SLOWEST_SHOWN or lo == hi:
+        return f"{hi} {unit}"
+    if low < SLOWEST_SHOWN:
+        return f"up to {hi} {unit}"
+    return f"{lo}-{hi} {unit}"
+
+
 def rate_range(r: Range) -> str:
-    """A speed range for a sentence, the same way everywhere: "8.2-12 tokens/s"."""
-    return f"{rate(r.low)}-{rate(r.high)} tokens/s"
+    """A speed range for a sentence, the same way everywhere: "8.2-12 tokens/s" (never "0-0": a
+    speed that rounds to nothing is "under 0.01 tokens/s", a range whose ends round alike one figure)."""
+    return _range_text(r.low, r.high, "tokens/s")
+
+
+def words_range(r: Range) -> str:
+    """The same speed in words a second (English prose, :data:`WORDS_PER_TOKEN` words a token)."""
+    return _range_text(r.low * WORDS_PER_TOKEN, r.high * WORDS_PER_TOKEN, "words a second")
 
 
 def _speed_words(decode: Range) -> str:
-    lo, hi = decode.low, decode.high
-    if hi <= 0:
+    if decode.high <= 0:
         return ""
-    if hi < 1:
-        return f"Expect under one token a second ({rate_range(decode)}): too slow for a conversation."
-    w_lo, w_hi = lo * WORDS_PER_TOKEN, hi * WORDS_PER_TOKEN
-    return f"Expect about {rate_range(decode)} (roughly {rate(w_lo)}-{rate(w_hi)} words a second)."
+    if decode.high < 1:
+        return f"Expect under one word a second ({rate_range(decode)}): too slow for a conversation."
+    return f"Expect about {words_range(decode)} ({rate_range(decode)})."
 
 
 def _local_note(machine: Machine, backend: str) -> str:
@@ -171,6 +205,29 @@ def people_sentence(users: int, controls: Controls, scope: str = "any", placemen
     return f"{count[0].upper()}{count[1:]} can chat at once with {each}{where}{cap}."
 
 
+def trained_length_warning(controls: Controls, n_ctx_train: int) -> str:
+    """The sentence when each user's context is beyond what the model was trained on ("" if not)."""
+    if not n_ctx_train or controls.context_per_user_tokens <= n_ctx_train:
+        return ""
+    who = "each person's conversation" if controls.users > 1 else "the conversation"
+    return (
+        f"At {controls.context_per_user_tokens:,} tokens, {who} is longer than the {n_ctx_train:,} tokens the "
+        "model was trained on: answers degrade there unless the model supports context extension."
+    )
+
+
+def layers_words(gpu_layers: int, n_layer: int, where: str) -> str:
+    """Where the layers are, counted as a model card counts them (the output layer said apart):
+    llama.cpp's ``gpu_layers`` counts the output layer as one more, after the ``n_layer`` layers."""
+    if gpu_layers > n_layer:
+        return f"all {n_layer} layers and the output layer are on the {where}"
+    rest = n_layer - gpu_layers
+    return (
+        f"{gpu_layers} of the model's {n_layer} layers are on the {where}; the other {rest} and the output layer "
+        "run on the processor, which is slower"
+    )
+
+
 def make_verdict(
     est: Estimate,
     speed: SpeedEstimate,
@@ -182,17 +239,14 @@ def make_verdict(
 ) -> Verdict:
     """The answer in plain words, with a light: green (fits with room), amber (fits with under 10%
     to spare, or only partly on the GPU, or under 25% to spare on an architecture whose rules are
-    approximate), red (does not fit). An approximate estimate says so first."""
-    verdict = _verdict(est, speed, controls, max_context, smaller_quant, n_ctx_train, gpus_hidden)
+    approximate), red (does not fit). An approximate estimate says so first; a context beyond the
+    trained length says so whatever the number of users and whether it fits."""
+    verdict = _verdict(est, speed, controls, max_context, smaller_quant, gpus_hidden)
+    verdict = verdict.adding(trained_length_warning(controls, n_ctx_train))
     if est.repack_bytes >= 0.1 * GIB:
-        verdict = Verdict(
-            verdict.level,
-            verdict.headline,
-            (
-                *verdict.sentences,
-                f"On a CPU, llama.cpp also keeps a rearranged copy of {gib(est.repack_bytes)} of the weights for "
-                "faster arithmetic, so the same model needs more memory here than on a graphics card.",
-            ),
+        verdict = verdict.adding(
+            f"On a processor, llama.cpp also keeps a rearranged copy of {gib(est.repack_bytes)} of the weights for "
+            "faster arithmetic, so the same model needs more memory here than on a graphics card."
         )
     if not est.approximate:
         return verdict
@@ -205,7 +259,7 @@ def make_verdict(
     level = verdict.level
     if level == "green" and budget_of(est).free_bytes < APPROXIMATE_HEADROOM * budget_of(est).capacity_bytes:
         level = "amber"
-    return Verdict(level, verdict.headline, (caveat, *verdict.sentences))
+    return Verdict(level, verdict.headline, (caveat, *verdict.sentences), verdict.technical)
 
 
 def _verdict(
@@ -214,7 +268,6 @@ def _verdict(
     controls: Controls,
     max_context: int,
     smaller_quant: str | None,
-    n_ctx_train: int,
     gpus_hidden: bool,
 ) -> Verdict:
     budget = budget_of(est)
@@ -247,49 +300,44 @@ def _verdict(
     partial = gpu_devices and (est.gpu_layers < est.n_layer + 1 or est.cpu_moe_layers > 0)
     speed_text = _speed_words(speed.decode_tokens_per_s)
     if speed_text:
-        who = "for each of the users" if controls.users > 1 else "for one user"
+        who = "for each person" if controls.users > 1 else "for one person"
         total = speed.decode_total_tokens_per_s
         speed_text = speed_text[:-1] + (
             f" {who}, {speed.depth_tokens:,} tokens into the conversation"
-            + (f"; {total.low:,.0f}-{total.high:,.0f} tokens/s in total" if controls.users > 1 else "")
+            + (f"; {words_range(total)} for everyone together" if controls.users > 1 else "")
             + "."
         )
     if gpus_hidden:
         headline = (
-            "Runs on the CPU only: the GPU has too little free memory even for the working buffers llama.cpp "
-            "keeps on it, so hide it (llama-server --device none)."
+            "Runs on the processor only: the graphics card has too little free memory even for the working "
+            "buffers llama.cpp keeps on it."
         )
-        return Verdict("amber", headline, tuple(s for s in (shares, speed_text) if s))
-    beyond = ""
-    if n_ctx_train and controls.context_per_user_tokens > n_ctx_train:
-        beyond = (
-            f"That is beyond the {n_ctx_train:,} tokens the model was trained on: answers degrade there unless "
-            "the model supports context extension."
-        )
+        hidden = ("The graphics card is hidden from llama.cpp (llama-server --device none).",)
+        return Verdict("amber", headline, tuple(s for s in (shares, speed_text) if s), hidden)
     if partial:
-        gpus = "GPUs" if len(gpu_devices) > 1 else "GPU"
-        opening = f"Runs partly in system memory, at about {rate_range(speed.decode_tokens_per_s)}"
+        gpus = "graphics cards" if len(gpu_devices) > 1 else "graphics card"
+        opening = f"Runs partly in system memory, at about {words_range(speed.decode_tokens_per_s)}"
+        technical = (f"llama-server -ngl {est.gpu_layers}",)
         if est.gpu_layers >= est.n_layer + 1:
             headline = (
-                f"{opening}: every layer is on the {gpus}, but the experts of {est.cpu_moe_layers} of {est.n_layer} "
-                f"layers stay in system memory (--n-cpu-moe {est.cpu_moe_layers})."
+                f"{opening}: the whole model is on the {gpus} except part of its experts "
+                f"(those of {est.cpu_moe_layers} of its {est.n_layer} layers), which stay in system memory."
             )
+            technical = (f"llama-server -ngl {est.gpu_layers} --n-cpu-moe {est.cpu_moe_layers}",)
         elif controls.gpu_layers == "auto":
+            headline = f"{opening}: {layers_words(est.gpu_layers, est.n_layer, gpus)}."
             margin = controls.fit_margin_mib / 1024
-            headline = (
-                f"{opening}: {est.gpu_layers} of {est.n_layer + 1} layers fit on the {gpus} (keeping {margin:g} GiB "
-                "free, as llama.cpp's --fit does); the rest run on the CPU."
+            technical = (
+                f"Placed as llama.cpp's --fit places it, keeping {margin:g} GiB free per GPU: -ngl {est.gpu_layers} "
+                f"(llama.cpp counts the output layer as layer {est.n_layer + 1}).",
             )
         else:
-            headline = (
-                f"{opening}: {est.gpu_layers} of {est.n_layer + 1} layers on the {gpus}, as chosen; the rest run on "
-                "the CPU."
-            )
-        return Verdict("amber", headline, tuple(s for s in (shares, speed_text, beyond) if s))
+            headline = f"{opening}: as chosen, {layers_words(est.gpu_layers, est.n_layer, gpus)}."
+        return Verdict("amber", headline, tuple(s for s in (shares, speed_text) if s), technical)
     level: Literal["green", "amber"] = "green"
     headline = f"Fits, with {gib(budget.free_bytes)} to spare."
     if budget.free_bytes < AMBER_HEADROOM * budget.capacity_bytes:
         level = "amber"
         share = _percent(budget.free_bytes, budget.capacity_bytes)
         headline = f"Fits, but only just: {gib(budget.free_bytes)} to spare ({share})."
-    return Verdict(level, headline, tuple(s for s in (shares, speed_text, beyond) if s))
+    return Verdict(level, headline, tuple(s for s in (shares, speed_text) if s))

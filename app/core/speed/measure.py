@@ -147,6 +147,16 @@ class RunResult(Frozen):
     llama_server_threads: int | None = Field(
         default=None, description="the threads llama-server uses on the machine that ran it (None: not recorded)"
     )
+    others_cpu_share: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="the share of all the machine's CPUs other programs used while the model generated (None: not "
+        "measured)",
+    )
+    hot_sensor: str | None = Field(
+        default=None, max_length=200, description="a temperature sensor at or above its high mark when it ended"
+    )
 
     @property
     def threads(self) -> ThreadChoice | None:
