@@ -312,11 +312,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--rtt-ms", type=float, default=0.2, help="network round trip for --rpc-host or --nodes (default 0.2)"
     )
     plan.add_argument("--json", action="store_true")
-    adv = sub.add_parser("advise", help="which machine to buy: every catalog configuration for a workload, ranked")
+    adv = sub.add_parser(
+        "advise",
+        help="which machine to buy for a model (--model, --gguf, --hf-config), or which models a machine runs well "
+        "(--machine)",
+    )
     adv_model = adv.add_mutually_exclusive_group(required=True)
     adv_model.add_argument("--model", metavar="CATALOG_ID")
     adv_model.add_argument("--gguf", metavar="PATH")
     adv_model.add_argument("--hf-config", metavar="PATH")
+    adv_model.add_argument(
+        "--machine",
+        metavar="CATALOG_ID",
+        help="the other question: which catalog models this machine runs well for the workload, best answers first "
+        "('local' for this computer)",
+    )
+    adv.add_argument("--gpus", type=int, default=1, help="with --machine: GPUs in the box (1-8, default 1)")
     adv.add_argument("--quant", action="append", metavar="PRESET", help="only these presets (repeatable)")
     adv.add_argument("-c", "--ctx-size", type=int, default=8192, help="context per user (default 8192)")
     adv.add_argument("--users", type=int, default=1, help="concurrent users (default 1)")

@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from app.core.common.errors import FitScopeError
 from app.core.common.units import GIB
@@ -140,6 +141,8 @@ def cmd_advise(args: argparse.Namespace) -> int:
     from app.core.report.choices import ModelChoice
     from app.services.advisor import advise, format_advice, words_to_tokens
 
+    if args.machine:
+        return _models_for_machine(args)
     if args.gguf:
         model = ModelChoice(kind="gguf", ref=args.gguf)
     elif args.hf_config:
@@ -170,6 +173,66 @@ def cmd_advise(args: argparse.Namespace) -> int:
     else:
         print(format_advice(advice, top=args.top, why=args.why))
     return 0
+
+
+def _models_for_machine(args: argparse.Namespace) -> int:
+    """``fitscope advise --machine ID``: the catalog's models ranked by answer quality among those
+    the machine runs fast enough (app.services.model_finder)."""
+    from pydantic import ValidationError
+
+    from app.core.model.catalog import find_device
+    from app.core.report.choices import Controls, HardwareChoice, Machine
+    from app.services.advisor import words_to_tokens
+    from app.services.model_finder import format_models, models_for_machine
+
+    machine = Machine()
+    try:
+        controls = Controls(context_per_user_tokens=args.ctx_size, users=args.users)
+        if args.machine == "local":
+            from app.services.runs import detect_machine
+
+            hardware = HardwareChoice(kind="local")
+            machine = detect_machine(measure_bandwidth=False)
+        else:
+            find_device(args.machine)  # an unknown id is a one-line error naming close ones
+            hardware = HardwareChoice(kind="catalog", device_id=args.machine, count=args.gpus)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise FitScopeError(f"{'.'.join(map(str, first['loc']))}: {first['msg']}.") from None
+    tps = words_to_tokens(args.min_wps) if args.min_wps is not None else args.min_tps
+    result = models_for_machine(hardware, controls, 10.0 if tps is None else tps, args.quality, machine)
+    if args.json:
+        print(json.dumps(models_json(result, args.top), indent=2))
+    else:
+        print(format_models(result, top=args.top))
+    return 0
+
+
+def models_json(result: Any, top: int) -> dict[str, Any]:
+    """``fitscope advise --machine --json``: the ranked models and why the others fall short."""
+
+    def row(o: Any) -> dict[str, Any]:
+        return {
+            "model": o.model_id,
+            "name": o.name,
+            "quant": o.quant,
+            "mmlu_pro_percent": o.score.mmlu_pro_percent if o.score else None,
+            "quality": o.level.words,
+            "score_source": o.score.source_url if o.score else None,
+            "placement": o.placement,
+            "decode_tokens_per_s": o.decode.as_dict() if o.decode else None,
+            "passes": o.passes,
+            "reason": o.reason,
+        }
+
+    return {
+        "machine": result.machine_label,
+        "users": result.controls.users,
+        "context_per_user_tokens": result.controls.context_per_user_tokens,
+        "min_tokens_per_s": result.min_tokens_per_s,
+        "ranked": [row(o) for o in result.ranked[: max(top, 1)]],
+        "failing": [row(o) for o in result.failing],
+    }
 
 
 def cmd_load(args: argparse.Namespace) -> int:

@@ -62,7 +62,8 @@ from app.core.advisor.records import (
 )
 from app.core.advisor.sweep import Sweep
 from app.core.common.units import GIB
-from app.core.report.verdict import WORDS_PER_TOKEN, gib
+from app.core.model.benchmarks import size_warning
+from app.core.report.verdict import WORDS_PER_TOKEN, gib, rate
 from app.services.advisor_evaluate import evaluate_box, evaluate_single
 from app.services.estimate import decode_depth_tokens
 
@@ -168,13 +169,21 @@ PREFERENCE_WORDS: dict[str, str] = {
 
 def workload_sentence(w: Workload, model_label: str) -> str:
     """The workload in one sentence, as the answer opens with it."""
-    users = f"{w.users} users" if w.users > 1 else "one user"
+    users = f"{w.users} people" if w.users > 1 else "one person"
     budget = f", budget {format_usd(w.budget_usd)}" if w.budget_usd else ""
     return (
-        f"{model_label}, {w.context_per_user_tokens:,} tokens of context for each of {users}, at least "
-        f"{w.min_tokens_per_s:g} tokens/s each (about {format_rate(w.min_words_per_s)} words a second); "
+        f"{model_label} for {users}, {w.context_per_user_tokens:,} tokens of conversation each, at least "
+        f"{rate(w.min_words_per_s)} words a second each ({rate(w.min_tokens_per_s)} tokens/s); "
         f"{QUALITY_FLOORS[w.quality_floor][0]}{budget}."
     )
+
+
+def advice_warnings(advice: HardwareAdvice) -> tuple[str, ...]:
+    """What to hear before the machines: a model far too small for the people it must serve."""
+    w = advice.workload
+    model_id = w.model.ref if w.model.kind == "catalog" else None
+    warning = size_warning(model_id, advice.model_label, advice.arch.params_billions, w.users)
+    return (warning,) if warning else ()
 
 
 def format_advice(advice: HardwareAdvice, top: int = 10, why: Sequence[str] = ()) -> str:
@@ -183,6 +192,7 @@ def format_advice(advice: HardwareAdvice, top: int = 10, why: Sequence[str] = ()
     w = advice.workload
     lines = [
         workload_sentence(w, advice.model_label),
+        *advice_warnings(advice),
         f"{advice.evaluated:,} configurations ({len(advice.presets)} presets: {', '.join(advice.presets)}) "
         f"in {advice.seconds:.2f} s; {len(advice.passing):,} pass, on {len(advice.ranked)} machines.",
         "",

@@ -108,7 +108,7 @@ def _judge(
     if not ok and shortfall:
         reason = (
             f"{shortfall}; {where}, but about {format_rate(typical)} tokens/s per user "
-            f"< {sw.workload.min_tokens_per_s:g}"
+            f"(under the {format_rate(sw.workload.min_tokens_per_s)} needed)"
         )
     over = sw.over_budget(price)
     if ok and over:
@@ -180,8 +180,8 @@ def evaluate_box(sw: Sweep, device: DeviceSpec, count: int) -> None:
                     decode_typical=fastest,
                     settled_by="speed",
                     reason=f"{v.preset}: {memory}at most {format_rate(fastest)} tokens/s per user even with every "
-                    f"layer on the {'GPUs' if count > 1 else 'GPU'} < {w.min_tokens_per_s:g} "
-                    f"({device.bandwidth_gb_s:g} GB/s)",
+                    f"layer on the {'GPUs' if count > 1 else 'GPU'}, under the {format_rate(w.min_tokens_per_s)} "
+                    f"needed ({device.bandwidth_gb_s:g} GB/s)",
                 )
             )
             continue
@@ -286,7 +286,7 @@ def _too_slow(
         needed_bytes=needed,
         settled_by="memory",
         reason=f"{shortfall}; with {moved} in system memory ({host_label}) at most "
-        f"{format_rate(bound)} tokens/s per user < {sw.workload.min_tokens_per_s:g}",
+        f"{format_rate(bound)} tokens/s per user (under the {format_rate(sw.workload.min_tokens_per_s)} needed)",
     )
 
 
@@ -351,8 +351,8 @@ def evaluate_single(sw: Sweep, device: DeviceSpec) -> None:
                     needed_bytes=v.weights_bytes + sw.kv_bytes,
                     decode_typical=fastest,
                     settled_by="speed",
-                    reason=f"{v.preset}: at most {format_rate(fastest)} tokens/s per user < {w.min_tokens_per_s:g} "
-                    f"({device.bandwidth_gb_s:g} GB/s)",
+                    reason=f"{v.preset}: at most {format_rate(fastest)} tokens/s per user, under the "
+                    f"{format_rate(w.min_tokens_per_s)} needed ({device.bandwidth_gb_s:g} GB/s)",
                 )
             )
             continue

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from app.core.advisor.configs import machine_name
 from app.core.common.errors import FitScopeError
-from app.core.model.benchmarks import UNRATED, level_for, too_small_for_many
+from app.core.model.benchmarks import size_warning
 from app.core.model.catalog import find_device
 from app.core.report.choices import DEMO_CATALOG_ID, HardwareChoice, Machine, ModelChoice
 from app.core.report.machine_text import with_article
@@ -87,22 +87,10 @@ def buyer_warnings(
     """What a buyer must hear before the figures: a model far too small for several people, a
     speed below what each person needs."""
     out = []
-    model_id = catalog_id(choice)
     if choice.kind == "demo":
-        out.append(
-            f"{model_name} is the built-in demo: a tiny model for measuring speed, not for answering questions."
-        )
-    elif users > 1 and too_small_for_many(model_id, params_billions):
-        level = level_for(model_id)
-        why = (
-            f"its answers are {level.words} ({level.meaning})"
-            if level is not UNRATED
-            else f"it has {params_billions:g} billion parameters and no published score"
-        )
-        out.append(
-            f"{model_name} is far too small for an assistant {users} people share: {why}. Which machine? lists "
-            "the models a machine runs well."
-        )
+        out.append(f"{model_name} is the built-in demo: a tiny model for measuring speed, not for answering questions.")
+    else:
+        out.append(size_warning(catalog_id(choice), model_name, params_billions, users))
     if found is not None and found.fits and min_tokens_per_s is not None:
         typical = found.speed.decode_typical
         if typical < min_tokens_per_s:
@@ -110,4 +98,4 @@ def buyer_warnings(
                 f"That is slower than the {rate(min_tokens_per_s * WORDS_PER_TOKEN)} words a second each person "
                 f"needs (about {rate(typical * WORDS_PER_TOKEN)} expected)."
             )
-    return tuple(out)
+    return tuple(s for s in out if s)

@@ -78,7 +78,7 @@ class Sweep:
             return True, f"{v.preset}: {where}, about {format_rate(typical)} tokens/s per user{caution}"
         return False, (
             f"{v.preset}: {where} ({gib(free_bytes)} to spare), but about {format_rate(typical)} tokens/s per user "
-            f"< {wanted:g}"
+            f"(under the {format_rate(wanted)} needed)"
         )
 
 

@@ -135,6 +135,31 @@ def too_small_for_many(model_id: str | None, params_billions: float | None) -> b
     return params_billions is not None and params_billions < SMALL_PARAMS_BILLIONS
 
 
+TOY_PARAMS_BILLIONS = 1.0
+"""Below this size, and without a score, a model is taken to be a toy whatever the number of people."""
+
+
+def size_warning(model_id: str | None, name: str, params_billions: float | None, users: int) -> str:
+    """The sentence when a model is far too small for the job ("" when it is not): for several
+    people, :func:`too_small_for_many`; for one, a toy's score or under a billion parameters."""
+    level = level_for(model_id)
+    if level is not UNRATED:
+        why = f"its published answers are {level.words}, {level.meaning}"
+    else:
+        why = f"it has {params_billions:g} billion parameters and no published score" if params_billions else ""
+    toy = level.key == "toy" or (
+        level is UNRATED and params_billions is not None and params_billions < TOY_PARAMS_BILLIONS
+    )
+    if users > 1 and too_small_for_many(model_id, params_billions):
+        return (
+            f"{name} is far too small for an assistant {users} people share: {why}. "
+            "Look for a larger model (Which machine? > Which models for a machine)."
+        )
+    if toy:
+        return f"{name} is a toy model, fine for measuring speed but not for answering questions at work: {why}."
+    return ""
+
+
 def answer_quality(model_id: str | None) -> str:
     """The level in a few words, with the score: "very good (MMLU-Pro 69.1%)", "no published score"."""
     score = score_of(model_id) if model_id else None
