@@ -196,7 +196,7 @@ def test_typed_context_beyond_the_slider_is_kept_and_explained(qtbot, tmp_path):
     window = open_window(qtbot, make_services(tmp_path))
     window.context_control.spin.setValue(65536)  # the demo model was trained on 32,768
     settle(qtbot, window, lambda v: v.request.controls.context_per_user_tokens == 65536)
-    assert "beyond the 32,768 tokens the model was trained on" in window.banner.details.text()
+    assert "longer than the 32,768 tokens the model was trained on" in window.banner.details.text()
     assert window.context_control.slider.value() == window.context_control.slider.maximum()
 
 
@@ -234,7 +234,11 @@ def test_users_cache_types_quantization_and_gpu_layers(qtbot, tmp_path):
     view = settle(qtbot, window, lambda v: v.request.controls.gpu_layers == 10)
     assert view.estimate.gpu_layers == 10
     assert window.split_chart.shown[0].weights_bytes == view.estimate.devices[0].weights_bytes
-    assert window.banner.level == "amber" and "10 of 29 layers on the GPU, as chosen" in window.banner.headline.text()
+    # Layers as the model card counts them (28), the output layer said apart.
+    assert window.banner.level == "amber"
+    assert "as chosen, 10 of the model's 28 layers are on the graphics card; the other 18 and the output layer" in (
+        window.banner.headline.text()
+    )
 
 
 def test_quantized_v_cache_without_flash_attention_is_explained_not_changed(qtbot, tmp_path):
@@ -290,7 +294,7 @@ def test_two_catalog_gpus_get_two_bars_and_the_comparison_table(qtbot, tmp_path)
     assert window.compare_table.item(1, 0).text() == "NVIDIA A100 80GB SXM" or "A100" in row.label
     assert window.compare_table.item(1, 1).text() == f"{row.budget_bytes / GIB:.1f} GiB"
     price = find_device("a100-80gb").price_usd
-    assert window.compare_table.item(1, 5).text() == (f"${price:,.0f}" if price else "unknown")
+    assert window.compare_table.item(1, 5).text() == (f"${price:,.0f}" if price else "not listed")
 
 
 def test_detected_gpu_shows_a_live_memory_bar_and_is_the_default_target(qtbot, tmp_path):
@@ -597,7 +601,9 @@ def test_build_program_and_experts_controls_change_the_estimate(qtbot, tmp_path)
     view = settle(qtbot, window, lambda v: v.request.controls.n_cpu_moe == 48)
     gpu, host = view.estimate.devices
     assert view.estimate.cpu_moe_layers == 48 and gpu.weights_bytes < 2 * GIB < host.weights_bytes
-    assert "the experts of 48 of 48 layers stay in system memory" in window.banner.headline.text()
+    assert "the whole model is on the graphics card except its experts, which stay in system memory" in (
+        window.banner.headline.text()
+    )
 
 
 def test_four_machines_side_by_side_for_one_model(qtbot, tmp_path):

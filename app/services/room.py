@@ -15,8 +15,9 @@ from app.core.common.errors import FitScopeError
 from app.core.model.benchmarks import size_warning
 from app.core.model.catalog import find_device
 from app.core.report.choices import DEMO_CATALOG_ID, HardwareChoice, Machine, ModelChoice
+from app.core.report.lengths import WORDS_PER_TOKEN
 from app.core.report.machine_text import with_article
-from app.core.report.verdict import WORDS_PER_TOKEN, gib, rate, words_range
+from app.core.report.verdict import gib, rate, words_range
 from app.services.estimate import Answer
 
 

@@ -336,7 +336,7 @@ class Evaluator:
     def _name(model: ModelSource, request: Request) -> str:
         """The model as people call it: the catalog's name, else the file's label."""
         if request.model.kind == "demo":
-            return "The demo model (Gemma 3 270M)"
+            return "Gemma 3 270M (the demo)"
         return model.arch.name if request.model.kind == "catalog" else model.label
 
     def _context_curves(

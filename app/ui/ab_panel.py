@@ -37,6 +37,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.adapters.ab_compare import MAX_VARIANTS, compare_variants
+from app.adapters.demo_model import DEMO_TOY_NOTE, is_demo_file
 from app.adapters.divergence_runner import DivergenceSettings, builtin_text, read_text
 from app.adapters.llamacpp_runner import LiveRun
 from app.adapters.quantizer import Quantization, default_variant_path, quantize
@@ -51,6 +52,7 @@ from app.ui.ab_suites import SuiteBox
 from app.ui.chart_base import COLORS, Chart
 from app.ui.jobs import JobRunner, Report
 from app.ui.panels import fill_table, readonly_table
+from app.ui.stale import StaleMark
 
 
 class AbPanel(QWidget):
@@ -184,6 +186,8 @@ class AbPanel(QWidget):
         left.addWidget(self.progress)
         left.addWidget(self.status)
         right = QVBoxLayout()
+        self.stale_note = QLabel("")
+        right.addWidget(self.stale_note)
         right.addWidget(self.chart, 2)
         right.addWidget(self.table, 2)
         right.addWidget(self.advice)
@@ -193,6 +197,8 @@ class AbPanel(QWidget):
         grid.addLayout(right, 0, 1)
         grid.setColumnStretch(0, 2)
         grid.setColumnStretch(1, 5)
+        # The advice says what fits the hardware chosen on the left.
+        self.stale = StaleMark(self.stale_note, [self.chart, self.table, self.advice], "press Compare", ("machine",))
 
         self.add_button.clicked.connect(self._add_dialog)
         self.remove_button.clicked.connect(self._remove_selected)
@@ -314,6 +320,8 @@ class AbPanel(QWidget):
         self.progress.setValue(0)
         stop = threading.Event()
         divergence = self.divergence_settings()
+
+        self.stale.begin()
 
         def work(report: Report) -> tuple[str, Comparison]:
             result = compare_variants(
@@ -443,7 +451,10 @@ class AbPanel(QWidget):
             chosen = _html_label(a.chosen) if a.chosen else "none qualifies"
             lines.append(f"<b>{a.profile}</b> (needs ≥ {a.floor:.0%}): <b>{chosen}</b>")
             lines += [f"&nbsp;&nbsp;• {_html_label(r)}" for r in a.reasons]
+        if any(is_demo_file(v.gguf_path) for v in comparison.variants):
+            lines.insert(0, f"<b>{html.escape(DEMO_TOY_NOTE)}</b>")
         self.advice.setText("<br>".join(lines))
+        self.stale.done()
         self.export_json.setEnabled(True)
         self.export_toml.setEnabled(True)
         self.status.setText("Done. " + safe_label(" ".join(comparison.notes)))

@@ -1,130 +1,84 @@
-"""The "Which machine?" tab: the workload in plain words in, the catalog's machines that do it out —
-ranked, on a price-against-speed chart with the best buys joined up, each with why the others fail —
-and one click to open a configuration in the main view. The sweep is :func:`app.services.advisor`,
-run on the tab's job runner."""
+"""The "Which machine?" tab, both ways round. Machines for this model: the workload in plain words
+in, the catalog's machines that do it out — ranked, on a price-against-speed chart with the best
+buys joined up, each with why the others fail — and one click to open a configuration in the main
+view (:func:`app.services.advisor.advise`). Models for this machine: the machine chosen on the
+left, and the catalog's models it runs well for the same workload, best answers first
+(:func:`app.services.model_finder.models_for_machine`, shown by ``models_view.py``).
+
+The workload (``workload_form.py``) is the window's one set of workload settings; results computed
+for other settings are greyed with a line saying which (``stale.py``) until found again. Both
+searches run on the tab's job runner, off the GUI thread, with progress.
+"""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 
-import pyqtgraph as pg
 from PySide6.QtCore import Signal
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
-    QComboBox,
-    QDoubleSpinBox,
-    QFormLayout,
-    QGroupBox,
+    QButtonGroup,
     QHBoxLayout,
     QLabel,
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
-    QSpinBox,
+    QRadioButton,
+    QStackedWidget,
     QVBoxLayout,
     QWidget,
 )
 
 from app.core.advisor.commands import launch_commands
-from app.core.advisor.records import CATEGORY_WORDS, QUALITY_FLOORS, Candidate, HardwareAdvice, Workload
-from app.core.report.choices import Controls, HardwareChoice, ModelChoice
-from app.core.report.verdict import WORDS_PER_TOKEN
-from app.services.advisor import advise, words_to_tokens, workload_sentence
-from app.ui.chart_base import COLORS, Chart
+from app.core.advisor.records import CATEGORY_WORDS, Candidate, HardwareAdvice, Workload
+from app.core.report.choices import DEMO_CATALOG_ID, Controls, HardwareChoice, Machine, ModelChoice
+from app.core.report.lengths import WORDS_PER_TOKEN
+from app.core.report.prefs import Preferences
+from app.services.advisor import advice_warnings, advise, workload_sentence
+from app.services.model_finder import MachineModels, models_for_machine
+from app.ui.advisor_chart import PriceSpeedChart
 from app.ui.jobs import JobRunner
+from app.ui.models_view import ModelsView
 from app.ui.panels import fill_table, readonly_table
+from app.ui.stale import Basis, StaleMark
+from app.ui.workload_form import WorkloadEdit, WorkloadForm
 
-CurrentModel = Callable[[], tuple[ModelChoice, Controls]]
-"""The main view's model and settings (the workload starts from them)."""
+CurrentSettings = Callable[[], tuple[Preferences, Machine]]
+"""The window's preferences and this machine now (where both searches start)."""
 OpenConfiguration = Callable[[ModelChoice, HardwareChoice, Controls], None]
 """Shows a configuration in the main view."""
 
-DEMO_CATALOG_ID = "gemma-3-270m"  # the demo file's architecture, for a catalog sweep
-HEADERS = ("#", "Machine", "Quantization", "Price", "Memory to spare", "Speed per user", "All users", "Verdict")
-
-
-def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
-    """Indices of the points no other point beats on both price (x, lower) and speed (y, higher),
-    cheapest first."""
-    order = sorted(range(len(points)), key=lambda i: (points[i][0], -points[i][1]))
-    front, best = [], -math.inf
-    for i in order:
-        if points[i][1] > best:
-            front.append(i)
-            best = points[i][1]
-    return front
-
-
-class PriceSpeedChart(Chart):
-    """Price against speed per user: every machine that does it, the best buys joined up, the
-    chosen one ringed. Items are created once and updated."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__("Price against speed per user", parent, short_title="Price vs. speed")
-        self.setLabel("bottom", "price (US dollars)")
-        self.setLabel("left", "speed per user")
-        self.others = pg.ScatterPlotItem(size=8, brush=pg.mkBrush(COLORS["muted"]), pen=pg.mkPen(None))
-        self.front_line = pg.PlotDataItem([], [], pen=pg.mkPen(COLORS["fits"], width=2))
-        self.front = pg.ScatterPlotItem(size=12, brush=pg.mkBrush(COLORS["fits"]), pen=pg.mkPen("w", width=1))
-        self.chosen = pg.ScatterPlotItem(size=18, brush=pg.mkBrush(None), pen=pg.mkPen(COLORS["current"], width=3))
-        for item in (self.others, self.front_line, self.front, self.chosen):
-            self.addItem(item)
-        self.rows: list[Candidate] = []
-        self.front_indices: list[int] = []
-        self._unit = 1.0
-
-    def set_data(self, rows: Sequence[Candidate], unit: float, unit_name: str) -> None:
-        """``rows``: the ranked machines with a price; speeds shown times ``unit`` (words or tokens)."""
-        self.rows = [r for r in rows if r.price_usd is not None]
-        self._unit = unit
-        self.setLabel("left", f"speed per user ({unit_name})")
-        points = [(r.price_usd or 0.0, r.decode_typical * unit) for r in self.rows]
-        self.front_indices = pareto_front(points)
-        on_front = set(self.front_indices)
-        self.others.setData(
-            [p[0] for i, p in enumerate(points) if i not in on_front],
-            [p[1] for i, p in enumerate(points) if i not in on_front],
-        )
-        fx = [points[i][0] for i in self.front_indices]
-        fy = [points[i][1] for i in self.front_indices]
-        self.front.setData(fx, fy)
-        self.front_line.setData(fx, fy)
-        self.chosen.setData([], [])
-
-    def set_chosen(self, c: Candidate | None) -> None:
-        if c is None or c.price_usd is None:
-            self.chosen.setData([], [])
-        else:
-            self.chosen.setData([c.price_usd], [c.decode_typical * self._unit])
-
-    def hover_text(self, x: float, y: float) -> str | None:
-        if not self.rows:
-            return None
-        vb = self.plotItem.vb
-        (x0, x1), (y0, y1) = vb.viewRange()
-        sx, sy = max(x1 - x0, 1e-9), max(y1 - y0, 1e-9)
-        best = min(
-            self.rows,
-            key=lambda r: ((r.price_usd or 0) - x) ** 2 / sx**2 + (r.decode_typical * self._unit - y) ** 2 / sy**2,
-        )
-        return f"{best.label}, {best.quant}: ${best.price_usd:,.0f}, {best.decode_typical * self._unit:.1f} per user"
+HEADERS = ("#", "Machine", "Quantization", "Price", "Memory to spare", "Speed per person", "All together", "Verdict")
+MACHINE_KEYS = (
+    "model",
+    "people",
+    "conversation length",
+    "speed needed",
+    "quantization may cost",
+    "budget",
+    "put first",
+)
+MODEL_KEYS = ("machine", "people", "conversation length", "speed needed", "quantization may cost")
 
 
 class AdvisorPanel(QWidget):
-    """Takes the workload, runs the advisor off the GUI thread with progress, shows the answer."""
+    """The workload, the question (machines for a model, or models for a machine), the answer."""
 
     advice_shown = Signal(object)  # the HardwareAdvice on screen
+    models_shown = Signal(object)  # the MachineModels on screen
     configuration_opened = Signal(object)  # the Candidate sent to the main view
+    model_opened = Signal(object)  # the ModelChoice sent to the main view
+    workload_edited = Signal(object)  # WorkloadEdit: the shared workload settings, edited here
     error_shown = Signal(str)
 
-    def __init__(self, current: CurrentModel, open_configuration: OpenConfiguration, parent: QWidget | None = None):
+    def __init__(self, current: CurrentSettings, open_configuration: OpenConfiguration, parent: QWidget | None = None):
         super().__init__(parent)
         self._current = current
         self._open = open_configuration
         self.advice: HardwareAdvice | None = None
-        self._workload: Workload | None = None
-        self._prefilled = False
+        self.models: MachineModels | None = None
+        self._pending: Basis | None = None
+        self._basis_parts: dict[str, str] = {}
         self._job = JobRunner("advisor", self)
         self._job.progressed.connect(self._on_progress)
         self._job.finished.connect(self._on_finished)
@@ -135,64 +89,37 @@ class AdvisorPanel(QWidget):
     # -- layout ------------------------------------------------------------------------------------
 
     def _build(self) -> None:
-        box = QGroupBox("What the machine must do")
-        form = QFormLayout(box)
-        self.model_label = QLabel("The model chosen on the left.")
-        self.model_label.setWordWrap(True)
-        form.addRow("Model", self.model_label)
-        self.context = QSpinBox()
-        self.context.setRange(512, 1 << 20)
-        self.context.setSingleStep(1024)
-        self.context.setValue(8192)
-        self.context.setSuffix(" tokens")
-        self.context.setAccessibleName("Context per user")
-        form.addRow("Conversation length per user", self.context)
-        self.users = QSpinBox()
-        self.users.setRange(1, 64)
-        self.users.setAccessibleName("Users at once")
-        form.addRow("People using it at once", self.users)
-        speed_row = QHBoxLayout()
-        self.speed = QDoubleSpinBox()
-        self.speed.setRange(0.0, 1000.0)
-        self.speed.setDecimals(1)
-        self.speed.setValue(10.0)
-        self.speed.setAccessibleName("Minimum speed per user")
-        self.speed_unit = QComboBox()
-        self.speed_unit.addItem("words a second", "words")
-        self.speed_unit.addItem("tokens a second", "tokens")
-        self.speed_unit.setToolTip(f"English prose is about {WORDS_PER_TOKEN} words per token.")
-        speed_row.addWidget(self.speed)
-        speed_row.addWidget(self.speed_unit)
-        form.addRow("Each person needs at least", speed_row)
-        self.quality = QComboBox()
-        for key, (words, _limit) in QUALITY_FLOORS.items():
-            self.quality.addItem(words[0].upper() + words[1:], key)
-        self.quality.setCurrentIndex(1)
-        form.addRow("Answers' quality", self.quality)
-        self.budget = QSpinBox()
-        self.budget.setRange(0, 10_000_000)
-        self.budget.setSingleStep(1000)
-        self.budget.setPrefix("$")
-        self.budget.setSpecialValueText("no limit")
-        form.addRow("Budget", self.budget)
-        self.prefer = QComboBox()
-        self.prefer.addItem("the lowest price", "price")
-        self.prefer.addItem("the fastest", "speed")
-        self.prefer.addItem("the most memory to spare", "headroom")
-        form.addRow("Put first", self.prefer)
+        self.machines_mode = QRadioButton("&Machines for this model")
+        self.models_mode = QRadioButton("Mo&dels for this machine")
+        self.machines_mode.setChecked(True)
+        modes = QButtonGroup(self)
+        modes.addButton(self.machines_mode)
+        modes.addButton(self.models_mode)
+        self.machines_mode.toggled.connect(lambda _on: self._mode_changed())
+        mode_row = QHBoxLayout()
+        mode_row.addWidget(self.machines_mode)
+        mode_row.addWidget(self.models_mode)
+        mode_row.addStretch(1)
+        self.form = WorkloadForm()
+        self.form.workload_edited.connect(self._workload_edited)
+        self.summary = QLabel("")  # the workload in one line, in presentation mode (the form is hidden)
+        self.summary.setWordWrap(True)
+        self.summary.setVisible(False)
         buttons = QHBoxLayout()
-        self.find_button = QPushButton("Find &machines")
-        self.find_button.clicked.connect(self.find_machines)
+        self.find_button = QPushButton("&Find machines")
+        self.find_button.clicked.connect(self.search)
         buttons.addWidget(self.find_button)
         self.progress = QProgressBar()
         self.progress.setRange(0, 100)
         self.progress.setVisible(False)
         buttons.addWidget(self.progress, 1)
-        form.addRow(buttons)
         self.status = QLabel("")
         self.status.setWordWrap(True)
-        form.addRow(self.status)
+        # Each answer's note sits on its own page: only the question on screen says it is out of date.
+        self.stale_note = QLabel("")
+        self.models_stale_note = QLabel("")
 
+        self.machines_view = QWidget()
         self.table = readonly_table(HEADERS, stretch_last=True)
         self.table.setSelectionBehavior(self.table.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(self.table.SelectionMode.SingleSelection)
@@ -200,7 +127,7 @@ class AdvisorPanel(QWidget):
         self.table.itemSelectionChanged.connect(self._on_selected)
         self.table.doubleClicked.connect(lambda _index: self.open_selected())
         self.chart = PriceSpeedChart()
-        self.chart.setMinimumHeight(240)
+        self.chart.setMinimumHeight(220)
         self.why_text = QPlainTextEdit()
         self.why_text.setReadOnly(True)
         self.why_text.setAccessibleName("Why the others fail")
@@ -212,7 +139,7 @@ class AdvisorPanel(QWidget):
         actions = QHBoxLayout()
         self.open_button = QPushButton("&Open this configuration")
         self.open_button.setEnabled(False)
-        self.open_button.setToolTip("Show this machine, model, context and users in the main view")
+        self.open_button.setToolTip("Show this machine, model, conversation length and people in the main view")
         self.open_button.clicked.connect(self.open_selected)
         self.copy_button = QPushButton("Copy the launch command")
         self.copy_button.setEnabled(False)
@@ -220,57 +147,112 @@ class AdvisorPanel(QWidget):
         actions.addWidget(self.open_button)
         actions.addWidget(self.copy_button)
         actions.addStretch(1)
+        machines = QVBoxLayout(self.machines_view)
+        machines.setContentsMargins(0, 0, 0, 0)
+        machines.addWidget(self.stale_note)
+        self.machines_results = QWidget()
+        results = QVBoxLayout(self.machines_results)
+        results.setContentsMargins(0, 0, 0, 0)
+        machines.addWidget(self.machines_results, 1)
+        machines = results
+        machines.addWidget(QLabel("Machines that do it, best first (double-click one to open it)"))
+        machines.addWidget(self.table, 2)
+        machines.addWidget(self.chart, 2)
+        machines.addLayout(actions)
+        self.command_label = QLabel("The launch command")
+        machines.addWidget(self.command_label)
+        machines.addWidget(self.command_text)
+        self.why_label = QLabel("The best of each kind, and why the others fall short")
+        machines.addWidget(self.why_label)
+        machines.addWidget(self.why_text)
+        self.models_view = ModelsView()
+        self.models_view.model_opened.connect(self._open_model)
+        models_page = QWidget()
+        models = QVBoxLayout(models_page)
+        models.setContentsMargins(0, 0, 0, 0)
+        models.addWidget(self.models_stale_note)
+        models.addWidget(self.models_view, 1)
+        self.models_page = models_page
+        self.results = QStackedWidget()
+        self.results.addWidget(self.machines_view)
+        self.results.addWidget(models_page)
 
         layout = QVBoxLayout(self)
-        layout.addWidget(box)
-        layout.addWidget(QLabel("Machines that do it, best first (double-click one to open it)"))
-        layout.addWidget(self.table, 2)
-        layout.addWidget(self.chart, 2)
-        layout.addLayout(actions)
-        layout.addWidget(QLabel("The launch command"))
-        layout.addWidget(self.command_text)
-        layout.addWidget(QLabel("The best of each kind, and why the others fall short"))
-        layout.addWidget(self.why_text)
+        layout.addLayout(mode_row)
+        layout.addWidget(self.form)
+        layout.addWidget(self.summary)
+        layout.addLayout(buttons)
+        layout.addWidget(self.status)
+        layout.addWidget(self.results, 1)
+        self.marks = {
+            True: StaleMark(self.stale_note, [self.machines_results], "press Find machines"),
+            False: StaleMark(self.models_stale_note, [self.models_view], "press Find models"),
+        }
+        self._mode_changed()
 
-    # -- the workload --------------------------------------------------------------------------------
+    # -- the workload ------------------------------------------------------------------------------
 
-    def _speed_unit(self) -> tuple[float, str]:
-        if self.speed_unit.currentData() == "words":
-            return WORDS_PER_TOKEN, "words a second"
-        return 1.0, "tokens/s"
+    @property
+    def for_machines(self) -> bool:
+        return self.machines_mode.isChecked()
 
-    def workload(self) -> Workload:
-        """The workload on screen, for the model chosen on the left."""
-        model, _controls = self._current()
-        if model.kind == "demo":
-            model = ModelChoice(kind="catalog", ref=DEMO_CATALOG_ID, quant=model.quant)
-        speed = self.speed.value()
-        tps = words_to_tokens(speed) if self.speed_unit.currentData() == "words" else speed
-        return Workload(
-            model=model,
-            context_per_user_tokens=self.context.value(),
-            users=self.users.value(),
-            min_tokens_per_s=tps,
-            budget_usd=float(self.budget.value()) or None,
-            prefer=self.prefer.currentData(),
-            quality_floor=self.quality.currentData(),
+    def _mode_changed(self) -> None:
+        machines = self.for_machines
+        self.form.set_for_machines(machines)
+        self.results.setCurrentWidget(self.machines_view if machines else self.models_page)
+        self.find_button.setText("&Find machines" if machines else "&Find models")
+        self._show_subject()
+
+    def show_workload(self, prefs: Preferences, parts: Mapping[str, str]) -> None:
+        """Put the window's workload settings on the form and say whether the answer on screen is
+        for them (``parts``: the settings in words, as the stale marks compare them)."""
+        self.form.show_workload(prefs.controls.users, prefs.controls.context_per_user_tokens, prefs.workload)
+        self._basis_parts = dict(parts)
+        self._show_subject()
+        self.marks[True].set_current(Basis.of(parts, MACHINE_KEYS))
+        self.marks[False].set_current(Basis.of(parts, MODEL_KEYS))
+
+    def _basis(self) -> Basis:
+        return Basis.of(self._basis_parts, MACHINE_KEYS if self.for_machines else MODEL_KEYS)
+
+    def _show_subject(self) -> None:
+        subject = self._basis_parts.get("model" if self.for_machines else "machine", "")
+        self.form.subject.setText(subject or "The model chosen on the left.")
+        self.summary.setText(
+            f"{subject}: "
+            + ", ".join(f"{k} {v}" for k, v in self._basis().parts if k not in ("model", "machine"))
+            + "."
         )
 
-    def prefill(self) -> None:
-        """Take context and users from the main view (when the tab is first shown)."""
-        model, controls = self._current()
-        self.context.setValue(controls.context_per_user_tokens)
-        self.users.setValue(controls.users)
-        self.model_label.setText(model.ref or "the built-in demo model")
+    def _workload_edited(self, edit: WorkloadEdit) -> None:
+        self.workload_edited.emit(edit)
 
-    def showEvent(self, event) -> None:  # noqa: N802 - Qt's name
-        if not self._prefilled:
-            self._prefilled = True
-            self.prefill()
-        super().showEvent(event)
+    def workload(self) -> Workload:
+        """The workload on screen, for the model chosen on the left (the demo file as the catalog's
+        model it is)."""
+        prefs, _machine = self._current()
+        model = prefs.model
+        if model.kind == "demo":
+            model = ModelChoice(kind="catalog", ref=DEMO_CATALOG_ID, quant=model.quant)
+        w = prefs.workload
+        return Workload(
+            model=model,
+            context_per_user_tokens=prefs.controls.context_per_user_tokens,
+            users=prefs.controls.users,
+            min_tokens_per_s=self.form.min_tokens_per_s,
+            budget_usd=w.budget_usd,
+            prefer=w.prefer,
+            quality_floor=w.quality_floor,
+        )
+
+    # -- searching ---------------------------------------------------------------------------------
+
+    def search(self) -> bool:
+        """Start the search the tab asks now; False when one is running or the workload cannot be read."""
+        return self.find_machines() if self.for_machines else self.find_models()
 
     def find_machines(self) -> bool:
-        """Start the sweep; False when one is running or the workload cannot be read."""
+        """Start the machines sweep; False when one is running or the workload cannot be read."""
         if self._job.running:
             return False
         try:
@@ -278,16 +260,30 @@ class AdvisorPanel(QWidget):
         except ValueError as exc:
             self._on_failed(0, str(exc))
             return False
-        self._workload = workload
-        self.model_label.setText(workload.model.ref)
-        self.status.setText("Going through the catalog…")
+        self._pending = Basis.of(self._basis_parts, MACHINE_KEYS)
+        self.status.setText("Going through the catalog's machines…")
         return bool(self._job.start(lambda report: advise(workload, progress=lambda f, m: report("progress", (f, m)))))
+
+    def find_models(self) -> bool:
+        """Start the models sweep for the machine chosen on the left."""
+        if self._job.running:
+            return False
+        prefs, machine = self._current()
+        controls = prefs.controls
+        tps, floor = self.form.min_tokens_per_s, prefs.workload.quality_floor
+        self._pending = Basis.of(self._basis_parts, MODEL_KEYS)
+        self.status.setText("Going through the catalog's models…")
+
+        def work(report: Callable[[str, object], None]) -> MachineModels:
+            return models_for_machine(
+                prefs.hardware, controls, tps, floor, machine, progress=lambda f, m: report("progress", (f, m))
+            )
+
+        return bool(self._job.start(work))
 
     @property
     def running(self) -> bool:
         return self._job.running
-
-    # -- results -----------------------------------------------------------------------------------
 
     def _on_running(self, running: bool) -> None:
         self.find_button.setEnabled(not running)
@@ -305,18 +301,37 @@ class AdvisorPanel(QWidget):
         self.status.setText(message)
         self.error_shown.emit(message)
 
-    def _on_finished(self, _job_id: int, advice: HardwareAdvice) -> None:
-        self.show_advice(advice)
+    def _on_finished(self, _job_id: int, outcome: HardwareAdvice | MachineModels) -> None:
+        if isinstance(outcome, MachineModels):
+            self.show_models(outcome)
+        else:
+            self.show_advice(outcome)
+
+    # -- results -----------------------------------------------------------------------------------
+
+    def show_models(self, result: MachineModels) -> None:
+        self.models = result
+        self.models_view.show_models(result)
+        self.status.setText("")
+        self.marks[False].set_computed(self._pending)
+        self.models_shown.emit(result)
+
+    def _speed_unit(self) -> tuple[float, str]:
+        if self.form.workload.speed_unit == "words":
+            return WORDS_PER_TOKEN, "words a second"
+        return 1.0, "tokens/s"
 
     def show_advice(self, advice: HardwareAdvice) -> None:
         self.advice = advice
         w = advice.workload
         unit, unit_name = self._speed_unit()
+        warnings = " ".join(advice_warnings(advice))
+        opening = f"{workload_sentence(w, advice.model_label)} {warnings}".strip()
         self.status.setText(
-            f"{workload_sentence(w, advice.model_label)} {advice.evaluated:,} configurations looked at in "
-            f"{advice.seconds:.1f} s: {len(advice.ranked)} machines do it."
+            f"{opening} {advice.evaluated:,} configurations looked at in {advice.seconds:.1f} s: "
+            f"{len(advice.ranked)} machines do it. Prices are whole computers."
             if advice.ranked
-            else f"{workload_sentence(w, advice.model_label)} No machine in the catalog does it; below, the nearest."
+            else f"{opening} No machine in the catalog does it; below, the nearest."
         )
         rows = []
         for i, c in enumerate(advice.ranked, 1):
@@ -334,6 +349,10 @@ class AdvisorPanel(QWidget):
                 ]
             )
         fill_table(self.table, rows)
+        for row, c in enumerate(advice.ranked):
+            item = self.table.item(row, 3)
+            if item is not None:
+                item.setToolTip(c.price_note)
         self.chart.set_data(advice.ranked, unit, unit_name)
         lines = []
         for kind, c in advice.best_per_category().items():
@@ -348,6 +367,7 @@ class AdvisorPanel(QWidget):
             self.table.selectRow(0)
         else:
             self._on_selected()
+        self.marks[True].set_computed(self._pending)
         self.advice_shown.emit(advice)
 
     def selected(self) -> Candidate | None:
@@ -383,6 +403,11 @@ class AdvisorPanel(QWidget):
         self.configuration_opened.emit(c)
         return c
 
+    def _open_model(self, model: ModelChoice) -> None:
+        prefs, _machine = self._current()
+        self._open(model, prefs.hardware, prefs.controls)
+        self.model_opened.emit(model)
+
     def copy_command(self) -> str:
         c = self.selected()
         if c is None or self.advice is None:
@@ -391,6 +416,18 @@ class AdvisorPanel(QWidget):
         QGuiApplication.clipboard().setText(text)
         self.status.setText("The llama-server command is on the clipboard.")
         return text
+
+    @property
+    def results_stale(self) -> bool:
+        """Whether the answer on screen was found for other settings than the window's now."""
+        return self.marks[self.for_machines].stale
+
+    def set_presentation(self, on: bool) -> None:
+        """For a room: the workload in one line instead of the form, and the answer's tables only."""
+        self.form.setVisible(not on)
+        self.summary.setVisible(on)
+        for w in (self.command_text, self.command_label, self.why_text, self.why_label, self.chart):
+            w.setVisible(not on)
 
     def shutdown(self) -> None:
         self._job.close(timeout=5)

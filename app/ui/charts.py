@@ -18,6 +18,7 @@ from PySide6.QtWidgets import QWidget
 
 from app.core.common.units import GIB
 from app.core.model.quant import quality_words
+from app.core.report.verdict import rate_range
 from app.services.view import ConcurrencyCurve, ContextCurve, LadderRow
 from app.ui.chart_base import COLORS, Chart, nice_ceiling
 
@@ -322,12 +323,12 @@ class LadderChart(Chart):
 
     @staticmethod
     def _row_text(r: LadderRow) -> str:
-        speed = r.decode_tokens_per_s
-        text = f"{_gib(r.budget_bytes):.1f} GiB · {speed.low:.0f}-{speed.high:.0f} tok/s"
+        """Memory, speed and quality in words (the perplexity figures are in the tooltip)."""
+        text = f"{_gib(r.budget_bytes):.1f} GiB · {rate_range(r.decode_tokens_per_s)}"
         if r.ppl_increase is not None:
-            text += f" · ppl {r.ppl_increase:+.2f} ({quality_words(r.ppl_increase).removesuffix(' quality')})"
+            text += f" · {quality_words(r.ppl_increase)}"
         if r.measured is not None:
-            text += f" · measured {r.measured.delta_perplexity:+.2f} vs {r.measured.reference_preset}"
+            text += f" · measured here against {r.measured.reference_preset}"
         if r.placement != "gpu":
             text += f" · {r.placement_words}"
         return text + (" ◀" if r.current else "")
@@ -358,18 +359,24 @@ class LadderChart(Chart):
             f"{r.preset}: {r.description}\n"
             f"Memory: {_gib(r.budget_bytes):.2f} of {_gib(r.capacity_bytes):.2f} GiB"
             + ("" if r.fits else " (does not fit)")
-            + f"\nDecode: {speed.low:.1f}-{speed.high:.1f} tokens/s\nQuality: {quality}"
+            + f"\nDecode: {rate_range(speed)}\nQuality: {quality}"
             + ("\n(your current choice)" if r.current else "")
         )
 
 
+LEVEL_COLORS = {"green": COLORS["fits"], "amber": "#e0a100", "red": COLORS["capacity"]}
+
+
 class ConcurrencyChart(Chart):
-    """How many users, each with the given context, fit at once."""
+    """How many people, each with the given conversation length, fit at once. The line passes
+    through the exact count at the chosen length (the same count the verdict's "up to N people"
+    says), and the chosen point takes the verdict's colour: it is never drawn as fitting when the
+    verdict says it does not."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__("How many users fit at once", parent, short_title="Users that fit")
-        self.plotItem.setLabel("left", "users")
-        self.plotItem.setLabel("bottom", "context per user (tokens)")
+        super().__init__("How many people fit at once", parent, short_title="People that fit")
+        self.plotItem.setLabel("left", "people")
+        self.plotItem.setLabel("bottom", "conversation length per person (tokens)")
         self.line = pg.PlotDataItem(
             [], [], pen=pg.mkPen(COLORS["weights"], width=3), symbol="o", symbolSize=7, symbolBrush=COLORS["weights"]
         )
@@ -380,25 +387,49 @@ class ConcurrencyChart(Chart):
         self.plotItem.addItem(self.chosen)
         self.shown: ConcurrencyCurve | None = None
         self.chosen_point: tuple[int, int] = (0, 0)
+        self.fit_at_choice = 0
+        self.level = ""
+        self._cap = 0
 
-    def set_data(self, curve: ConcurrencyCurve, context_tokens: int, users: int, cap: int) -> None:
-        if curve is self.shown:
-            self.set_chosen(context_tokens, users)
-            return
+    def set_data(
+        self,
+        curve: ConcurrencyCurve,
+        context_tokens: int,
+        users: int,
+        cap: int,
+        fit_at_choice: int | None = None,
+        level: str = "",
+    ) -> None:
+        """``curve``: people that fit against conversation length; the choice (``context_tokens``,
+        ``users``); ``fit_at_choice`` the people that fit at exactly that length (the verdict's
+        count) and ``level`` the verdict's light (green, amber, red), which colours the choice."""
         self.shown = curve
         self._cap = cap
-        xs = [math.log2(n) for n in curve.contexts]
-        self.line.setData(xs, list(curve.users))
+        self.fit_at_choice = fit_at_choice if fit_at_choice is not None else 0
+        self.level = level
+        points = dict(zip(curve.contexts, curve.users, strict=True))
+        if fit_at_choice is not None:
+            points[context_tokens] = fit_at_choice
+        contexts = sorted(points)
+        xs = [math.log2(n) for n in contexts]
+        self.line.setData(xs, [points[n] for n in contexts])
         self.set_chosen(context_tokens, users)
-        self._ticks("bottom", _log2_ticks(curve.contexts[0], curve.contexts[-1]))
-        self._range("x", xs[0], xs[-1], padding=0.03)
+        self._ticks("bottom", _log2_ticks(contexts[0], contexts[-1]))
+        lo, hi = min(xs[0], math.log2(max(context_tokens, 1))), max(xs[-1], math.log2(max(context_tokens, 1)))
+        self._range("x", lo, hi, padding=0.03)
         self._range("y", 0, nice_ceiling(max(max(curve.users, default=1), users, 1) * 1.08))
 
     def set_chosen(self, context_tokens: int, users: int) -> None:
         self.chosen_point = (context_tokens, users)
         x = math.log2(max(context_tokens, 1))
-        self.point.setData([x], [users])
+        self.point.setData([x], [users], brush=pg.mkBrush(LEVEL_COLORS.get(self.level, COLORS["current"])))
         self.chosen.setValue(x)
+
+    @property
+    def choice_fits(self) -> bool:
+        """Whether the chart shows the choice as fitting: on or under the line, not in red."""
+        _context, users = self.chosen_point
+        return users <= self.fit_at_choice and self.level != "red"
 
     def hover_text(self, x: float, y: float) -> str | None:
         c = self.shown
@@ -407,4 +438,4 @@ class ConcurrencyChart(Chart):
         i = min(range(len(c.contexts)), key=lambda k: abs(math.log2(c.contexts[k]) - x))
         n = c.users[i]
         more = "+" if n >= self._cap else ""
-        return f"{c.contexts[i]:,} tokens each: {n}{more} users fit at once"
+        return f"{c.contexts[i]:,} tokens each: {n}{more} people fit at once"

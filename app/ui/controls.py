@@ -5,9 +5,11 @@ llama.cpp's options).
 
 The panel shows choices and reports edits; it keeps no preferences of its own. Each edit a person
 makes is emitted as the new choice (``hardware_edited``, ``compare_edited``, ``controls_edited``,
-``quant_chosen``, ``model_chosen``, ``vision_toggled``) and the window writes it into
-``Preferences``. ``show_preferences`` puts saved or scripted choices on the widgets without
-emitting any of these.
+``workload_edited``, ``quant_chosen``, ``model_chosen``, ``vision_toggled``) and the window writes
+it into ``Preferences``; the people, the conversation length and the speed needed are the workload
+settings every tab shares. A search the catalog cannot answer says the catalog's date, the nearest
+models and how to add one (``add_model_requested``). ``show_preferences`` puts saved or scripted
+choices on the widgets without emitting any of these.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from PySide6.QtGui import QFont, QFontMetrics
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
+    QDoubleSpinBox,
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
@@ -44,12 +47,14 @@ from app.core.model.projector import ProjectorSpec
 from app.core.model.quant import PRESETS
 from app.core.model.tensors import CACHE_TYPES
 from app.core.report.choices import MAX_USERS, Controls, HardwareChoice, ModelChoice
-from app.core.report.prefs import Preferences
+from app.core.report.lengths import WORDS_PER_TOKEN
+from app.core.report.prefs import Preferences, WorkloadPrefs
 from app.services.tables import model_summary
 from app.services.view import View
+from app.ui.context_control import ContextControl
 from app.ui.hardware_box import HardwareBox, select_combo
 from app.ui.help import term
-from app.ui.panels import ContextControl
+from app.ui.model_search import search_help_html
 
 BACKENDS = (
     ("auto", "auto (by the hardware)"),
@@ -71,6 +76,8 @@ class ControlsPanel(QScrollArea):
     quant_chosen = Signal(str)  # a llama.cpp preset's name
     model_chosen = Signal(object)  # ModelChoice, picked from the list
     vision_toggled = Signal(bool)
+    workload_edited = Signal(object)  # WorkloadPrefs: the speed needed, or the unit lengths are typed in
+    add_model_requested = Signal(str)  # "gguf", "config", "hf" or "ollama": a way to add a model not listed
 
     def __init__(
         self, devices: Iterable[DeviceSpec], models: Iterable[Architecture], parent: QWidget | None = None
@@ -78,6 +85,7 @@ class ControlsPanel(QScrollArea):
         super().__init__(parent)
         self._updating = False  # True while choices are put on the widgets: no edits are emitted
         self._controls = Controls()  # the choice the widgets show; each edit emits a changed copy
+        self._workload = WorkloadPrefs()
         self.hardware_box = HardwareBox(devices)
         self.hardware_box.hardware_edited.connect(self.hardware_edited)
         self.hardware_box.compare_edited.connect(self.compare_edited)
@@ -112,7 +120,15 @@ class ControlsPanel(QScrollArea):
         self.model_info = QLabel("")
         self.model_info.setWordWrap(True)
         self.model_info.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        # What to do when the catalog has no such model: its date, the nearest names, how to add one.
+        self.search_help = QLabel("")
+        self.search_help.setWordWrap(True)
+        self.search_help.setTextFormat(Qt.TextFormat.RichText)
+        self.search_help.setAccessibleName("No catalog model matches")
+        self.search_help.setVisible(False)
+        self.search_help.linkActivated.connect(self._search_link)
         model_layout.addWidget(self.model_search)
+        model_layout.addWidget(self.search_help)
         model_layout.addWidget(self.model_list, 1)
         model_layout.addLayout(buttons)
         model_layout.addWidget(self.model_info)
@@ -121,14 +137,31 @@ class ControlsPanel(QScrollArea):
     def _build_settings_box(self) -> QGroupBox:
         ctl_box = QGroupBox("&Settings")
         ctl = QFormLayout(ctl_box)
-        self.context_control = ContextControl()
-        ctl.addRow("Conte&xt per user", self.context_control)
         self.users_spin = QSpinBox()
         self.users_spin.setRange(1, MAX_USERS)
-        self.users_spin.setAccessibleName("Concurrent users")
+        self.users_spin.setAccessibleName("People at once")
         self.users_spin.setToolTip(term("Concurrent users"))
+        ctl.addRow("&People at once", self.users_spin)
+        self.context_control = ContextControl()
         self.context_control.setToolTip(term("Context"))
-        ctl.addRow("Concurrent &users", self.users_spin)
+        ctl.addRow("Conversation &length\nper person", self.context_control)
+        speed_row = QHBoxLayout()
+        self.speed_spin = QDoubleSpinBox()
+        self.speed_spin.setRange(0.0, 1000.0)
+        self.speed_spin.setDecimals(1)
+        self.speed_spin.setSingleStep(0.5)
+        self.speed_spin.setAccessibleName("Speed each person needs")
+        self.speed_spin.setToolTip(
+            "The slowest answer a person will accept; the verdict says when a machine is slower. People read about "
+            "4-5 words a second."
+        )
+        self.speed_unit = QComboBox()
+        self.speed_unit.addItem("words a second", "words")
+        self.speed_unit.addItem("tokens a second", "tokens")
+        self.speed_unit.setAccessibleName("Unit of the speed needed")
+        speed_row.addWidget(self.speed_spin)
+        speed_row.addWidget(self.speed_unit, 1)
+        ctl.addRow("Speed &needed", speed_row)
         self.quant_combo = QComboBox()
         for p in PRESETS:
             self.quant_combo.addItem(p.name, p.name)
@@ -226,6 +259,9 @@ class ControlsPanel(QScrollArea):
         self.model_search.textChanged.connect(self._filter_models)
         self.model_list.currentItemChanged.connect(self._model_picked)
         self.context_control.context_changed.connect(lambda v: self._edited(context_per_user_tokens=v))
+        self.context_control.unit_changed.connect(lambda unit: self._workload_changed(length_unit=unit))
+        self.speed_spin.valueChanged.connect(lambda v: self._workload_changed(min_speed=v))
+        self.speed_unit.activated.connect(self._speed_unit_picked)
         self.users_spin.valueChanged.connect(lambda v: self._edited(users=v))
         self.quant_combo.activated.connect(self._quant_picked)
         self.ctk_combo.activated.connect(lambda _i: self._edited(cache_type_k=self.ctk_combo.currentData()))
@@ -248,6 +284,7 @@ class ControlsPanel(QScrollArea):
             self.hardware_box.show_choices(prefs.hardware, prefs.compare)
             c = prefs.controls
             self._controls = c
+            self.show_workload(prefs.workload)
             self.context_control.set_tokens(c.context_per_user_tokens)
             self.users_spin.setValue(c.users)
             select_combo(self.ctk_combo, c.cache_type_k)
@@ -267,6 +304,31 @@ class ControlsPanel(QScrollArea):
             self.update_model_widgets(prefs.model.kind, c.projector, vision_available)
         finally:
             self._updating = False
+
+    def show_shared(self, controls: Controls, workload: WorkloadPrefs) -> None:
+        """The workload settings every tab shares, after an edit elsewhere: people, conversation
+        length, speed needed (emitting nothing)."""
+        self._controls = controls
+        self._updating = True
+        try:
+            self.users_spin.setValue(controls.users)
+            self.context_control.set_tokens(controls.context_per_user_tokens)
+        finally:
+            self._updating = False
+        self.show_workload(workload)
+
+    def show_workload(self, workload: WorkloadPrefs) -> None:
+        """Put the shared workload settings (speed needed, units) on the widgets, emitting nothing."""
+        self._workload = workload
+        for w in (self.speed_spin, self.speed_unit):
+            w.blockSignals(True)
+        try:
+            select_combo(self.speed_unit, workload.speed_unit)
+            self.speed_spin.setValue(workload.min_speed)
+        finally:
+            for w in (self.speed_spin, self.speed_unit):
+                w.blockSignals(False)
+        self.context_control.set_unit(workload.length_unit)
 
     def select_model_item(self, choice: ModelChoice) -> None:
         """Highlight ``choice`` in the list (none for a file), without emitting ``model_chosen``."""
@@ -365,6 +427,24 @@ class ControlsPanel(QScrollArea):
         self._controls = Controls.model_validate(self._controls.model_dump() | update)
         self.controls_edited.emit(self._controls)
 
+    def _workload_changed(self, **update: object) -> None:
+        if self._updating:
+            return
+        self._workload = WorkloadPrefs.model_validate(self._workload.model_dump() | update)
+        self.workload_edited.emit(self._workload)
+
+    def _speed_unit_picked(self, _index: int) -> None:
+        """The same speed said in the other unit (7.5 words a second is 10 tokens a second)."""
+        unit = self.speed_unit.currentData()
+        if unit == self._workload.speed_unit:
+            return
+        factor = WORDS_PER_TOKEN if unit == "words" else 1 / WORDS_PER_TOKEN
+        speed = round(self._workload.min_speed * factor, 1)
+        was = self.speed_spin.blockSignals(True)
+        self.speed_spin.setValue(speed)
+        self.speed_spin.blockSignals(was)
+        self._workload_changed(speed_unit=unit, min_speed=speed)
+
     def _quant_picked(self, _index: int) -> None:
         if not self._updating:
             self.quant_chosen.emit(self.quant_combo.currentData())
@@ -387,6 +467,32 @@ class ControlsPanel(QScrollArea):
 
     def _filter_models(self, text: str) -> None:
         needle = text.strip().lower()
+        shown = 0
         for i in range(self.model_list.count()):
             item = self.model_list.item(i)
-            item.setHidden(bool(needle) and needle not in (item.text() + item.toolTip()).lower())
+            hidden = bool(needle) and needle not in (item.text() + item.toolTip()).lower()
+            item.setHidden(hidden)
+            shown += not hidden
+        self.search_help.setVisible(shown == 0)
+        if shown == 0:
+            self.search_help.setText(search_help_html(text.strip(), self._catalog_names()))
+
+    def _catalog_names(self) -> list[tuple[str, str]]:
+        """(catalog id, name) of every model in the list."""
+        out = []
+        for i in range(self.model_list.count()):
+            kind, ref = self.model_list.item(i).data(Qt.ItemDataRole.UserRole)
+            if kind == "catalog":
+                out.append((ref, self.model_list.item(i).text().split("  ")[0]))
+        return out
+
+    def _search_link(self, link: str) -> None:
+        kind, _, ref = link.partition(":")
+        if kind == "model":
+            self.model_search.clear()
+            for i in range(self.model_list.count()):
+                if self.model_list.item(i).data(Qt.ItemDataRole.UserRole) == ("catalog", ref):
+                    self.model_list.setCurrentRow(i)  # picked as a click would
+            return
+        self.add_model_requested.emit(kind)
+

@@ -31,6 +31,7 @@ from app.services.load import LoadSimulation, simulate_load
 from app.ui.chart_base import COLORS, Chart
 from app.ui.jobs import JobRunner
 from app.ui.panels import fill_table, readonly_table
+from app.ui.stale import StaleMark
 
 # (gguf path) -> (cached profile or None, measure(on_event) -> profile, slots for N tokens)
 LoadSource = tuple[str, Callable[[], BatchProfile | None], Callable[[], BatchProfile], Callable[[int], int]]
@@ -175,6 +176,8 @@ class LoadPanel(QWidget):
         self.summary = QLabel("")
         self.summary.setWordWrap(True)
         right = QVBoxLayout()
+        self.stale_note = QLabel("")
+        right.addWidget(self.stale_note)
         charts = QHBoxLayout()
         charts.addWidget(self.throughput_chart)
         charts.addWidget(self.chart)
@@ -185,6 +188,9 @@ class LoadPanel(QWidget):
         box.setMaximumWidth(420)
         layout.addWidget(box, 1)
         layout.addLayout(right, 3)
+        self.stale = StaleMark(
+            self.stale_note, [self.throughput_chart, self.chart, self.table, self.summary], "press Simulate", ("model",)
+        )
         self.mode.currentIndexChanged.connect(self._mode_changed)
         self.measure_button.clicked.connect(self.measure)
         self.simulate_button.clicked.connect(self.simulate)
@@ -223,6 +229,7 @@ class LoadPanel(QWidget):
         if self._source is None or self.busy:
             return
         measure = self._source[2]
+        self.stale.begin()
         self.status.setText("Measuring prefill and batched decoding (1, 2 and 4 sequences)…")
         self._job.start(lambda _report: measure())
 
@@ -233,6 +240,7 @@ class LoadPanel(QWidget):
             self.max_slots = outcome.max_slots
             self.results = list(outcome.points)
             self._show()
+            self.stale.done()
             self.simulated.emit(self.results)
             return
         self.profile = outcome
@@ -302,6 +310,7 @@ class LoadPanel(QWidget):
             rates=points if by_rate else (),
             think_time_s=self.think.value(),
         )
+        self.stale.begin()
         self._latest_simulation = self._job.submit(job)
         return self._latest_simulation
 

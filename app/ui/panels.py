@@ -1,11 +1,11 @@
-"""The window's panels: the verdict banner, the detected hardware, and the context control."""
+"""The window's panels: the verdict banner, the detected hardware, the hardware lists' labels and
+the tables' helpers."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
-from PySide6.QtCore import QEvent, Qt, Signal
+from PySide6.QtCore import QEvent, Qt
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -16,8 +16,6 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QProgressBar,
-    QSlider,
-    QSpinBox,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
@@ -27,8 +25,6 @@ from PySide6.QtWidgets import (
 from app.core.advisor.configs import machine_price
 from app.core.hardware.devices import DeviceSpec
 from app.core.hardware.snapshots import GpuSnapshot, HostSnapshot
-from app.core.memory.records import MAX_CONTEXT_TOKENS
-from app.core.report.choices import MIN_CONTEXT_TOKENS
 from app.core.report.machine_text import gpu_bar, gpu_label, gpu_source, host_label, short_device_name
 from app.core.report.verdict import Verdict
 
@@ -174,78 +170,6 @@ class HardwareView(QWidget):
 
     def set_host(self, host: HostSnapshot | None, measuring: bool) -> None:
         self.host_label.setText(host_label(host, measuring))
-
-
-STEPS_PER_OCTAVE = 16
-
-
-class ContextControl(QWidget):
-    """Context per user: a logarithmic slider from 512 tokens to the model's trained context, and
-    a box for typing an exact figure. Emits ``context_changed(tokens)`` when the user moves either."""
-
-    context_changed = Signal(int)
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.slider = QSlider(Qt.Orientation.Horizontal)
-        self.slider.setSingleStep(1)
-        self.slider.setPageStep(STEPS_PER_OCTAVE)
-        self.slider.setAccessibleName("Context length slider")
-        self.spin = QSpinBox()
-        self.spin.setRange(1, MAX_CONTEXT_TOKENS)
-        self.spin.setSingleStep(256)
-        self.spin.setGroupSeparatorShown(True)
-        self.spin.setSuffix(" tokens")
-        self.spin.setAccessibleName("Context length in tokens")
-        self.spin.setKeyboardTracking(False)
-        layout = QHBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.slider, 3)
-        layout.addWidget(self.spin, 2)
-        self._top = 4096
-        self.set_trained_context(4096)
-        self.slider.valueChanged.connect(self._slider_moved)
-        self.spin.valueChanged.connect(self._typed)
-
-    @staticmethod
-    def tokens_at(position: int) -> int:
-        tokens = MIN_CONTEXT_TOKENS * 2 ** (position / STEPS_PER_OCTAVE)
-        step = 256 if tokens >= 2048 else 64
-        return int(round(tokens / step) * step)
-
-    @staticmethod
-    def position_of(tokens: int) -> int:
-        return int(round(STEPS_PER_OCTAVE * math.log2(max(tokens, MIN_CONTEXT_TOKENS) / MIN_CONTEXT_TOKENS)))
-
-    def set_trained_context(self, n_ctx_train: int) -> None:
-        self._top = max(n_ctx_train, MIN_CONTEXT_TOKENS)
-        was = self.slider.blockSignals(True)
-        self.slider.setRange(0, self.position_of(self._top))
-        self.slider.setValue(self.position_of(self.spin.value()))
-        self.slider.blockSignals(was)
-        self.slider.setToolTip(f"512 to {self._top:,} tokens (the model's trained context); type any value beside")
-
-    def set_tokens(self, tokens: int) -> None:
-        for w, v in ((self.spin, tokens), (self.slider, self.position_of(tokens))):
-            was = w.blockSignals(True)
-            w.setValue(v)
-            w.blockSignals(was)
-
-    def tokens(self) -> int:
-        return self.spin.value()
-
-    def _slider_moved(self, position: int) -> None:
-        tokens = self._top if position >= self.slider.maximum() else self.tokens_at(position)
-        was = self.spin.blockSignals(True)
-        self.spin.setValue(tokens)
-        self.spin.blockSignals(was)
-        self.context_changed.emit(tokens)
-
-    def _typed(self, tokens: int) -> None:
-        was = self.slider.blockSignals(True)
-        self.slider.setValue(self.position_of(tokens))
-        self.slider.blockSignals(was)
-        self.context_changed.emit(tokens)
 
 
 def device_label(device: DeviceSpec) -> str:

@@ -7,15 +7,35 @@ from ``app.services.exports`` (the module that writes the exports); the charts a
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
-from PySide6.QtGui import QPalette
-from PySide6.QtWidgets import QGridLayout, QLabel, QPlainTextEdit, QTabWidget, QVBoxLayout, QWidget
+import datetime
+from collections.abc import Mapping
 
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QPalette
+from PySide6.QtWidgets import (
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QTabWidget,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.adapters.history import Calibration
 from app.core.common.errors import FitScopeError
 from app.core.memory.records import Estimate
 from app.core.report.choices import MAX_USERS
 from app.services.exports import copy_command_text
-from app.services.tables import BREAKDOWN_HEADER, COMPARE_HEADER, breakdown_rows, compare_cells, comparison_rows
+from app.services.tables import (
+    BREAKDOWN_HEADER,
+    COMPARE_HEADER,
+    COMPARE_NOTE,
+    breakdown_rows,
+    compare_cells,
+    comparison_rows,
+)
 from app.services.view import View
 from app.ui.charts import ConcurrencyChart, ContextChart, DeviceBar, LadderChart, SplitChart, legend_html
 from app.ui.panels import VerdictBanner, fill_table, readonly_table
@@ -24,12 +44,36 @@ from app.ui.panels import VerdictBanner, fill_table, readonly_table
 class ResultsArea(QWidget):
     """The verdict and the tabs; the tool tabs (``tool_tabs.py``: Run, A/B, ...) follow these four."""
 
+    calibration_reset = Signal()  # "Reset" on the calibration line
+    controls_toggled = Signal(bool)  # presentation mode: show (or hide) the controls
+
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self._presentation = False
+        self._view: View | None = None
         layout = QVBoxLayout(self)
         self.banner = VerdictBanner()
-        layout.addWidget(self.banner)
+        self.controls_button = QToolButton()
+        self.controls_button.setText("Controls")
+        self.controls_button.setCheckable(True)
+        self.controls_button.setToolTip("Show the settings on the left (presentation mode hides them)")
+        self.controls_button.setVisible(False)
+        self.controls_button.toggled.connect(self.controls_toggled)
+        top = QHBoxLayout()
+        top.addWidget(self.banner, 1)
+        top.addWidget(self.controls_button, 0, Qt.AlignmentFlag.AlignTop)
+        layout.addLayout(top)
+        self.calibration = QLabel("")
+        self.calibration.setWordWrap(True)
+        self.calibration.setTextFormat(Qt.TextFormat.RichText)
+        self.calibration.setAccessibleName("How this computer's speeds are calibrated")
+        self.calibration.setVisible(False)
+        self.calibration.linkActivated.connect(lambda _link: self.calibration_reset.emit())
+        layout.addWidget(self.calibration)
         self.tabs = QTabWidget()
+        # Tab titles are never shortened: when they do not fit, the bar scrolls.
+        self.tabs.setElideMode(Qt.TextElideMode.ElideNone)
+        self.tabs.setUsesScrollButtons(True)
         self.split_chart = SplitChart()
         self.context_chart = ContextChart()
         self.ladder_chart = LadderChart()
@@ -43,7 +87,18 @@ class ResultsArea(QWidget):
         self.tabs.addTab(self._charts_page(), "C&harts")
         self.tabs.addTab(self.ladder_chart, "&Quantization ladder")
         self.compare_table = readonly_table(COMPARE_HEADER, stretch_last=True)
-        self.tabs.addTab(self.compare_table, "Com&pare hardware")
+        header = self.compare_table.horizontalHeaderItem(COMPARE_HEADER.index("Memory needed"))
+        if header is not None:
+            header.setToolTip(COMPARE_NOTE)
+        self.compare_note = QLabel(COMPARE_NOTE)
+        self.compare_note.setWordWrap(True)
+        compare_page = QWidget()
+        compare_layout = QVBoxLayout(compare_page)
+        compare_layout.setContentsMargins(0, 0, 0, 0)
+        compare_layout.addWidget(self.compare_table, 1)
+        compare_layout.addWidget(self.compare_note)
+        self.compare_page = compare_page
+        self.tabs.addTab(compare_page, "Com&pare hardware")
         self.details = self._details_page()
         self.tabs.addTab(self.details, "&Details")
         layout.addWidget(self.tabs, 1)
@@ -83,7 +138,8 @@ class ResultsArea(QWidget):
     def show_view(self, view: View) -> None:
         """The verdict, every chart and every table for ``view``. A chart whose data the view lacks
         (an impossible setting) keeps what it showed."""
-        self.banner.set_verdict(view.verdict)
+        self._view = view
+        self._show_verdict()
         if view.estimate is not None:
             self.split_chart.set_data(device_bars(view.estimate))
         c = view.request.controls
@@ -92,18 +148,63 @@ class ResultsArea(QWidget):
         if view.ladder:
             self.ladder_chart.set_data(view.ladder)
         if view.concurrency is not None:
-            self.concurrency_chart.set_data(view.concurrency, c.context_per_user_tokens, c.users, MAX_USERS)
+            self.concurrency_chart.set_data(
+                view.concurrency, c.context_per_user_tokens, c.users, MAX_USERS, view.users_that_fit, view.verdict.level
+            )
         fill_table(self.breakdown_table, breakdown_rows(view))
-        fill_table(self.compare_table, [compare_cells(r) for r in comparison_rows(view)])
+        rows = comparison_rows(view)
+        fill_table(self.compare_table, [compare_cells(r) for r in rows])
+        price_column = COMPARE_HEADER.index("Price")
+        for i, r in enumerate(rows):
+            item = self.compare_table.item(i, price_column)
+            if item is not None:
+                item.setToolTip(r.price_note)
         try:
             self.command_text.setPlainText(copy_command_text(view))
         except FitScopeError as exc:
             self.command_text.setPlainText(str(exc))
-        self.assumptions_text.setPlainText("\n".join(f"• {a}" for a in view.assumptions) or view.error)
+        details = [*view.verdict.technical, *view.assumptions]
+        self.assumptions_text.setPlainText("\n".join(f"• {a}" for a in details) or view.error)
 
-    def set_presentation(self, on: bool) -> None:
-        """Presentation mode hides the Details tab."""
+    def _show_verdict(self) -> None:
+        """The verdict; in presentation mode the room's headline (model, machine, people, answer)
+        above it."""
+        view = self._view
+        if view is None:
+            return
+        self.banner.set_verdict(view.verdict)
+        if self._presentation and view.room_headline:
+            self.banner.set_message(
+                view.verdict.level, view.room_headline, " ".join((view.verdict.headline, *view.verdict.sentences[:2]))
+            )
+        self.banner.setToolTip("\n".join(view.verdict.technical))
+
+    def show_calibration(self, found: Mapping[str, Calibration]) -> None:
+        """"Speeds calibrated from N runs on DATE — Reset", or nothing when none calibrate them."""
+        if not found:
+            self.calibration.setVisible(False)
+            return
+        runs = max(c.runs for c in found.values())
+        latest = datetime.date.fromtimestamp(max(c.latest_s for c in found.values()))
+        devices = ", ".join(found)
+        self.calibration.setText(
+            f"This computer's speeds are calibrated from {runs} run{'s' if runs != 1 else ''} "
+            f"(the newest on {latest.day} {latest:%B %Y}; {devices}: the median of the runs nothing disturbed) — "
+            '<a href="reset">Reset</a>'
+        )
+        self.calibration.setVisible(True)
+
+    def set_presentation(self, on: bool, controls_shown: bool = False) -> None:
+        """Presentation mode hides the Details tab and the Details' figures, and puts the room's
+        headline first; a button shows the controls."""
+        self._presentation = on
         self.tabs.setTabVisible(self.tabs.indexOf(self.details), not on)
+        self.controls_button.setVisible(on)
+        was = self.controls_button.blockSignals(True)
+        self.controls_button.setChecked(controls_shown if on else False)
+        self.controls_button.blockSignals(was)
+        self.compare_note.setVisible(not on)
+        self._show_verdict()
 
     def apply_look(self, palette: QPalette, scale: float) -> None:
         """Recolour the charts for ``palette`` and size their text and the banner's by ``scale``."""

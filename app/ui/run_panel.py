@@ -18,6 +18,7 @@ from typing import Any
 import psutil
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QTextOption
 from PySide6.QtWidgets import (
     QGridLayout,
     QHBoxLayout,
@@ -29,16 +30,18 @@ from PySide6.QtWidgets import (
 )
 
 from app.adapters.child_protocol import ChildEvent, Token
+from app.adapters.demo_model import DEMO_TOY_NOTE
 from app.adapters.llamacpp_runner import LiveLoaded, LiveRun, RunDone, run_live, sweep_threads
 from app.adapters.rpc_servers import run_across_rpc
 from app.core.common.units import MIB
-from app.core.report.run_vs_estimate import RunReport
+from app.core.report.run_vs_estimate import RunReport, time_left
 from app.core.speed.measure import RunResult, RunSettings, Spread, SweepRow, summary, sweep_rows
 from app.services.runs import rpc_run_report
 from app.ui.chart_base import COLORS, Chart
 from app.ui.jobs import JobRunner, Report
 from app.ui.panels import fill_table, readonly_table
 from app.ui.run_form import RunForm
+from app.ui.stale import StaleMark
 
 
 @dataclass
@@ -82,6 +85,8 @@ class RunPanel(QWidget):
         self._started = 0.0
         self._token_times: list[float] = []
         self._run_index = 0
+        self._generating_since: float | None = None  # when the model started generating (for the time left)
+        self._repeats = 1
         self._memory: list[tuple[float, float]] = []
         self._gpu_memory: list[tuple[float, float, float]] = []
         self.last_result: RunResult | None = None
@@ -117,6 +122,14 @@ class RunPanel(QWidget):
         self.output.setReadOnly(True)
         self.output.setAccessibleName("Generated text")
         self.output.setPlaceholderText("The generated text streams in here.")
+        # Wrapped inside the box whatever the model writes (a long run without spaces included).
+        self.output.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
+        self.output.setWordWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
+        self.toy_note = QLabel(DEMO_TOY_NOTE)
+        self.toy_note.setWordWrap(True)
+        self.toy_note.setAccessibleName("About the demo model's answers")
+        self.toy_note.setVisible(False)
+        self.stale_note = QLabel("")
 
         self.speed_chart = Chart("Tokens per second during the run", short_title="Tokens/s")
         self.speed_chart.setLabel("bottom", "seconds since the prompt was sent")
@@ -154,7 +167,11 @@ class RunPanel(QWidget):
 
         grid = QGridLayout(self)
         grid.addLayout(controls, 0, 0, 2, 1)
-        grid.addWidget(self.output, 0, 1)
+        output = QVBoxLayout()
+        output.addWidget(self.stale_note)
+        output.addWidget(self.toy_note)
+        output.addWidget(self.output, 1)
+        grid.addLayout(output, 0, 1)
         charts = QHBoxLayout()
         for chart in (self.speed_chart, self.memory_chart):
             chart.setMinimumSize(260, 180)  # below that a chart is unreadable: the tab scrolls instead
@@ -172,6 +189,12 @@ class RunPanel(QWidget):
 
         self.run_button.clicked.connect(self.start)
         self.stop_button.clicked.connect(self.stop)
+        self.stale = StaleMark(
+            self.stale_note,
+            [self.output, self.speed_chart, self.memory_chart, self.figures, self.buffers, self.diagnosis],
+            "press Run",
+            ("model", "conversation length", "llama.cpp settings"),
+        )
 
     @property
     def charts(self) -> tuple[Chart, Chart]:
@@ -233,7 +256,11 @@ class RunPanel(QWidget):
         self.diagnosis.setText("")
         self.status.setText("Loading the model…")
         self._started = time.perf_counter()
+        self._generating_since = None
+        self._repeats = self.form.repeat.value()
         self._pieces = []
+        self.toy_note.setVisible(context.is_demo)
+        self.stale.begin()
         form = self.form
         collect = form.values()
         counts = form.sweep_counts if form.bench_mode and form.sweep.isChecked() else ()
@@ -330,6 +357,7 @@ class RunPanel(QWidget):
                 self._run_index = 0
                 self._token_times = []
             sweep = f" ({event.threads} threads)" if event.threads is not None else ""
+            self._generating_since = time.perf_counter()
             self.status.setText(f"Loaded in {event.load_s:.2f} s{sweep}; generating…")
         elif isinstance(event, Token):
             if event.run == self._run_index:
@@ -340,8 +368,11 @@ class RunPanel(QWidget):
             f = event.figures
             self._run_index = event.run + 1
             rate = f.decode_tokens_per_s_llama or f.decode_tokens_per_s_wall or 0.0
+            since = self._generating_since
+            left = time_left(self._run_index, self._repeats, time.perf_counter() - since) if since else ""
             self.status.setText(
-                f"Run {self._run_index} done: time to first token {f.ttft_s * 1000:.0f} ms, decode {rate:.1f} tok/s"
+                f"Run {self._run_index} of {self._repeats} done: first word after {f.ttft_s * 1000:.0f} ms, "
+                f"{rate:.1f} tokens/s" + (f"; {left}" if left else "")
             )
             self._token_times = []
 
@@ -379,6 +410,7 @@ class RunPanel(QWidget):
     def _show_result(self, result: RunResult, report: RunReport) -> None:
         self.last_result = result
         self.last_report = report
+        self.stale.done()
         self.last_sweep = report.thread_sweep
         stats = summary(result)
         est = report.estimate_json() or {}
@@ -425,8 +457,8 @@ class RunPanel(QWidget):
                 estimated=rng("decode_tokens_per_s"),
             ),
             row("Decode (wall clock)", stats["decode_tokens_per_s_wall"], "tok/s"),
-            row("Inter-token latency p50", stats["itl_p50_s"], "ms", 1000),
-            row("Inter-token latency p95", stats["itl_p95_s"], "ms", 1000),
+            row("Gap between tokens, typical", stats["itl_p50_s"], "ms", 1000),
+            row("Gap between tokens, slowest 1 in 20", stats["itl_p95_s"], "ms", 1000),
             [
                 "Peak memory of the run (RSS)",
                 f"{result.peak_rss_bytes / MIB:,.0f} MiB" if result.peak_rss_bytes else "-",
@@ -436,7 +468,7 @@ class RunPanel(QWidget):
         ]
         if report.measured_efficiency is not None:
             share = report.measured_efficiency.value
-            rows.append(["Decode against the bandwidth limit", f"{100 * share:.0f}% of the roofline", "", ""])
+            rows.append(["Speed against what the memory allows", f"{100 * share:.0f}%", "", ""])
         for sweep_row in self.last_sweep:
             peaks = [name for name, best in (("pp", sweep_row.best_prefill), ("tg", sweep_row.best_decode)) if best]
             pp, tg = sweep_row.prefill_tokens_per_s, sweep_row.decode_tokens_per_s

@@ -29,6 +29,7 @@ from app.core.plans.layer_split import LlamaSplitPlan
 from app.core.plans.vllm import VllmPlan
 from app.services.plans import ScaleOut, scale_out
 from app.ui.jobs import JobRunner, Report
+from app.ui.stale import StaleMark
 
 ModelProvider = Callable[[], tuple[ModelSource, Settings, int, int, int]]
 """The current model with its tensors, llama.cpp settings, context per sequence, sequences, host RAM
@@ -90,14 +91,23 @@ class ScalePanel(QWidget):
         buttons.addStretch(1)
 
         plans = QVBoxLayout()
-        plans.addWidget(QLabel("<b>llama.cpp</b>: whole layers per GPU (-sm layer)"))
+        self.stale_note = QLabel("")
+        plans.addWidget(self.stale_note)
+        llama_title = QLabel("<b>llama.cpp</b>: whole layers per GPU (-sm layer)")
+        vllm_title = QLabel("<b>vLLM</b>: every layer sharded over the GPUs (tensor parallel)")
+        for title in (llama_title, vllm_title):
+            title.setWordWrap(True)  # read whole at any width and type size
+        plans.addWidget(llama_title)
         plans.addWidget(self.llama_text)
-        plans.addWidget(QLabel("<b>vLLM</b>: every layer sharded over the GPUs (tensor parallel)"))
+        plans.addWidget(vllm_title)
         plans.addWidget(self.vllm_text)
         plans.addLayout(buttons)
         layout = QHBoxLayout(self)
         layout.addWidget(form_box, 1)
         layout.addLayout(plans, 3)
+        self.stale = StaleMark(
+            self.stale_note, [self.llama_text, self.vllm_text], "press Plan", ("model", "people", "conversation length")
+        )
         self.plan_button.clicked.connect(self.plan)
         self._job = JobRunner("plan", self)
         self._job.finished.connect(self._on_planned)
@@ -138,6 +148,7 @@ class ScalePanel(QWidget):
 
         job = self._job.start(work)
         if job:
+            self.stale.begin()
             self.message.setText("Planning…")
         return job
 
@@ -156,6 +167,7 @@ class ScalePanel(QWidget):
         else:
             self.vllm_text.setPlainText(f"vLLM cannot serve it this way: {plans.vllm_problem}")
         self.message.setText(summary)
+        self.stale.done()
         self.copy_llama.setEnabled(True)
         self.copy_vllm.setEnabled(self.vllm is not None)
         self.export_json.setEnabled(True)

@@ -20,14 +20,16 @@ from PySide6.QtWidgets import QScrollArea, QTabWidget, QWidget
 from app.adapters.demo_model import DEMO_MODEL_NAME
 from app.adapters.history import RunHistory
 from app.adapters.load_profile import cached_profile, measure_profile, memory_slots
+from app.core.advisor.records import QUALITY_FLOORS
 from app.core.common.errors import FitScopeError
 from app.core.common.text import safe_label
 from app.core.common.units import GIB
 from app.core.hardware.snapshots import machine_key
 from app.core.memory.records import Settings, Target
 from app.core.memory.targets import repack_profile
+from app.core.model.catalog import find_model
 from app.core.model.source import ModelSource
-from app.core.report.choices import Controls, HardwareChoice, Machine, ModelChoice, load_model, resolve_targets
+from app.core.report.choices import HardwareChoice, Machine, ModelChoice, load_model, resolve_targets
 from app.core.report.prefs import Preferences
 from app.core.report.run_vs_estimate import RunReport
 from app.core.speed.measure import RunResult, SweepRow
@@ -62,6 +64,7 @@ class ToolTabs(QObject):
     error_shown = Signal(str)
     run_saved = Signal(object)  # RunReport, kept in the history: its measured efficiency is now known
     quality_measured = Signal()  # an A/B comparison finished: the ladder can show measured quality
+    workload_edited = Signal(object)  # WorkloadEdit: the shared workload settings, edited in "Which machine?"
 
     def __init__(
         self,
@@ -73,25 +76,28 @@ class ToolTabs(QObject):
         parent: QObject | None = None,
     ) -> None:
         super().__init__(parent)
+        self._tabs = tabs
+        self._lab_pages: list[QWidget] = []  # the tabs that measure this computer
         self._workspace = workspace
         self._demo_path = demo_path
         self._history = history
         self.run_panel = RunPanel(self._finish_run, self._save_run, self._gpu_memory_of)
-        tabs.addTab(_scrolled(self.run_panel), "&Run")
+        tabs.addTab(self._lab_page(self.run_panel), "&Run")
         self.ab_panel = AbPanel(self._ab_hardware)
-        tabs.addTab(_scrolled(self.ab_panel), "Quantization &A/B")
+        tabs.addTab(self._lab_page(self.ab_panel), "Quantization &A/B")
         self.ab_panel.error_shown.connect(self.error_shown)
         self.ab_panel.comparison_finished.connect(lambda _c: self.quality_measured.emit())
         self.load_panel = LoadPanel()
-        tabs.addTab(_scrolled(self.load_panel), "&Load")
+        tabs.addTab(self._lab_page(self.load_panel), "&Load")
         self.load_panel.error_shown.connect(self.error_shown)
         self.scale_panel = ScalePanel(self._scale_model)
-        tabs.addTab(_scrolled(self.scale_panel), "Scale &out")
-        self.advisor_panel = AdvisorPanel(self._current_model, open_configuration)
+        tabs.addTab(self._lab_page(self.scale_panel), "Scale &out")
+        self.advisor_panel = AdvisorPanel(lambda: (workspace.preferences, workspace.machine), open_configuration)
         tabs.addTab(_scrolled(self.advisor_panel), "Which &machine?")
         self.advisor_panel.error_shown.connect(self.error_shown)
+        self.advisor_panel.workload_edited.connect(self.workload_edited)
         self.history_panel = HistoryPanel(history)
-        tabs.addTab(_scrolled(self.history_panel), "H&istory")
+        tabs.addTab(self._lab_page(self.history_panel), "H&istory")
         self.run_panel.run_failed.connect(self.error_shown)
         self.history_panel.error_shown.connect(self.error_shown)
 
@@ -104,6 +110,26 @@ class ToolTabs(QObject):
         self._update_run_context(view)
         self.ab_panel.set_source(str(view.model.path) if view.model is not None and view.model.path else None)
         self._update_load_source(view)
+
+    def show_settings(self, prefs: Preferences, machine: Machine) -> None:
+        """The window's settings now: the workload on the "Which machine?" form, and every tab's
+        results marked when they were computed for other settings."""
+        parts = settings_words(prefs, machine)
+        self.advisor_panel.show_workload(prefs, parts)
+        for mark in (self.run_panel.stale, self.ab_panel.stale, self.load_panel.stale, self.scale_panel.stale):
+            mark.set_settings(parts)
+
+    def set_presentation(self, on: bool) -> None:
+        """For a room: "Which machine?" in its short form, and the tabs that measure this computer
+        (Run, A/B, Load, Scale out, History) out of the way."""
+        self.advisor_panel.set_presentation(on)
+        for page in self._lab_pages:
+            self._tabs.setTabVisible(self._tabs.indexOf(page), not on)
+
+    def _lab_page(self, panel: QWidget) -> QWidget:
+        page = _scrolled(panel)
+        self._lab_pages.append(page)
+        return page
 
     def shutdown(self) -> None:
         """Stop whatever the tabs are running (the window is closing)."""
@@ -202,10 +228,40 @@ class ToolTabs(QObject):
         host = machine.host.ram_total_bytes if machine.host else 64 * GIB
         return model, settings, c.context_per_user_tokens, c.users, host
 
-    def _current_model(self) -> tuple[ModelChoice, Controls]:
-        """The main view's model and settings, where the advisor's workload starts."""
-        prefs = self._workspace.preferences
-        return prefs.model, prefs.controls
+
+
+def model_words(choice: ModelChoice) -> str:
+    """The model a choice names, in a few words ("Qwen3 32B (Q4_K_M)", "tiny.gguf")."""
+    if choice.kind == "demo":
+        return "the demo model"
+    if choice.kind == "catalog":
+        try:
+            return f"{find_model(choice.ref).name} ({choice.quant})"
+        except FitScopeError:
+            return choice.ref
+    if choice.kind == "gguf":
+        return Path(choice.ref).name
+    if choice.kind == "hf_config":
+        return f"{Path(choice.ref).parent.name or choice.ref} ({choice.quant})"
+    return choice.ref
+
+
+def settings_words(prefs: Preferences, machine: Machine) -> dict[str, str]:
+    """Every setting a tab's results may depend on, in words, as their stale notes compare them."""
+    c, w = prefs.controls, prefs.workload
+    speed = f"{w.min_speed:g} {'words' if w.speed_unit == 'words' else 'tokens'} a second"
+    return {
+        "model": model_words(prefs.model),
+        "machine": prefs.hardware.label(machine),
+        "people": str(c.users),
+        "conversation length": f"{c.context_per_user_tokens:,} tokens",
+        "speed needed": speed,
+        "quantization may cost": QUALITY_FLOORS[w.quality_floor][0],
+        "budget": f"${w.budget_usd:,.0f}" if w.budget_usd else "no limit",
+        "put first": w.prefer,
+        "llama.cpp settings": f"K cache {c.cache_type_k}, V cache {c.cache_type_v}, flash attention "
+        f"{'on' if c.flash_attn else 'off'}",
+    }
 
 
 def gpu_offload_supported() -> bool:

@@ -25,17 +25,18 @@ from PySide6.QtCore import QEvent, QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QCloseEvent, QGuiApplication
 from PySide6.QtWidgets import QMainWindow, QMessageBox, QSplitter
 
-from app.adapters.cpu_topology import llama_math_threads
 from app.adapters.demo_model import demo_model_ready
 from app.adapters.divergence_runner import measured_quality
 from app.adapters.history import RunHistory
 from app.adapters.logs import log_path
 from app.core.common.errors import FitScopeError
-from app.core.hardware.snapshots import GpuStatus, HostSnapshot, machine_key
+from app.core.hardware.snapshots import GpuStatus, HostSnapshot
 from app.core.model.catalog import load_devices, load_models
 from app.core.report.choices import Controls, HardwareChoice, Machine, ModelChoice, catalog_projector
+from app.core.report.lengths import WORDS_PER_TOKEN
 from app.core.report.prefs import Preferences, save_preferences
 from app.services.remote import load_remote_model
+from app.services.runs import calibration_of, reset_calibration
 from app.services.view import Request, View, evaluate_in_worker
 from app.ui import exports
 from app.ui.controls import ControlsPanel
@@ -47,6 +48,8 @@ from app.ui.model_files import ModelFiles
 from app.ui.results import ResultsArea
 from app.ui.tool_tabs import ToolTabs, gpu_offload_supported
 from app.ui.tuning_dialog import open_fastest_dialog
+from app.ui.wheel import guard_wheel
+from app.ui.workload_form import WorkloadEdit
 
 _log = logging.getLogger(__name__)
 
@@ -132,6 +135,9 @@ class MainWindow(ModelFiles, QMainWindow):
         if prefs.model.kind == "demo" and not demo_model_ready():
             self.banner.set_message("", "Preparing the built-in demo model (first start only)…")
         self._apply_prefs_to_widgets()
+        self.tools.show_settings(self._prefs, self.machine)
+        self._load_efficiencies()  # again, now that the calibration line exists
+        guard_wheel(self.splitter)  # scrolling the panels never changes a setting
         self.hardware_view.set_gpus(self.machine.gpus, self._gpu_message)
         self.hardware_view.set_host(self.machine.host, self._measuring)
 
@@ -181,11 +187,16 @@ class MainWindow(ModelFiles, QMainWindow):
         c.quant_chosen.connect(self._quant_chosen)
         c.model_chosen.connect(self.choose_model)
         c.vision_toggled.connect(self._vision_toggled)
+        c.workload_edited.connect(lambda workload: self._set_prefs(workload=workload))
+        c.add_model_requested.connect(self._add_model)
         c.open_button.clicked.connect(self.open_gguf_dialog)
         c.import_button.clicked.connect(self.import_config_dialog)
         c.mmproj_button.clicked.connect(lambda: self.choose_projector_file())
         c.fastest_button.clicked.connect(lambda: open_fastest_dialog(self, self._services.demo_path))
         self.tools.error_shown.connect(self.show_error)
+        self.tools.workload_edited.connect(self._workload_edited)
+        self.results.calibration_reset.connect(self.reset_calibration)
+        self.results.controls_toggled.connect(self.show_controls_in_presentation)
         self.tools.run_saved.connect(self._run_saved)
         self.tools.quality_measured.connect(self.request_estimate)  # the ladder's measured quality
 
@@ -227,8 +238,28 @@ class MainWindow(ModelFiles, QMainWindow):
         self._prefs = self._prefs.model_copy(update=update)
         if "controls" in update:
             self.controls.set_current_controls(self._prefs.controls)
+        if "controls" in update or "workload" in update:
+            # One set of workload settings: both panels show the value just chosen.
+            self.controls.show_shared(self._prefs.controls, self._prefs.workload)
+        self.tools.show_settings(self._prefs, self.machine)
         self._save_timer.start()
         self.request_estimate()
+
+    def _workload_edited(self, edit: WorkloadEdit) -> None:
+        """People, conversation length or the rest of the workload, edited in "Which machine?"."""
+        controls = self._prefs.controls.model_copy(
+            update={"users": edit.users, "context_per_user_tokens": edit.context_per_user_tokens}
+        )
+        self._set_prefs(controls=controls, workload=edit.workload)
+
+    def _add_model(self, how: str) -> None:
+        """A way to add a model the catalog lacks, from the empty search's links."""
+        if how == "gguf":
+            self.open_gguf_dialog()
+        elif how == "config":
+            self.import_config_dialog()
+        else:
+            self.open_remote_dialog(how)
 
     def _hardware_edited(self, choice: HardwareChoice) -> None:
         self._prefs = self._prefs.model_copy(update={"hardware": choice})
@@ -290,7 +321,11 @@ class MainWindow(ModelFiles, QMainWindow):
 
     def _set_presentation_widgets(self, on: bool) -> None:
         self.controls.set_presentation(on)
-        self.results.set_presentation(on)
+        # For a room the charts get the width: the controls hide (a button on the banner shows them).
+        shown = not on or self._prefs.presentation_controls
+        self.controls.setVisible(shown)
+        self.results.set_presentation(on, shown)
+        self.tools.set_presentation(on)
         font = QGuiApplication.font()
         if on:
             font.setPointSizeF(font.pointSizeF() * PRESENTATION_SCALE)
@@ -298,6 +333,12 @@ class MainWindow(ModelFiles, QMainWindow):
         # The controls keep room for a device's whole name at either type size.
         self.controls.keep_names_readable(font)
         self._apply_look()
+
+    def show_controls_in_presentation(self, shown: bool) -> None:
+        """Presentation mode with (or without) the controls on the left; remembered."""
+        self._prefs = self._prefs.model_copy(update={"presentation_controls": shown})
+        self._save_timer.start()
+        self._set_presentation_widgets(self._prefs.presentation)
 
     @property
     def presentation(self) -> bool:
@@ -356,6 +397,7 @@ class MainWindow(ModelFiles, QMainWindow):
 
     def current_request(self) -> Request:
         p = self._prefs
+        speed = p.workload.min_speed
         return Request(
             model=p.model,
             hardware=p.hardware,
@@ -364,6 +406,7 @@ class MainWindow(ModelFiles, QMainWindow):
             compare=p.compare,
             measured_efficiency=self._efficiency,
             measured_quality=measured_quality(),
+            min_tokens_per_s=(speed / WORDS_PER_TOKEN if p.workload.speed_unit == "words" else speed) or None,
         )
 
     def request_estimate(self) -> int:
@@ -518,10 +561,20 @@ class MainWindow(ModelFiles, QMainWindow):
     # -- measured efficiencies ----------------------------------------------------------------
 
     def _load_efficiencies(self) -> None:
-        """The decode efficiencies live runs measured on this machine, for the next estimates."""
-        if self.history is not None:
-            found = self.history.efficiencies(machine_key(self.machine.host, self.machine.gpus), llama_math_threads())
-            self._efficiency = tuple(sorted(found.items()))
+        """The decode efficiencies good live runs measured on this machine (their median per
+        device), for the next estimates; and the line that says so, with Reset."""
+        found = calibration_of(self.machine, self.history) if self.history is not None else {}
+        self._efficiency = tuple(sorted((name, c.efficiency) for name, c in found.items()))
+        if hasattr(self, "results"):
+            self.results.show_calibration(found)
+
+    def reset_calibration(self) -> None:
+        """Forget what runs measured on this machine: its estimates go back to the speed model's."""
+        if self.history is None:
+            return
+        reset_calibration(self.machine, self.history)
+        self._load_efficiencies()
+        self.request_estimate()
 
     def _run_saved(self, _report: object) -> None:
         self._load_efficiencies()

@@ -21,7 +21,7 @@ from app.core.memory.records import Estimate
 from app.core.model.architecture import Architecture
 from app.core.model.quant import quality_words
 from app.core.report.choices import Controls, HardwareChoice, ModelChoice
-from app.core.report.verdict import WORDS_PER_TOKEN
+from app.core.report.lengths import WORDS_PER_TOKEN
 from app.core.speed.predict import Range
 
 Preference = Literal["price", "speed", "headroom"]

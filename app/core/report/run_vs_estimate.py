@@ -410,3 +410,17 @@ def make_run_report(
         thread_sweep=tuple(thread_sweep),
         disturbed=disturbed,
     )
+
+
+def time_left(done: int, total: int, elapsed_s: float) -> str:
+    """How long the rest of a multi-repeat run will take, from the repetitions done so far ("about 2
+    min 40 s left"); "" before the first is done or after the last."""
+    if done <= 0 or done >= total or elapsed_s <= 0:
+        return ""
+    seconds = round(elapsed_s / done * (total - done))
+    if seconds < 60:
+        return f"about {max(seconds, 1)} s left"
+    minutes, rest = divmod(seconds, 60)
+    if minutes >= 10:
+        return f"about {minutes + (rest >= 30)} min left"
+    return f"about {minutes} min {rest} s left" if rest else f"about {minutes} min left"

@@ -13,9 +13,9 @@ from app.core.memory.records import Estimate
 from app.core.model.catalog import find_device
 from app.core.model.coverage import approximate_sentence
 from app.core.report.choices import MAX_USERS, MIN_CONTEXT_TOKENS, Controls, HardwareChoice, Machine
+from app.core.report.lengths import WORDS_PER_TOKEN
 from app.core.speed.predict import Range, SpeedEstimate
 
-WORDS_PER_TOKEN = 0.75  # English prose, as commonly quoted for BPE tokenizers
 AMBER_HEADROOM = 0.10  # under 10% of the memory left: it fits, but only just
 # An architecture whose rules are not proven: "fits" needs a wider margin before it shows green
 # (the unverified parts, KV cache and compute buffers, were off by up to 5x on hybrid models).
@@ -319,10 +319,12 @@ def _verdict(
         opening = f"Runs partly in system memory, at about {words_range(speed.decode_tokens_per_s)}"
         technical = (f"llama-server -ngl {est.gpu_layers}",)
         if est.gpu_layers >= est.n_layer + 1:
-            headline = (
-                f"{opening}: the whole model is on the {gpus} except part of its experts "
-                f"(those of {est.cpu_moe_layers} of its {est.n_layer} layers), which stay in system memory."
+            experts = (
+                "its experts"
+                if est.cpu_moe_layers >= est.n_layer
+                else f"the experts of {est.cpu_moe_layers} of its {est.n_layer} layers"
             )
+            headline = f"{opening}: the whole model is on the {gpus} except {experts}, which stay in system memory."
             technical = (f"llama-server -ngl {est.gpu_layers} --n-cpu-moe {est.cpu_moe_layers}",)
         elif controls.gpu_layers == "auto":
             headline = f"{opening}: {layers_words(est.gpu_layers, est.n_layer, gpus)}."
