@@ -1,7 +1,9 @@
 """Drive the window to a few views and save screenshots (run through scripts/screenshots.sh, which
-starts a virtual X display with xvfb).
+starts a virtual X display with xvfb). Presentation mode is shot at 1280x720, a projector's size,
+and every word on those shots is checked for clipping (app.ui.legibility).
 
-    scripts/screenshots.sh [OUTPUT_DIR]      # default docs/screenshots
+    scripts/screenshots.sh [OUTPUT_DIR]                       # default docs/screenshots
+    scripts/screenshots.sh [OUTPUT_DIR] --presentation-only   # only the 1280x720 presentation shots
 """
 
 from __future__ import annotations
@@ -41,8 +43,65 @@ def wait_until(window, predicate, timeout_s: float = 60.0) -> None:
     settle.exec()
 
 
+def find_machines(window) -> None:
+    """Run "Which machine?" for the workload on screen and wait for its answer."""
+    from PySide6.QtCore import QEventLoop, QTimer
+
+    advisor = window.advisor_panel
+    advised = QEventLoop()
+    advisor.advice_shown.connect(lambda *_: advised.quit())
+    advisor.error_shown.connect(lambda *_: advised.quit())
+    QTimer.singleShot(60_000, advised.quit)
+    advisor.find_machines()
+    advised.exec()
+    wait_until(window, lambda v: True)
+
+
+def presentation_shots(window, shot) -> None:
+    """Presentation mode on a 1280x720 projector: a 12-person office choosing Qwen3 32B, on the
+    charts, "Which machine?" and "Compare hardware"; every word on them checked for clipping."""
+    from app.core.report.choices import Controls, HardwareChoice, ModelChoice
+    from app.ui.legibility import chart_text_problems, clipped_texts
+
+    qwen = ModelChoice(kind="catalog", ref="qwen3-32b", quant="Q4_K_M")
+    window.resize(1280, 720)
+    window.set_scenario(
+        model=qwen,
+        hardware=HardwareChoice(kind="catalog", device_id="rtx-5090", host_ram_gib=64),
+        controls=Controls(context_per_user_tokens=8192, users=12),
+        compare=(
+            HardwareChoice(kind="catalog", device_id="rtx-3090", count=2),
+            HardwareChoice(kind="catalog", device_id="m4-max-128gb"),
+        ),
+    )
+    window.set_presentation(True)
+    wait_until(window, lambda v: v.request.model == qwen and len(v.comparison) == 2)
+    problems: list[str] = []
+
+    def checked(name: str) -> None:
+        wait_until(window, lambda v: True)
+        problems.extend(f"{name}: {c}" for c in clipped_texts(window))
+        problems.extend(f"{name}: {p}" for p in chart_text_problems(window))
+        shot(name)
+
+    window.tabs.setCurrentIndex(0)
+    checked("presentation-charts")
+    window.tabs.setCurrentIndex(window.tabs.indexOf(window.results.compare_page))
+    checked("presentation-compare-hardware")
+    advisor = window.advisor_panel
+    window.tabs.setCurrentIndex(window.tabs.indexOf(advisor.parentWidget().parentWidget()))
+    find_machines(window)
+    checked("presentation-which-machine")
+    print("presentation mode at 1280x720: " + ("nothing clipped" if not problems else "; ".join(problems)))
+    window.set_presentation(False)
+    window.resize(1500, 940)
+    window.tabs.setCurrentIndex(0)
+
+
 def main() -> int:
-    out = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/screenshots")
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    presentation_only = "--presentation-only" in sys.argv
+    out = Path(args[0] if args else "docs/screenshots")
     out.mkdir(parents=True, exist_ok=True)
     qt_app = QApplication.instance() or QApplication(sys.argv[:1])
     from app.core.report.choices import Controls, HardwareChoice, ModelChoice
@@ -61,6 +120,13 @@ def main() -> int:
         path = out / f"{name}.png"
         (widget or window).grab().save(str(path))
         shots.append(path)
+
+    if presentation_only:
+        presentation_shots(window, shot)
+        window.close()
+        for path in shots:
+            print(f"{path} ({path.stat().st_size // 1024} KiB)")
+        return 0
 
     llama8 = ModelChoice(kind="catalog", ref="llama-3.1-8b", quant="Q4_K_M")
     window.set_scenario(
@@ -86,16 +152,11 @@ def main() -> int:
     wait_until(window, lambda v: v.request.model.ref == "llama-3.3-70b")
     advisor = window.advisor_panel
     window.tabs.setCurrentIndex(window.tabs.indexOf(advisor.parentWidget().parentWidget()))
-    advisor.users.setValue(4)
-    advisor.speed_unit.setCurrentIndex(advisor.speed_unit.findData("tokens"))
-    advisor.speed.setValue(15)
-    advised = QEventLoop()
-    advisor.advice_shown.connect(lambda *_: advised.quit())
-    advisor.error_shown.connect(lambda *_: advised.quit())
-    QTimer.singleShot(60_000, advised.quit)
-    advisor.find_machines()
-    advised.exec()
-    wait_until(window, lambda v: True)
+    advisor.form.users.setValue(4)
+    advisor.form.speed_unit.setCurrentIndex(advisor.form.speed_unit.findData("tokens"))
+    advisor.form.speed_unit.activated.emit(advisor.form.speed_unit.currentIndex())
+    advisor.form.speed.setValue(15)
+    find_machines(window)
     shot("which-machine")
     window.tabs.setCurrentIndex(0)
 
@@ -113,16 +174,7 @@ def main() -> int:
     shot("quantization-ladder")
     window.tabs.setCurrentIndex(0)
 
-    qwen = ModelChoice(kind="catalog", ref="qwen2.5-14b", quant="Q4_K_M")
-    window.set_scenario(
-        model=qwen,
-        hardware=HardwareChoice(kind="catalog", device_id="rtx-4060-ti-16gb", host_ram_gib=32),
-        controls=Controls(context_per_user_tokens=32768),
-    )
-    window.set_presentation(True)
-    wait_until(window, lambda v: v.request.model == qwen and v.request.controls.context_per_user_tokens == 32768)
-    shot("presentation-mode")
-    window.set_presentation(False)
+    presentation_shots(window, shot)
 
     # A live run of the demo model, measured against its estimate.
     window.set_scenario(
@@ -146,8 +198,8 @@ def main() -> int:
     # Quantization A/B: a Q3_K_S variant made from the demo file, against it, on the chat suite.
     window.tabs.setCurrentIndex(5)
     ab = window.ab_panel
-    for i in range(ab.suite_list.count()):
-        item = ab.suite_list.item(i)
+    for i in range(ab.suites.suite_list.count()):
+        item = ab.suites.suite_list.item(i)
         item.setCheckState(Qt.CheckState.Checked if item.text().startswith("chat") else Qt.CheckState.Unchecked)
     finished = QEventLoop()
     ab.comparison_finished.connect(lambda *_: finished.quit())

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Start FitScope on a virtual X display (xvfb), drive it to a few views and save PNGs.
-#   scripts/screenshots.sh [OUTPUT_DIR]        (default: docs/screenshots)
+#   scripts/screenshots.sh [OUTPUT_DIR] [--presentation-only]   (default: docs/screenshots)
 # Needs Xvfb: on Debian/Ubuntu, `sudo apt-get install xvfb`.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -11,5 +11,8 @@ if ! command -v xvfb-run > /dev/null; then
 fi
 cd "$root"
 unset QT_QPA_PLATFORM
-xvfb-run -a -s "-screen 0 1600x1000x24" .venv/bin/python scripts/screenshots.py "${1:-docs/screenshots}"
-exec xvfb-run -a -s "-screen 0 1600x1000x24" .venv/bin/python scripts/screenshot_remote.py "${1:-docs/screenshots}"
+out="docs/screenshots"
+if [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; then out="$1"; shift; fi
+xvfb-run -a -s "-screen 0 1600x1000x24" .venv/bin/python scripts/screenshots.py "$out" "$@"
+if [ "${1:-}" = "--presentation-only" ]; then exit 0; fi
+exec xvfb-run -a -s "-screen 0 1600x1000x24" .venv/bin/python scripts/screenshot_remote.py "$out"

@@ -147,7 +147,7 @@ def test_json_ladder_and_comparison(fits_view: View) -> None:
     (row,) = data["comparison"]
     assert row["label"] == "2x NVIDIA GeForce RTX 3090"
     assert row["capacity_bytes"] == fits_view.comparison[0].capacity_bytes
-    assert fits_view.current is not None and fits_view.current.label == "NVIDIA GeForce RTX 4090 (current)"
+    assert fits_view.current is not None and fits_view.current.label == "RTX 4090 PC (current)"
     assert fits_view.current.decode_tokens_per_s.as_dict() == data["decode_tokens_per_s"]
     assert row["fits"] is True and row["error"] == ""
     assert row["decode_tokens_per_s"]["low"] > 0

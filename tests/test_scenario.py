@@ -267,7 +267,7 @@ def test_comparison_rows_carry_memory_fit_speed_and_price():
     )
     gpu_row, cpu_row = view.comparison
     current = view.current
-    assert current.label == "NVIDIA GeForce RTX 4090 (current)"
+    assert current.label == "RTX 4090 PC (current)"  # a machine as a buyer says it, the price beside it
     assert current.decode_tokens_per_s == view.speed.decode_tokens_per_s
     # A whole computer's price: the card's and the desktop around it, as the advisor prices it.
     from app.core.advisor.configs import machine_price

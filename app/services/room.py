@@ -37,11 +37,20 @@ def hardware_words(choice: HardwareChoice, machine: Machine | None = None) -> st
         return "this computer" if machine is None or machine.gpus else "this computer's processor"
     if choice.kind == "cpu":
         return "this computer's processor"
+    return with_article(machine_label(choice, machine))
+
+
+def machine_label(choice: HardwareChoice, machine: Machine | None = None) -> str:
+    """A machine as a comparison lists it: this machine by its GPUs, a catalog one as a buyer says
+    it ("RTX 5090 PC", "2x RTX 3090 PC", "M4 Max computer with 128 GiB"), so that the prices beside
+    them are for the same thing, a whole computer."""
+    if choice.kind != "catalog":
+        return choice.label(machine)
     try:
         device = find_device(choice.device_id or "")
     except FitScopeError:
         return choice.label(machine)
-    return with_article(machine_name(device, choice.count))
+    return machine_name(device, choice.count)
 
 
 def people_words(users: int) -> str:

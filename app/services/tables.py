@@ -13,7 +13,7 @@ from app.core.report.verdict import words_range
 from app.services.room import catalog_id
 from app.services.view import CompareRow, View
 
-COMPARE_HEADER = ["Hardware", "Memory needed", "Memory it has", "Fits", "Speed per person", "Price"]
+COMPARE_HEADER = ["Hardware", "Memory needed", "Memory it has", "Fits", "Words a second", "Price"]
 COMPARE_NOTE = (
     "Memory needed differs between machines for the same job: a graphics card keeps llama.cpp's working buffers "
     "beside the model, a processor keeps a rearranged copy of the weights, and a machine that runs the model partly "
@@ -33,17 +33,29 @@ def compare_cells(r: CompareRow) -> list[str]:
     if r.error:
         return [r.label, "-", "-", r.error, "-", "-"]
     fit_text = "yes" if r.fits else "no"
-    if r.fits and r.gpu_layers is not None and r.gpu_layers < r.n_layer + 1:
-        fit_text = f"partly ({min(r.gpu_layers, r.n_layer)} of {r.n_layer} layers on the GPU)"
+    if fit_detail(r):
+        fit_text = "partly"
     decode = r.decode_tokens_per_s
     return [
         r.label,
         f"{r.budget_bytes / GIB:.1f} GiB",
         f"{r.capacity_bytes / GIB:.1f} GiB",
         fit_text,
-        words_range(decode) if decode and r.fits else "-",
+        words_range(decode).removesuffix(" words a second") if decode and r.fits else "-",
         f"${r.price_usd:,.0f} {r.price_kind}".rstrip() if r.price_usd else "not listed",
     ]
+
+
+def fit_detail(r: CompareRow) -> str:
+    """What "partly" means for a row (its cell's tooltip): the layers on the GPU, as a model card
+    counts them; "" when the whole model is on the GPUs (or it does not fit)."""
+    if not (r.fits and r.gpu_layers is not None and r.gpu_layers < r.n_layer + 1):
+        return ""
+    on_gpu = min(r.gpu_layers, r.n_layer)
+    return (
+        f"{on_gpu} of the model's {r.n_layer} layers on the GPU; the other {r.n_layer - on_gpu} and the output "
+        "layer in system memory, which is slower"
+    )
 
 
 BREAKDOWN_HEADER = [

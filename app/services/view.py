@@ -49,7 +49,7 @@ from app.core.report.verdict import (
 )
 from app.core.speed.predict import Range, SpeedEstimate
 from app.services.estimate import Answer, LimitScope, answer, largest_context_per_user, place, users_that_fit
-from app.services.room import buyer_warnings, hardware_words, room_headline
+from app.services.room import buyer_warnings, hardware_words, machine_label, room_headline
 
 # -- requests and views --------------------------------------------------------------------------
 
@@ -315,7 +315,7 @@ class Evaluator:
             verdict.level,
             request.min_tokens_per_s,
         )
-        current = _compare_row(request.hardware.label(request.machine) + " (current)", main, request.hardware)
+        current = _compare_row(machine_label(request.hardware, request.machine) + " (current)", main, request.hardware)
         comparison = tuple(self._compare_row(model, request, choice) for choice in request.compare)
         return View(
             request=request,
@@ -431,7 +431,7 @@ class Evaluator:
 
     def _compare_row(self, model: ModelSource, request: Request, choice: HardwareChoice) -> CompareRow:
         try:
-            label = choice.label(request.machine)
+            label = machine_label(choice, request.machine)
             targets = resolve_targets(choice, request.machine, request.controls.backend)
             a = self._answer(model, targets, request, limits=False, hardware=choice)
         except FitScopeError as exc:

@@ -120,7 +120,7 @@ class AdvisorPanel(QWidget):
         self.models_stale_note = QLabel("")
 
         self.machines_view = QWidget()
-        self.table = readonly_table(HEADERS, stretch_last=True)
+        self.table = readonly_table(HEADERS)  # every column whole; the table scrolls sideways if need be
         self.table.setSelectionBehavior(self.table.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(self.table.SelectionMode.SingleSelection)
         self.table.setAccessibleName("Machines that do it")
@@ -423,11 +423,18 @@ class AdvisorPanel(QWidget):
         return self.marks[self.for_machines].stale
 
     def set_presentation(self, on: bool) -> None:
-        """For a room: the workload in one line instead of the form, and the answer's tables only."""
+        """For a room: the workload in one line instead of the form, and the answer's table with the
+        columns a buyer reads (machine, price, speed per person, verdict)."""
         self.form.setVisible(not on)
         self.summary.setVisible(on)
+        self.status.setVisible(not on)
         for w in (self.command_text, self.command_label, self.why_text, self.why_label, self.chart):
             w.setVisible(not on)
+        for column in ("Quantization", "Memory to spare", "All together", "Verdict"):
+            self.table.setColumnHidden(HEADERS.index(column), on)
+        for column in ("Memory to spare",):
+            self.models_view.table.setColumnHidden(self.models_view.headers.index(column), on)
+        self.models_view.note.setVisible(not on)
 
     def shutdown(self) -> None:
         self._job.close(timeout=5)

@@ -86,7 +86,22 @@ class Chart(pg.PlotWidget):
         else:
             self.plotItem.setYRange(lo, hi, padding=padding)
 
-    def _ticks(self, axis: str, ticks: list[tuple[float, str]]) -> None:
+    def _ticks(self, axis: str, ticks: list[tuple[float, str]], thin: bool = False) -> None:
+        """The axis' labelled ticks; with ``thin`` (evenly spaced ticks on the bottom axis), every
+        second (or third...) one when the plot is too narrow for all their labels side by side, so
+        that none runs into the next."""
+        self._all_ticks = {**getattr(self, "_all_ticks", {}), axis: (ticks, thin)}
+        if thin and len(ticks) > 2:
+            metrics = QFontMetrics(self._font) if hasattr(self, "_font") else QFontMetrics(self.font())
+            room = self.plotItem.vb.width() or self.width()
+            gap = metrics.horizontalAdvance("  ")
+            step = 1
+            while step < len(ticks):
+                kept = ticks[::step]
+                if sum(metrics.horizontalAdvance(t) + gap for _, t in kept) <= room:
+                    break
+                step += 1
+            ticks = ticks[::step]
         if getattr(self, "_tick_cache", {}).get(axis) == ticks:
             return
         self._tick_cache = {**getattr(self, "_tick_cache", {}), axis: ticks}
@@ -171,6 +186,8 @@ class Chart(pg.PlotWidget):
         if hasattr(self, "_font"):  # pyqtgraph resizes the widget while it is being built
             self._fit_title()
             self._fit_texts()
+            for axis, (ticks, thin) in getattr(self, "_all_ticks", {}).items():
+                self._ticks(axis, ticks, thin)
 
     def _fit_texts(self) -> None:
         """Re-choose text that depends on the plot's size in pixels (subclasses)."""

@@ -18,6 +18,7 @@ from PySide6.QtWidgets import QWidget
 
 from app.core.common.units import GIB
 from app.core.model.quant import quality_words
+from app.core.report.machine_text import short_device_name
 from app.core.report.verdict import rate_range
 from app.services.view import ConcurrencyCurve, ContextCurve, LadderRow
 from app.ui.chart_base import COLORS, Chart, nice_ceiling
@@ -130,7 +131,7 @@ class SplitChart(Chart):
             else:
                 item.setVisible(False)
         self._fit_texts()
-        self._ticks("bottom", [(i, d.name) for i, d in enumerate(devices)])
+        self._ticks("bottom", [(i, short_device_name(d.name)) for i, d in enumerate(devices)])
         self._top = max([max(_gib(d.total_bytes), _gib(d.capacity_bytes)) for d in devices] or [1.0])
         self._range("x", -0.6, max(len(devices) - 0.4, 0.6))
         self._fit_texts()
@@ -188,7 +189,7 @@ class ContextChart(Chart):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__("Memory as the conversation grows", parent, short_title="Memory vs. context")
         self.plotItem.setLabel("left", "GiB")
-        self.plotItem.setLabel("bottom", "context per user (tokens)")
+        self.plotItem.setLabel("bottom", "tokens each")
         self.curves = [pg.PlotDataItem([], [], pen=pg.mkPen(None)) for _ in range(len(PARTS) + 1)]
         for c in self.curves:
             self.plotItem.addItem(c)
@@ -235,7 +236,7 @@ class ContextChart(Chart):
         if curve.max_context_tokens > 0:
             self.largest.setValue(math.log2(curve.max_context_tokens))
         self._move_chosen(chosen_tokens)
-        self._ticks("bottom", _log2_ticks(curve.contexts[0], curve.contexts[-1]))
+        self._ticks("bottom", _log2_ticks(curve.contexts[0], curve.contexts[-1]), thin=True)
         top = max(max(acc, default=0.0), _gib(curve.capacity_bytes))
         self._range("y", 0, nice_ceiling(top * 1.05))
         self._range("x", xs[0], xs[-1], padding=0.02)
@@ -376,7 +377,7 @@ class ConcurrencyChart(Chart):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__("How many people fit at once", parent, short_title="People that fit")
         self.plotItem.setLabel("left", "people")
-        self.plotItem.setLabel("bottom", "conversation length per person (tokens)")
+        self.plotItem.setLabel("bottom", "tokens each")
         self.line = pg.PlotDataItem(
             [], [], pen=pg.mkPen(COLORS["weights"], width=3), symbol="o", symbolSize=7, symbolBrush=COLORS["weights"]
         )
@@ -414,7 +415,7 @@ class ConcurrencyChart(Chart):
         xs = [math.log2(n) for n in contexts]
         self.line.setData(xs, [points[n] for n in contexts])
         self.set_chosen(context_tokens, users)
-        self._ticks("bottom", _log2_ticks(contexts[0], contexts[-1]))
+        self._ticks("bottom", _log2_ticks(contexts[0], contexts[-1]), thin=True)
         lo, hi = min(xs[0], math.log2(max(context_tokens, 1))), max(xs[-1], math.log2(max(context_tokens, 1)))
         self._range("x", lo, hi, padding=0.03)
         self._range("y", 0, nice_ceiling(max(max(curve.users, default=1), users, 1) * 1.08))

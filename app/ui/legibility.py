@@ -1,8 +1,10 @@
-"""Is every word on screen readable? Finds widget text cut off by its widget's width, and chart text
+"""Is every word on screen readable? Finds widget text cut off by its widget's width (or, for a
+label that wraps, its height), table headers and cells too narrow for their text, and chart text
 below a minimum size: the checks behind the window's layout tests and ``scripts/screenshots.py``.
 
-A label that wraps is never clipped horizontally; an elided label (``…``) is reported, since the
-user cannot read what was dropped. Only widgets the user can see are checked.
+A label that wraps is never clipped horizontally, but it is when its lines need more height than it
+has; an elided label or table cell (``…``) is reported, since the user cannot read what was
+dropped. Only widgets the user can see are checked.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pyqtgraph as pg
-from PySide6.QtCore import QPoint, Qt
+from PySide6.QtCore import QPoint, QRect, Qt
 from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import (
     QAbstractButton,
@@ -21,6 +23,7 @@ from PySide6.QtWidgets import (
     QPushButton,
     QScrollArea,
     QTabBar,
+    QTableWidget,
     QWidget,
 )
 
@@ -79,10 +82,22 @@ def clipped_texts(root: QWidget) -> list[Clipped]:
             out.append(Clipped(_name(w), text, w.width(), w.width() - cut))
             continue
         fm = QFontMetrics(w.font())
+        if isinstance(w, QLabel) and w.text() and w.wordWrap() and w.pixmap().isNull():
+            # A wrapping label is cut when its lines need more height than it was given.
+            need = w.heightForWidth(w.contentsRect().width())
+            have = w.contentsRect().height()
+            if need > have + 2:
+                out.append(Clipped(_name(w) + " (height)", w.text()[:80], need, have))
+            continue
+        if isinstance(w, QTableWidget):
+            out += _table_clipped(w)
+            continue
         if isinstance(w, QLabel):
             text = w.text()
-            if not text or w.wordWrap() or w.textFormat() == 1 or "<" in text or w.pixmap() is not None:
-                continue  # rich text and wrapping labels lay themselves out
+            if not text or w.wordWrap() or w.textFormat() == 1 or "<" in text or not w.pixmap().isNull():
+                continue  # rich text lays itself out
+            if w.buddy() is not None:  # "&x" is drawn as an underlined x
+                text = text.replace("&&", "\0").replace("&", "").replace("\0", "&")
             width = max(fm.horizontalAdvance(line) for line in text.splitlines() or [""])
             avail = w.contentsRect().width() - 2 * w.margin() - max(0, w.indent())
             if width > avail + 1:
@@ -114,6 +129,41 @@ def clipped_texts(root: QWidget) -> list[Clipped]:
                     out.append(Clipped(f"{_name(w)} tab {i}", text, need, rect.width()))
                 if rect.right() > w.width() + 1 and not w.usesScrollButtons():
                     out.append(Clipped(f"{_name(w)} tab {i}", text, rect.right(), w.width()))
+    return out
+
+
+_CELL_PAD = 8  # the margins a table cell's style keeps beside its text (what ResizeToContents adds)
+
+
+def _table_clipped(table: QTableWidget) -> list[Clipped]:
+    """Header sections and the cells in view whose text is wider than their column (Qt elides them)."""
+    out: list[Clipped] = []
+    header = table.horizontalHeader()
+    header_metrics = QFontMetrics(header.font())
+    cell_metrics = QFontMetrics(table.font())
+    for c in range(table.columnCount()):
+        if table.isColumnHidden(c):
+            continue
+        width = table.columnWidth(c)
+        item = table.horizontalHeaderItem(c)
+        title = item.text() if item is not None else ""
+        if title and header_metrics.horizontalAdvance(title) + _CELL_PAD > width + 1:
+            need = header_metrics.horizontalAdvance(title) + _CELL_PAD
+            out.append(Clipped(f"{_name(table)} header", title, need, width))
+        for r in range(min(table.rowCount(), 30)):
+            cell = table.item(r, c)
+            if cell is None or not cell.text():
+                continue
+            need = max(cell_metrics.horizontalAdvance(line) for line in cell.text().splitlines()) + _CELL_PAD
+            if need > width + 1 and table.wordWrap():
+                # A wrapping table breaks the text at spaces: it is whole when the row is tall enough.
+                box = cell_metrics.boundingRect(
+                    QRect(0, 0, max(width - _CELL_PAD, 1), 100_000), int(Qt.TextFlag.TextWordWrap), cell.text()
+                )
+                if box.width() <= width - _CELL_PAD + 1 and box.height() <= table.rowHeight(r):
+                    continue
+            if need > width + 1:
+                out.append(Clipped(f"{_name(table)} row {r}", cell.text(), need, width))
     return out
 
 
@@ -158,6 +208,15 @@ def chart_text_problems(root: QWidget) -> list[str]:
             need = title.item.boundingRect().width()
             if need > view.width() + 1:
                 out.append(f"chart title {title.text!r} needs {need:.0f}px, the chart is {view.width()}px wide")
+        for side in ("bottom", "left"):
+            axis = plot.getAxis(side)
+            label = axis.label
+            if not (axis.isVisible() and label.isVisible() and label.toPlainText().strip()):
+                continue
+            need = label.boundingRect().width()
+            room = axis.width() if side == "bottom" else axis.height()
+            if need > room + 1:
+                out.append(f"{name}: axis title {label.toPlainText()!r} needs {need:.0f}px, the axis is {room:.0f}px")
         area = plot.vb.sceneBoundingRect()
         texts = []
         for item in view.scene().items():

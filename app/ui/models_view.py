@@ -26,6 +26,7 @@ class ModelsView(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.result: MachineModels | None = None
+        self.headers = HEADERS
         self.summary = QLabel("")
         self.summary.setWordWrap(True)
         self.table = readonly_table(HEADERS, stretch_last=True)

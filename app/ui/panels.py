@@ -86,9 +86,13 @@ class VerdictBanner(QFrame):
         self.set_scale(1.0)
 
     def set_scale(self, scale: float) -> None:
+        """Type sizes for ``scale`` (presentation mode's is above 1: the headline, already large, then
+        grows less than the rest, so that the charts keep the room on a 720-line projector)."""
         base = self.font().pointSizeF()
-        self.headline.setStyleSheet(f"font-weight: 600; font-size: {base * 1.35 * scale:.1f}pt;")
-        self.details.setStyleSheet(f"font-size: {base * 1.05 * scale:.1f}pt;")
+        headline = 1.35 if scale <= 1 else 1.05
+        details = 1.05 if scale <= 1 else 0.9
+        self.headline.setStyleSheet(f"font-weight: 600; font-size: {base * headline * scale:.1f}pt;")
+        self.details.setStyleSheet(f"font-size: {base * details * scale:.1f}pt;")
         size = int(28 * scale)
         self.light.setFixedSize(size, size)
         self._paint_light()

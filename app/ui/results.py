@@ -35,6 +35,7 @@ from app.services.tables import (
     breakdown_rows,
     compare_cells,
     comparison_rows,
+    fit_detail,
 )
 from app.services.view import View
 from app.ui.charts import ConcurrencyChart, ContextChart, DeviceBar, LadderChart, SplitChart, legend_html
@@ -86,7 +87,9 @@ class ResultsArea(QWidget):
         }
         self.tabs.addTab(self._charts_page(), "C&harts")
         self.tabs.addTab(self.ladder_chart, "&Quantization ladder")
-        self.compare_table = readonly_table(COMPARE_HEADER, stretch_last=True)
+        # Every column as wide as its contents (never a squeezed last one, "Price (U"): when the window
+        # is narrower than the table, it scrolls sideways.
+        self.compare_table = readonly_table(COMPARE_HEADER)
         header = self.compare_table.horizontalHeaderItem(COMPARE_HEADER.index("Memory needed"))
         if header is not None:
             header.setToolTip(COMPARE_NOTE)
@@ -110,13 +113,35 @@ class ResultsArea(QWidget):
         self.legend = QLabel(legend_html())
         self.legend.setTextFormat(Qt.TextFormat.RichText)
         self.legend.setWordWrap(True)
+        self._charts_grid = grid
+        self._arrange_charts(side_by_side=False)
+        return page
+
+    def _arrange_charts(self, side_by_side: bool) -> None:
+        """Two columns (the memory bars beside the two curves), or, for a room, the three charts in
+        one row, each with the page's full height."""
+        grid = self._charts_grid
+        for w in (self.legend, self.split_chart, self.context_chart, self.concurrency_chart):
+            grid.removeWidget(w)
+        for c in range(3):
+            grid.setColumnStretch(c, 0)
+        for r in range(3):
+            grid.setRowStretch(r, 0)
+        if side_by_side:
+            grid.addWidget(self.legend, 0, 0, 1, 3)
+            for c, chart in enumerate((self.split_chart, self.context_chart, self.concurrency_chart)):
+                grid.addWidget(chart, 1, c)
+                grid.setColumnStretch(c, 1)
+            grid.setRowStretch(1, 1)
+            return
         grid.addWidget(self.legend, 0, 0, 1, 2)
         grid.addWidget(self.split_chart, 1, 0, 2, 1)
         grid.addWidget(self.context_chart, 1, 1)
         grid.addWidget(self.concurrency_chart, 2, 1)
         grid.setColumnStretch(0, 2)
         grid.setColumnStretch(1, 3)
-        return page
+        grid.setRowStretch(1, 1)
+        grid.setRowStretch(2, 1)
 
     def _details_page(self) -> QWidget:
         page = QWidget()
@@ -154,11 +179,12 @@ class ResultsArea(QWidget):
         fill_table(self.breakdown_table, breakdown_rows(view))
         rows = comparison_rows(view)
         fill_table(self.compare_table, [compare_cells(r) for r in rows])
-        price_column = COMPARE_HEADER.index("Price")
+        price_column, fits_column = COMPARE_HEADER.index("Price"), COMPARE_HEADER.index("Fits")
         for i, r in enumerate(rows):
-            item = self.compare_table.item(i, price_column)
-            if item is not None:
-                item.setToolTip(r.price_note)
+            for column, tip in ((price_column, r.price_note), (fits_column, fit_detail(r))):
+                item = self.compare_table.item(i, column)
+                if item is not None:
+                    item.setToolTip(tip)
         try:
             self.command_text.setPlainText(copy_command_text(view))
         except FitScopeError as exc:
@@ -174,9 +200,8 @@ class ResultsArea(QWidget):
             return
         self.banner.set_verdict(view.verdict)
         if self._presentation and view.room_headline:
-            self.banner.set_message(
-                view.verdict.level, view.room_headline, " ".join((view.verdict.headline, *view.verdict.sentences[:2]))
-            )
+            # For a room: the answer, then the verdict's own headline; the rest is one click away.
+            self.banner.set_message(view.verdict.level, view.room_headline, view.verdict.headline)
         self.banner.setToolTip("\n".join(view.verdict.technical))
 
     def show_calibration(self, found: Mapping[str, Calibration]) -> None:
@@ -204,6 +229,7 @@ class ResultsArea(QWidget):
         self.controls_button.setChecked(controls_shown if on else False)
         self.controls_button.blockSignals(was)
         self.compare_note.setVisible(not on)
+        self._arrange_charts(side_by_side=on)
         self._show_verdict()
 
     def apply_look(self, palette: QPalette, scale: float) -> None:

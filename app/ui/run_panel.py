@@ -132,11 +132,11 @@ class RunPanel(QWidget):
         self.stale_note = QLabel("")
 
         self.speed_chart = Chart("Tokens per second during the run", short_title="Tokens/s")
-        self.speed_chart.setLabel("bottom", "seconds since the prompt was sent")
+        self.speed_chart.setLabel("bottom", "seconds after the prompt")
         self.speed_chart.setLabel("left", "tokens/s")
         self.speed_curve = self.speed_chart.plot([], [], pen=pg.mkPen(COLORS["weights"], width=2))
         self.memory_chart = Chart("Memory during the run", short_title="Memory")
-        self.memory_chart.setLabel("bottom", "seconds since the run started")
+        self.memory_chart.setLabel("bottom", "seconds into the run")
         self.memory_chart.setLabel("left", "MiB")
         self.memory_chart.addLegend(offset=(10, 10))
         self.rss_curve = self.memory_chart.plot(

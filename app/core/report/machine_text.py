@@ -27,7 +27,7 @@ _LONG_WORDS = (("Workstation Edition", ""), ("Server Edition", ""), ("Ada Genera
 def short_device_name(name: str) -> str:
     """A catalog device's name without the vendor and the details in parentheses: "RTX 4090",
     "M2 Ultra", "Threadripper 7980X" (the whole name goes in tooltips)."""
-    short = _DETAIL.sub("", _VENDOR.sub("", name))
+    short = _DETAIL.sub("", _VENDOR.sub("", name.split(" (")[0]))  # brackets (nested ones too) cut
     for long, brief in _LONG_WORDS:
         short = short.replace(long, brief)
     return short.strip()
