@@ -184,9 +184,9 @@ def test_the_plan_rounds_like_llama_cpp_prints():
 def test_the_run_tab_offers_local_rpc_servers_only_when_the_build_has_them(qtbot, tmp_path, monkeypatch):
     from test_window import make_services, open_window
 
-    from app.ui import run_panel
+    from app.ui import run_form
 
-    monkeypatch.setattr(run_panel, "rpc_backend_problem", lambda: "this llama.cpp build has no RPC backend; rebuild")
+    monkeypatch.setattr(run_form, "rpc_backend_problem", lambda: "this llama.cpp build has no RPC backend; rebuild")
     window = open_window(qtbot, make_services(tmp_path))
     assert not window.run_panel.form.rpc_local.isEnabled()
     assert window.run_panel.form.rpc_local.toolTip().startswith("this llama.cpp build has no RPC backend")

@@ -231,8 +231,9 @@ class ControlsPanel(QScrollArea):
         adv.addRow("", self.mmap_check)
         self.vision_check = QCheckBox("Add &vision projector")
         self.vision_check.setToolTip(
-            "Models that read images are served with a projector file beside them (llama-server --mmproj); "
-            "its weights and working memory go on the first GPU, or in system memory without one"
+            "Lets the model read pictures: a small second file (its vision \"projector\") is loaded beside it, "
+            "and its weights and working memory take room on the first graphics card (in system memory without "
+            "one). llama-server loads it with --mmproj."
         )
         self.mmproj_button = QPushButton("Projector &file...")
         self.mmproj_button.setToolTip("Choose a projector GGUF (mmproj-*.gguf) to load beside the model")
@@ -370,7 +371,8 @@ class ControlsPanel(QScrollArea):
             if projector is not None
             else "This model reads text only; choose a projector file to add one"
             if not available
-            else "Add the model's vision projector (llama-server --mmproj)"
+            else "Let the model read pictures: its vision projector, a small second file, is loaded beside it "
+            "(llama-server --mmproj)"
         )
 
     def show_model(self, view: View) -> None:

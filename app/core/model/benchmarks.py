@@ -153,7 +153,7 @@ def size_warning(model_id: str | None, name: str, params_billions: float | None,
     if users > 1 and too_small_for_many(model_id, params_billions):
         return (
             f"{name} is far too small for an assistant {users} people share: {why}. "
-            "Look for a larger model (Which machine? > Which models for a machine)."
+            "Look for a larger model (Which machine? > Models for this machine)."
         )
     if toy:
         return f"{name} is a toy model, fine for measuring speed but not for answering questions at work: {why}."
