@@ -246,3 +246,10 @@ def test_a_disturbed_run_is_kept_but_does_not_calibrate(tmp_path):
 def test_a_little_background_work_is_not_a_disturbance(share):
     run = _gemma_run(decode_tokens_per_s=30).model_copy(update={"others_cpu_share": share})
     assert disturbance(run, SPEED) is None
+
+
+def test_the_demo_file_and_variants_made_from_it_are_the_toy(demo_gguf, tmp_path):
+    from app.adapters.demo_model import is_demo_file
+
+    assert is_demo_file(demo_gguf) and is_demo_file(demo_gguf.with_name("gemma-3-270m-Q3_K_S.gguf"))
+    assert not is_demo_file(tmp_path / "gemma-3-270m-q4_k_m.gguf")  # same name elsewhere: someone's own file

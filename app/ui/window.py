@@ -546,7 +546,8 @@ class MainWindow(ModelFiles, QMainWindow):
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt's name
         s = self._qsettings()
         s.setValue("geometry", self.saveGeometry())
-        s.setValue("splitter", self.splitter.saveState())
+        if self.controls.isVisible():  # the split as the person left it, not presentation mode's
+            s.setValue("splitter", self.splitter.saveState())
         s.sync()
         self._save_timer.stop()
         self.save_preferences()
