@@ -34,6 +34,7 @@ from app.core.advisor.records import CATEGORY_WORDS, Candidate, HardwareAdvice, 
 from app.core.report.choices import DEMO_CATALOG_ID, Controls, HardwareChoice, Machine, ModelChoice
 from app.core.report.lengths import WORDS_PER_TOKEN
 from app.core.report.prefs import Preferences
+from app.core.report.verdict import rate
 from app.services.advisor import advice_warnings, advise, workload_sentence
 from app.services.model_finder import MachineModels, models_for_machine
 from app.ui.advisor_chart import PriceSpeedChart
@@ -343,8 +344,8 @@ class AdvisorPanel(QWidget):
                     f"{c.quant} ({c.quality})",
                     f"${c.price_usd:,.0f}" if c.price_usd is not None else "not listed",
                     f"{c.headroom_bytes / 2**30:,.1f} GiB",
-                    f"{speed:,.1f} {unit_name}",
-                    f"{c.total_tokens_per_s * unit:,.0f} {unit_name}",
+                    f"{rate(speed)} {unit_name}",
+                    f"{rate(c.total_tokens_per_s * unit)} {unit_name}",
                     "does it",
                 ]
             )

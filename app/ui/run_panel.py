@@ -35,6 +35,7 @@ from app.adapters.llamacpp_runner import LiveLoaded, LiveRun, RunDone, run_live,
 from app.adapters.rpc_servers import run_across_rpc
 from app.core.common.units import MIB
 from app.core.report.run_vs_estimate import RunReport, time_left
+from app.core.report.verdict import rate
 from app.core.speed.measure import RunResult, RunSettings, Spread, SweepRow, summary, sweep_rows
 from app.services.runs import rpc_run_report
 from app.ui.chart_base import COLORS, Chart
@@ -416,8 +417,9 @@ class RunPanel(QWidget):
         est = report.estimate_json() or {}
 
         def rng(key: str, scale: float = 1.0, digits: int = 1) -> str:
+            # Each end as a sentence says it (never "0-0": a tiny figure is "under 0.01").
             r = est.get(key)
-            return f"{r['low'] * scale:,.{digits}f}-{r['high'] * scale:,.{digits}f}" if r else ""
+            return f"{rate(r['low'] * scale)}-{rate(r['high'] * scale)}" if r else ""
 
         def row(name: str, spread: Spread | None, unit: str, scale: float = 1.0, digits: int = 1, estimated=""):
             if spread is None:
