@@ -32,8 +32,11 @@ from app.adapters.history import RunHistory
 from app.adapters.logs import log_path
 from app.core.common.errors import FitScopeError
 from app.core.hardware.snapshots import GpuStatus, HostSnapshot, machine_key
-from app.core.model.catalog import load_devices, load_models
+from app.core.memory.records import SpeculativeSpec
+from app.core.memory.speculative import supports_mtp
+from app.core.model.catalog import find_model, load_devices, load_models
 from app.core.model.projector import ProjectorSpec, read_projector
+from app.core.model.source import model_from_gguf
 from app.core.report.choices import Controls, HardwareChoice, Machine, ModelChoice, catalog_projector
 from app.core.report.prefs import Preferences, save_preferences
 from app.services.remote import load_remote_model
@@ -52,6 +55,17 @@ _log = logging.getLogger(__name__)
 
 PRESENTATION_SCALE = 1.6
 GPU_CHANGE_BYTES = 256 * 1024**2  # free GPU memory moving by less than this does not re-estimate
+
+
+def _has_mtp(choice: ModelChoice) -> bool:
+    """Whether a catalog model keeps an MTP head llama-server can draft with (False for the others,
+    whose head is known only once read)."""
+    if choice.kind != "catalog":
+        return False
+    try:
+        return supports_mtp(find_model(choice.ref))
+    except FitScopeError:
+        return False
 
 
 @dataclass
@@ -86,6 +100,11 @@ class MainWindow(QMainWindow):
         # A projector read from a file (not a catalog model's own) stays chosen across models.
         self._projector_file: ProjectorSpec | None = (
             projector if projector is not None and not projector.source.startswith("https://") else None
+        )
+        speculative = prefs.controls.speculative
+        # A draft model read from a file stays offered across models.
+        self._draft_file: SpeculativeSpec | None = (
+            speculative if speculative is not None and speculative.kind == "draft" else None
         )
         self._estimates = JobRunner("estimate", self, make_pool=services.make_estimate_pool)
         self._hardware = JobRunner("gpus", self)
@@ -182,6 +201,7 @@ class MainWindow(QMainWindow):
         c.quant_chosen.connect(self._quant_chosen)
         c.model_chosen.connect(self.choose_model)
         c.vision_toggled.connect(self._vision_toggled)
+        c.speculative_chosen.connect(self._speculative_chosen)
         c.open_button.clicked.connect(self.open_gguf_dialog)
         c.import_button.clicked.connect(self.import_config_dialog)
         c.mmproj_button.clicked.connect(lambda: self.choose_projector_file())
@@ -201,6 +221,7 @@ class MainWindow(QMainWindow):
         self.ngl_spin, self.cpu_moe_spin, self.mmap_check = c.ngl_spin, c.cpu_moe_spin, c.mmap_check
         self.backend_combo, self.consumer_combo = c.backend_combo, c.consumer_combo
         self.vision_check, self.mmproj_button = c.vision_check, c.mmproj_button
+        self.speculative_combo = c.speculative_combo
         r = self.results
         self.banner, self.tabs, self.legend, self.charts = r.banner, r.tabs, r.legend, r.charts
         self.split_chart, self.context_chart = r.split_chart, r.context_chart
@@ -264,6 +285,49 @@ class MainWindow(QMainWindow):
         self._controls_edited(self._prefs.controls.model_copy(update={"projector": spec}))
         self._sync_vision_widgets()
 
+    def _mtp_available(self) -> bool:
+        """Whether the model shown has an MTP head llama-server can draft with."""
+        return self.view is not None and self.view.model is not None and supports_mtp(self.view.model.arch)
+
+    def _sync_speculative_widgets(self) -> None:
+        self.controls.show_speculative(self._prefs.controls.speculative, self._draft_file, self._mtp_available())
+
+    def _speculative_chosen(self, kind: str) -> None:
+        if kind == "file":
+            self.choose_draft_file()
+            return
+        spec: SpeculativeSpec | None = None
+        if kind == "mtp":
+            spec = SpeculativeSpec(kind="mtp", name="the model's MTP head")
+        elif kind == "draft":
+            spec = self._draft_file
+        self._controls_edited({"speculative": spec})
+
+    def choose_draft_file(self, path: str | Path | None = None) -> None:
+        """Draft with a small model read from a GGUF (llama-server -md; a file dialog without ``path``)."""
+        if path is None:
+            chosen, _ = QFileDialog.getOpenFileName(self, "Choose a draft model", "", "GGUF files (*.gguf)")
+            if not chosen:
+                self._sync_speculative_widgets()
+                return
+            path = chosen
+        try:
+            draft = model_from_gguf(path)
+            spec = SpeculativeSpec(
+                kind="draft",
+                name=draft.label,
+                file_name=Path(path).name,
+                architecture=draft.arch,
+                tensors=tuple(draft.tensors),
+            )
+        except (FitScopeError, ValueError) as exc:
+            QMessageBox.warning(self, "Draft model", str(exc))
+            self._sync_speculative_widgets()
+            return
+        self._draft_file = spec
+        self._controls_edited({"speculative": spec})
+        self._sync_speculative_widgets()
+
     def _set_prefs(self, **update: Any) -> None:
         self._prefs = self._prefs.model_copy(update=update)
         if "controls" in update:
@@ -291,6 +355,8 @@ class MainWindow(QMainWindow):
         if controls.projector is not None and controls.projector != self._projector_file:
             # A catalog model's own projector follows the model; a chosen file stays until unticked.
             controls = controls.model_copy(update={"projector": catalog_projector(choice)})
+        if controls.speculative is not None and controls.speculative.kind == "mtp" and not _has_mtp(choice):
+            controls = controls.model_copy(update={"speculative": None})  # the new model has no head to draft with
         self._set_prefs(model=choice, controls=controls)
         self.controls.select_model_item(choice)
         self._update_model_widgets()
@@ -483,6 +549,7 @@ class MainWindow(QMainWindow):
         the tool tabs' model; then emit ``view_changed``."""
         self.view = view
         self.controls.show_model(view)
+        self._sync_speculative_widgets()
         self.results.show_view(view)
         self.tools.show_view(view)
         self.view_changed.emit(view)
