@@ -500,8 +500,9 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def _speculative_context(  # noqa: N803 - L is the binding, as above
-    L: Any, log: Any, args: argparse.Namespace, model: Any, mparams: Any, cparams: Any, ctx: Any
+def _speculative_context(
+    L: Any,  # noqa: N803 - L is the binding, as above
+    log: Any, args: argparse.Namespace, model: Any, mparams: Any, cparams: Any, ctx: Any
 ) -> dict[str, Any]:
     """llama-server's second context (common_speculative_init_result): the draft model's own, or an MTP
     context on the target model; as many cells as the target's, the draft cache types, logits for one

@@ -301,7 +301,7 @@ class MainWindow(QMainWindow):
             spec = SpeculativeSpec(kind="mtp", name="the model's MTP head")
         elif kind == "draft":
             spec = self._draft_file
-        self._controls_edited({"speculative": spec})
+        self._controls_edited(self._prefs.controls.model_copy(update={"speculative": spec}))
 
     def choose_draft_file(self, path: str | Path | None = None) -> None:
         """Draft with a small model read from a GGUF (llama-server -md; a file dialog without ``path``)."""
@@ -325,7 +325,7 @@ class MainWindow(QMainWindow):
             self._sync_speculative_widgets()
             return
         self._draft_file = spec
-        self._controls_edited({"speculative": spec})
+        self._controls_edited(self._prefs.controls.model_copy(update={"speculative": spec}))
         self._sync_speculative_widgets()
 
     def _set_prefs(self, **update: Any) -> None:

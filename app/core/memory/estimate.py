@@ -44,7 +44,7 @@ from app.core.memory.kv import (
     pad_to,
     recurrent_state_bytes_per_layer,
 )
-from app.core.memory.layers import breakdown_indices, layer_devices, tensor_totals
+from app.core.memory.layers import TensorTotals, breakdown_indices, layer_devices, tensor_totals
 from app.core.memory.records import (
     CPU_RUNTIME_OVERHEAD_BYTES,
     DeviceBreakdown,
@@ -275,7 +275,7 @@ def _projector_notes(
 
 def _place_speculative(
     arch: Architecture,
-    totals,
+    totals: TensorTotals,
     settings: Settings,
     targets: list[Target],
     breakdown: list[DeviceBreakdown],
@@ -301,7 +301,7 @@ def _place_speculative(
                 "mmproj": None,
                 "cache_type_k": spec.cache_type_k,
                 "cache_type_v": spec.cache_type_v,
-                "gpu_layers": spec.gpu_layers,
+                "gpu_layers": "all" if spec.gpu_layers is None else spec.gpu_layers,
                 "n_cpu_moe": 0,
                 "consumer": "llama-server",
             }

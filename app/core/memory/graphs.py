@@ -28,7 +28,7 @@ from app.core.memory.kv import context_cells, pad_to
 from app.core.memory.records import Settings
 from app.core.model.architecture import Architecture
 from app.core.model.catalog import RESOURCES_DIR
-from app.core.model.tensors import row_bytes
+from app.core.model.tensors import GGMLType, row_bytes
 
 F32 = 4
 
@@ -188,7 +188,7 @@ ALLOWANCE: dict[str, Table] = by_architecture(MODEL_ALLOWANCE)
 
 
 def mla_parts(
-    arch: Architecture, n_ub: int, n_out: int, n_kv: int, flash_attn: bool, cache_k_type
+    arch: Architecture, n_ub: int, n_out: int, n_kv: int, flash_attn: bool, cache_k_type: GGMLType
 ) -> tuple[int, int]:
     """(output head peak, layer peak) of an MLA graph, bytes.
 

@@ -3,8 +3,9 @@
 An architecture is *exact* when the dry-run proof (tests/test_proof.py, scripts/bench_accuracy.py)
 loads sparse GGUFs of it into the real llama.cpp and finds the weights and the KV cache equal to the
 estimate to the byte and the compute buffer within the proof's bounds, never below llama.cpp's (with
-the measured placement allowance of app.core.memory.graphs where ggml's allocator needs one). Any other architecture that
-llama.cpp loads is still estimated from its file's tensors (weights exact) and metadata, with the
+the measured placement allowance of app.core.memory.graphs where ggml's allocator needs one). Any
+other architecture that llama.cpp loads is still estimated from its file's tensors (weights exact)
+and metadata, with the
 generic attention / recurrent rules, and is labelled *approximate*. An architecture llama.cpp does
 not know cannot be loaded at all.
 
