@@ -8,13 +8,14 @@ For every model given (by default every model the proof cases use, tests/support
 synthetic GGUF is dry-run by the vendored llama.cpp over a grid of cache sizes (graphs.ALLOWANCE_CELLS),
 ubatches (graphs.ALLOWANCE_UBATCHES), f16 and q8_0 caches, one and four sequences, flash attention on
 and off and both --swa-full modes; the estimator's modelled compute buffer (without any allowance) is
-compared with llama.cpp's. The allowance at each (row, ubatch, cache size) is the largest shortfall
-per ubatch token, in floats; a size not measured takes the largest of its measured neighbours, and a
-ubatch not measured with four sequences the largest measured one. Each dry run is one line on stderr;
-``--from-rows`` rebuilds the tables from such lines (the estimator unchanged since they were written)
-without running llama.cpp. ``--server`` runs llama-server's settings instead (logits for its slots
-only, window-sized SWA caches); give both kinds of rows to ``--from-rows`` for the whole table.
-``--quick`` leaves ubatch 128 out (its values are then the larger ubatches').
+compared with llama.cpp's. The allowance at each (row of graphs.ALLOWANCE_ROWS, ubatch, cache size) is
+the largest shortfall per ubatch token, in floats; a size not measured takes the largest of its measured
+neighbours, a ubatch not measured the largest measured one, a row not measured another's (_BORROW).
+Each dry run is one line on stderr; ``--from-rows`` rebuilds the tables from such lines (the estimator
+unchanged since they were written) without running llama.cpp. ``--server`` runs llama-server's settings
+instead (logits for its slots only, window-sized SWA caches); give both kinds of rows to
+``--from-rows`` for the whole table. ``--quick`` leaves ubatch 128 out (its values are then the larger
+ubatches'); ``--extra`` runs only the cases added with the quantized-cache rows (extra_grid).
 
 Each model measured gets (or replaces) its own table in the JSON; a model not measured gets the widest
 table of its architecture's measured models (graphs.by_architecture). ``--dry`` prints the JSON
@@ -52,6 +53,7 @@ from tests.support.synthetic_gguf import write_sparse_gguf  # noqa: E402
 
 NO_FA_LIMIT = 32768 * 512  # scores beyond this many cells x tokens tell nothing new and take long
 SERVER = "llama-server"
+QV = {True: "q8_0", False: "f16"}  # the V cache with a q8_0 K cache: quantized V needs flash attention
 LLAMA_CPP_PYTHON = "0.3.36"
 
 
@@ -78,17 +80,19 @@ def grid(model_id: str, swa: bool, ubatches: tuple[int, ...] = ALLOWANCE_UBATCHE
                 if not fa and ctx * ub > NO_FA_LIMIT:
                     continue
                 cases.append(Case(model_id, context=ctx, ubatch=ub, flash_attn=fa))
-                if fa and ub == 512:  # a quantized cache changes what the attention leaves behind
-                    cases.append(Case(model_id, context=ctx, ubatch=ub, flash_attn=fa, cache_k="q8_0", cache_v="q8_0"))
+                if ub >= 512 and (fa or ub == 512):  # a quantized cache changes what the attention leaves behind
+                    cases.append(Case(model_id, context=ctx, ubatch=ub, flash_attn=fa, cache_k="q8_0", cache_v=QV[fa]))
                 if swa and ctx >= 8192:
                     cases.append(Case(model_id, context=ctx, ubatch=ub, flash_attn=fa, swa_full=False))
-        v = "q8_0" if fa else "f16"  # a quantized V cache needs flash attention
         for ctx in (2048, 8192, 32768, 131072):
             if fa or ctx * 512 <= 4 * NO_FA_LIMIT:
                 for full in (True, False) if swa else (True,):
                     cases.append(
-                        Case(model_id, context=ctx, parallel=4, flash_attn=fa, cache_k="q8_0", cache_v=v, swa_full=full)
+                        Case(model_id, context=ctx, parallel=4, flash_attn=fa, swa_full=full, cache_k="q8_0",
+                             cache_v=QV[fa])
                     )
+                if ctx in (8192, 32768):
+                    cases.append(Case(model_id, context=ctx, parallel=4, flash_attn=fa))
     return cases
 
 
@@ -104,25 +108,52 @@ def server_grid(model_id: str, swa: bool) -> list[Case]:
                 cases.append(Case(model_id, context=ctx, ubatch=ub, flash_attn=fa, swa_full=False, consumer=SERVER))
                 if swa and fa and ub == 512:
                     cases.append(Case(model_id, context=ctx, ubatch=ub, flash_attn=fa, consumer=SERVER))
-        v = "q8_0" if fa else "f16"
+                if fa and ub == 512:
+                    cases.append(
+                        Case(model_id, context=ctx, ubatch=ub, cache_k="q8_0", cache_v="q8_0", swa_full=False,
+                             consumer=SERVER)
+                    )
         for ctx in (2048, 8192, 32768, 131072):
             if fa or ctx * 512 <= 4 * NO_FA_LIMIT:
                 cases.append(
-                    Case(model_id, context=ctx, parallel=4, flash_attn=fa, cache_k="q8_0", cache_v=v, swa_full=False,
-                         consumer=SERVER)
+                    Case(model_id, context=ctx, parallel=4, flash_attn=fa, swa_full=False, consumer=SERVER,
+                         cache_k="q8_0", cache_v=QV[fa])
                 )
+            if fa and ctx in (8192, 32768):
+                cases.append(Case(model_id, context=ctx, parallel=4, swa_full=False, consumer=SERVER))
+    return cases
+
+
+def extra_grid(model_id: str) -> list[Case]:
+    """The cases the grids gained with the quantized-cache rows, to add to rows measured before them:
+    q8_0 caches at ubatch 2048 and without flash attention, f16 caches with four sequences, q8_0 on
+    llama-server."""
+    cases = []
+    for ctx in ALLOWANCE_CELLS:
+        cases.append(Case(model_id, context=ctx, ubatch=2048, cache_k="q8_0", cache_v="q8_0"))
+        if ctx * 512 <= NO_FA_LIMIT:
+            cases.append(Case(model_id, context=ctx, flash_attn=False, cache_k="q8_0", cache_v="f16"))
+        cases.append(Case(model_id, context=ctx, cache_k="q8_0", cache_v="q8_0", swa_full=False, consumer=SERVER))
+    for ctx in (8192, 32768):
+        cases += [Case(model_id, context=ctx, parallel=4, flash_attn=fa) for fa in (True, False)]
+        cases.append(Case(model_id, context=ctx, parallel=4, swa_full=False, consumer=SERVER))
     return cases
 
 
 def run_model(
-    model_id: str, workdir: Path, server: bool = False, ubatches: tuple[int, ...] = ALLOWANCE_UBATCHES
+    model_id: str, workdir: Path, mode: str = "", ubatches: tuple[int, ...] = ALLOWANCE_UBATCHES
 ) -> list[Measured]:
     arch = architecture_for(model_id)
     tensors = quantize_layout(arch, "Q4_K_M")
     path = workdir / f"{model_id}.gguf"
     write_sparse_gguf(path, arch, "Q4_K_M", tensors)
     out = []
-    cases = server_grid(model_id, arch.uses_swa) if server else grid(model_id, arch.uses_swa, ubatches)
+    if mode == "extra":
+        cases = extra_grid(model_id)
+    elif mode == "server":
+        cases = server_grid(model_id, arch.uses_swa)
+    else:
+        cases = grid(model_id, arch.uses_swa, ubatches)
     for case in cases:
         settings = case.settings()
         est = estimate(arch, tensors, settings.model_copy(update={"repack": "none"}), [CPU_HOST])
@@ -134,7 +165,8 @@ def run_model(
         cells, streams = context_cells(settings)
         n_kv = next((c.cells for c in est.kv_caches if c.kind == "full"), cells)
         window = arch.uses_swa and not settings.swa_full
-        row = allowance_row(settings.flash_attn, streams, window, settings.n_outputs_max < n_ub)
+        quantized = settings.cache_type_k != "f16"
+        row = allowance_row(settings.flash_attn, streams, window, settings.n_outputs_max < n_ub, quantized)
         m = Measured(model_id, allowance_key(arch), row, n_ub, n_kv, est.compute_bytes, real)
         out.append(m)
         print(f"    {case.label:70s} key {m.key} row {m.row} n_ub {n_ub} cells {n_kv} model {m.model_bytes} "
@@ -152,7 +184,10 @@ def read_rows(path: Path) -> list[Measured]:
     for line in path.read_text(encoding="utf-8").splitlines():
         m = ROW_LINE.match(line)
         if m:
-            out.append(Measured(m[1], m[2], int(m[3]), int(m[4]), int(m[5]), int(m[6]), int(m[7])))
+            row = int(m[3])
+            if row < 16 and " kv=q" in line:  # a row written before the quantized-cache rows
+                row += 16
+            out.append(Measured(m[1], m[2], row, int(m[4]), int(m[5]), int(m[6]), int(m[7])))
     return out
 
 
@@ -167,39 +202,46 @@ def _fill(values: list[float | None]) -> list[float | None]:
         return out
     for i, v in enumerate(values):
         if v is None:
-            below = next((w for w in reversed(values[:i]) if w is not None), 0.0)
-            above = next((w for w in values[i + 1 :] if w is not None), 0.0)
-            out[i] = max(below, above)
+            below = next((w for w in reversed(values[:i]) if w is not None), None)
+            above = next((w for w in values[i + 1 :] if w is not None), None)
+            out[i] = max(w for w in (below, above) if w is not None)
     return out
 
 
+# The order in which a row measured at no ubatch borrows a measured row's values: the row with the other
+# cache type, then the other SWA cache size, the other stream count, the other logits reservation,
+# then two of those at once, ...; flash attention last.
+_BORROW = sorted(
+    (mask for mask in range(1, 32)),
+    key=lambda mask: (mask & 1, bin(mask).count("1"), [16, 4, 2, 8, 1].index(mask & -mask)),
+)
+
+
 def table_of(measured: list[Measured]) -> graphs.Table:
-    """Rows 0-3, 4-7 when window-sized SWA caches or llama-server's logits were measured, 8-15 when
-    llama-server's were (a row measured at no ubatch takes the values of the row that stands for it:
-    the one with one stream more or less measured, then the full-size cache's, then llama-cpp-python's)."""
-    top = max(m.row for m in measured)
-    n_rows = 16 if top >= 8 else 8 if top >= 4 else 4
+    """All ALLOWANCE_ROWS (a row measured at no ubatch borrows another's: see _BORROW)."""
+    n_rows = len(graphs.ALLOWANCE_ROWS)
     cells: list[list[list[float | None]]] = [
         [[None] * len(ALLOWANCE_CELLS) for _ in ALLOWANCE_UBATCHES] for _ in range(n_rows)
     ]
     for m in measured:
         u, c = _slot(ALLOWANCE_UBATCHES, m.n_ub), _slot(ALLOWANCE_CELLS, m.n_kv)
-        cells[m.row][u][c] = max(cells[m.row][u][c] or 0.0, m.short)
-    table: list[tuple[tuple[int, ...], ...]] = []
+        old = cells[m.row][u][c]
+        cells[m.row][u][c] = m.short if old is None else max(old, m.short)
+    own: dict[int, tuple[tuple[int, ...], ...]] = {}
     for r, row in enumerate(cells):
         filled = [_fill(per_ub) for per_ub in row]
         measured_ubs = [f for f in filled if f[0] is not None]
-        if not measured_ubs and r >= 4:
-            table.append(table[r - 4] if r >= 12 or r < 8 else table[r - 8])
+        if not measured_ubs:
             continue
-        widest = [max(vs) for vs in zip(*measured_ubs, strict=True)] if measured_ubs else [0.0] * len(ALLOWANCE_CELLS)
-        table.append(
-            tuple(
-                tuple(max(0, int(-(-(v if v is not None else w) // 1))) for v, w in zip(f, widest, strict=True))
-                for f in filled
-            )
+        widest = [max(vs) for vs in zip(*measured_ubs, strict=True)]  # a ubatch not measured: the largest
+        # (a negative value: the modelled peak was above llama.cpp's at every measurement there)
+        own[r] = tuple(
+            tuple(int(-(-(v if v is not None else w) // 1)) for v, w in zip(f, widest, strict=True)) for f in filled
         )
-    return tuple(table)
+    zero = tuple(tuple(0 for _ in ALLOWANCE_CELLS) for _ in ALLOWANCE_UBATCHES)
+    return tuple(
+        own.get(r) or next((own[r ^ mask] for mask in _BORROW if r ^ mask in own), zero) for r in range(n_rows)
+    )
 
 
 def worst_over(measured: list[Measured]) -> float:
@@ -208,16 +250,35 @@ def worst_over(measured: list[Measured]) -> float:
     worst = 0.0
     for m in measured:
         arch = architecture_for(m.model_id)
-        extra = m.n_ub * 4 * allowance_per_token(
-            arch, m.n_kv, m.n_ub, m.row % 2 == 0, 2 if m.row % 4 >= 2 else 1, m.row % 8 >= 4, m.row >= 8
-        )
+        flags = (m.row % 2 == 0, 2 if m.row % 4 >= 2 else 1, m.row % 8 >= 4, m.row % 16 >= 8, m.row >= 16)
+        extra = m.n_ub * 4 * allowance_per_token(arch, m.n_kv, m.n_ub, *flags)
         worst = max(worst, (m.model_bytes + extra - m.real_bytes) / m.real_bytes)
     return worst
 
 
+def _dump(raw: dict[str, object]) -> str:
+    """The JSON with one row (its ubatches' lists) per line."""
+    head = {k: v for k, v in raw.items() if k != "models"}
+    lines = ["{"] + [f" {json.dumps(k)}: {json.dumps(v)}," for k, v in head.items()] + [' "models": {']
+    models = raw["models"]
+    assert isinstance(models, dict)
+    for i, (model_id, entry) in enumerate(models.items()):
+        lines.append(
+            f'  {json.dumps(model_id)}: {{"key": {json.dumps(entry["key"])}, "n_embd": {entry["n_embd"]}, '
+            f'"n_vocab": {entry["n_vocab"]}, "floats_per_token": ['
+        )
+        rows = entry["floats_per_token"]
+        last = len(rows) - 1
+        lines += [f"   {json.dumps([list(u) for u in row])}" + ("," if r < last else "") for r, row in enumerate(rows)]
+        lines.append("  ]}" + ("," if i < len(models) - 1 else ""))
+    lines += [" }", "}"]
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> int:
-    dry, server, quick = "--dry" in argv, "--server" in argv, "--quick" in argv
-    args = [a for a in argv if a not in ("--dry", "--server", "--quick")]
+    dry, quick = "--dry" in argv, "--quick" in argv
+    mode = "server" if "--server" in argv else "extra" if "--extra" in argv else ""
+    args = [a for a in argv if a not in ("--dry", "--server", "--quick", "--extra")]
     ubatches = ALLOWANCE_UBATCHES[1:] if quick else ALLOWANCE_UBATCHES
     measured: list[Measured] = []
     if args[:1] == ["--from-rows"]:
@@ -229,7 +290,7 @@ def main(argv: list[str]) -> int:
         graphs.MODEL_ALLOWANCE.clear()
         with tempfile.TemporaryDirectory() as tmp:
             for model_id in ids:
-                measured += run_model(model_id, Path(tmp), server, ubatches)
+                measured += run_model(model_id, Path(tmp), mode, ubatches)
     raw = json.loads(ALLOWANCE_PATH.read_text(encoding="utf-8"))
     by_model: dict[str, list[Measured]] = defaultdict(list)
     for m in measured:
@@ -250,9 +311,7 @@ def main(argv: list[str]) -> int:
     for model_id, rows in sorted(by_model.items()):
         print(f"{model_id:28s} {rows[0].key:24s} largest over-estimate left on the grid {100 * worst_over(rows):5.1f}%")
     raw["models"] = {k: v for k, v in sorted(raw["models"].items())}
-    text = json.dumps(raw, indent=1)
-    # one ubatch's values per line
-    text = re.sub(r"\[\s+([-\d,\s]+?)\s+\]", lambda m: "[" + ", ".join(m[1].split()).replace(",,", ",") + "]", text)
+    text = _dump(raw)
     if dry:
         print(text)
     else:

@@ -31,15 +31,18 @@ def compute_bytes(arch: Architecture, settings: Settings, kv_cells: int, swa_cel
 def compute_parts(arch: Architecture, settings: Settings, kv_cells: int, swa_cells: int | None) -> tuple[int, int]:
     """(output head peak, repeating layers' peak) of the worst-case graph's live intermediates (one
     ubatch of min(n_ctx, n_ubatch) tokens against a full KV window), as ggml's allocator reserves
-    them on the CPU backend, each with the architecture's measured placement allowance
-    (:data:`app.core.memory.graphs.ALLOWANCE`).
+    them on the CPU backend, with the model's measured placement allowance
+    (:data:`app.core.memory.graphs.ALLOWANCE`; a negative one corrects the layers' peak only).
 
     The terms are the tensors alive at the three candidate peaks: the logits (output head), the
     feed-forward block, and (without flash attention) the attention scores.
     """
     p_out, p_layers = _modelled_parts(arch, settings, kv_cells, swa_cells)
     extra = allowance_bytes(arch, settings, kv_cells)
-    return p_out + extra, p_layers + extra
+    # A negative allowance (the modelled layers' peak measured high, as with llama-server's few
+    # logits on MoE graphs) corrects the layers only: the larger part plus it is still at or above
+    # llama.cpp wherever it was measured.
+    return p_out + max(extra, 0), p_layers + extra
 
 
 def _modelled_parts(
@@ -110,8 +113,11 @@ def _modelled_parts(
     n_rows = 2 if arch.arch == "nemotron_h_moe" else 3
     # Phi-3's FFN is fused (one up product split by views into gate and up): one embedding row fewer
     # is alive beside it (exact on Phi-3 mini dry runs at 8k-128k cells).
-    p_ffn = n_ub * (f32 * (n_rows * ff + (3 if arch.arch == "phi3" else 4) * e) + mask * n_kv)
-    p_ffn = max(p_ffn, p_moe_down + n_ub * mask * n_kv)
+    # Nemotron 3's mask is not alive at its layers' peak (flat from 8k to 128k cells on the Super's
+    # dry runs); where it stays below the logits is the measured allowance's part.
+    layer_mask = 0 if arch.arch == "nemotron_h_moe" else n_ub * mask * n_kv
+    p_ffn = n_ub * f32 * (n_rows * ff + (3 if arch.arch == "phi3" else 4) * e) + layer_mask
+    p_ffn = max(p_ffn, p_moe_down + layer_mask)
     if swa_cells is not None:
         p_ffn += n_ub * mask * swa_cells
     if arch.arch in ("qwen3next", "qwen35", "qwen35moe") and arch.ssm is not None:

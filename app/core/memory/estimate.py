@@ -35,7 +35,7 @@ from app.core.memory.compute import (
     offload_peak,
 )
 from app.core.memory.consumers import ollama_batch_tokens, ollama_default_context
-from app.core.memory.graphs import allowance_bytes, allowance_key
+from app.core.memory.graphs import MODEL_ALLOWANCE, allowance_bytes, allowance_key
 from app.core.memory.kv import (
     context_cells,
     kv_caches,
@@ -354,12 +354,21 @@ def _speculative_notes(spec: SpeculativeEstimate | None, breakdown: list[DeviceB
 
 
 def _allowance_notes(arch: Architecture, allowance: int) -> tuple[str, ...]:
+    """The measured compute allowance, when one applies: an assumption line, not a hidden term."""
     if not allowance:
         return ()
+    source = "measured on this model" if arch.id in MODEL_ALLOWANCE else f"the widest measured on {allowance_key(arch)}"
+    if allowance > 0:
+        what = (
+            f"a measured allowance of {allowance / MIB:,.1f} MiB for where ggml's allocator places the "
+            "logits and the last hidden state"
+        )
+    else:
+        what = f"a measured correction of {allowance / MIB:,.1f} MiB to the modelled layers' peak"
     return (
-        f"Compute buffers include a measured allowance of {allowance / MIB:,.1f} MiB per graph for where ggml's "
-        f"allocator places tensors in the {allowance_key(arch)} graph (the largest shortfall of the modelled "
-        "peak against llama.cpp's dry run, scripts/fit_compute_allowance.py), so they are not below llama.cpp's.",
+        f"Compute buffers include {what} ({source}: the largest shortfall of the modelled peak against "
+        "llama.cpp's dry run at these settings, scripts/fit_compute_allowance.py), so they are not below "
+        "llama.cpp's there.",
     )
 
 

@@ -24,11 +24,11 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.core.memory.kv import context_cells, pad_to
+from app.core.memory.kv import cache_type, context_cells, pad_to
 from app.core.memory.records import Settings
 from app.core.model.architecture import Architecture
 from app.core.model.catalog import RESOURCES_DIR
-from app.core.model.tensors import GGMLType, row_bytes
+from app.core.model.tensors import GGMLType, is_quantized, row_bytes
 
 F32 = 4
 
@@ -39,13 +39,13 @@ ALLOWANCE_PATH = RESOURCES_DIR / "compute_allowance.json"
 # The cache sizes (cells per stream of the full-attention cache) and ubatches the allowance is measured at.
 ALLOWANCE_CELLS = (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 ALLOWANCE_UBATCHES = (128, 512, 2048)
-# Its rows: flash attention or not, with one stream, then with several sequences in streams of their
-# own; the same four with a window-sized SWA cache (--no-swa-full); then those eight with logits for
-# one row per slot (llama-server's n_outputs_max), where the layers' peak is what counts. Each row
-# holds one list per ubatch, one value per cache size; a table may stop after 4 or 8 rows, the rows
-# it lacks taking those 8 (then 4) before them.
+# Its rows: flash attention or not, with one stream or with several sequences in streams of their
+# own, with a full-size or a window-sized SWA cache (--no-swa-full), llama-cpp-python's logits for the
+# whole ubatch or llama-server's for its slots only, an f16 or a quantized K cache: 32 rows, each one
+# list per ubatch and one value per cache size.
 ALLOWANCE_ROWS = tuple(
-    ", ".join(filter(None, (fa, streams, window, logits)))
+    ", ".join(filter(None, (fa, streams, window, logits, cache)))
+    for cache in ("", "quantized K cache")
     for logits in ("", "logits for the slots only")
     for window in ("", "window-sized SWA cache")
     for streams in ("one stream", "several streams")
@@ -74,17 +74,22 @@ def load_allowance(path: Path = ALLOWANCE_PATH) -> dict[str, MeasuredAllowance]:
             entry["key"],
             int(entry["n_embd"]),
             int(entry["n_vocab"]),
-            tuple(tuple(tuple(int(v) for v in cells) for cells in row) for row in entry["floats_per_token"]),
+            _complete(
+                tuple(tuple(tuple(int(v) for v in cells) for cells in row) for row in entry["floats_per_token"])
+            ),
         )
         for model_id, entry in raw["models"].items()
     }
 
 
+def _complete(table: Table) -> Table:
+    """All ALLOWANCE_ROWS: a table of 4, 8 or 16 rows lets its rows stand for the ones after them."""
+    return tuple(table[r % len(table)] for r in range(len(ALLOWANCE_ROWS)))
+
+
 def widest(tables: list[Table]) -> Table:
-    """The larger value at every entry of ``tables`` (a table without some rows counts the rows that
-    stand for them)."""
-    n_rows = max(len(t) for t in tables)
-    rows = [[_row_of(t, r) for t in tables] for r in range(n_rows)]
+    """The larger value at every entry of ``tables``."""
+    rows = [[t[r] for t in tables] for r in range(len(ALLOWANCE_ROWS))]
     return tuple(
         tuple(tuple(max(vals) for vals in zip(*per_ub, strict=True)) for per_ub in zip(*row, strict=True))
         for row in rows
@@ -108,16 +113,19 @@ def allowance_key(arch: Architecture) -> str:
     return arch.arch
 
 
-def allowance_row(flash_attn: bool, streams: int, window: bool = False, few_logits: bool = False) -> int:
+def allowance_row(
+    flash_attn: bool, streams: int, window: bool = False, few_logits: bool = False, quantized: bool = False
+) -> int:
     """The row of an ALLOWANCE entry that applies (``window``: a window-sized SWA cache; ``few_logits``:
-    logits reserved for fewer rows than the ubatch, as llama-server does)."""
-    return (0 if flash_attn else 1) + (2 if streams > 1 else 0) + (4 if window else 0) + (8 if few_logits else 0)
-
-
-def _row_of(table: Table, index: int) -> tuple[tuple[int, ...], ...]:
-    while index >= len(table):
-        index -= 8 if index >= 8 else 4
-    return table[index]
+    logits reserved for fewer rows than the ubatch, as llama-server does; ``quantized``: a quantized K
+    cache)."""
+    return (
+        (0 if flash_attn else 1)
+        + (2 if streams > 1 else 0)
+        + (4 if window else 0)
+        + (8 if few_logits else 0)
+        + (16 if quantized else 0)
+    )
 
 
 def _neighbours(grid: tuple[int, ...], n: int) -> tuple[int, ...]:
@@ -143,11 +151,11 @@ def allowance_per_token(
     streams: int = 1,
     window: bool = False,
     few_logits: bool = False,
+    quantized: bool = False,
 ) -> float:
     """The measured allowance (floats per ubatch token) at ``n_kv`` cells per stream and ``n_ub`` tokens
-    per ubatch: the value measured at those sizes, the largest of the measured sizes around them, and,
-    beyond the largest cache measured, that one's grown in proportion (a mask kept below the logits grows
-    with the cache)."""
+    per ubatch: the value measured at those sizes, or the largest of the measured sizes around them.
+    Negative where the modelled peak was measured above llama.cpp's everywhere around."""
     key = allowance_key(arch)
     own = MODEL_ALLOWANCE.get(arch.id)
     if own is not None and (own.key, own.n_embd, own.n_vocab) == (key, arch.n_embd, arch.n_vocab):
@@ -156,11 +164,11 @@ def allowance_per_token(
         entry = ALLOWANCE.get(key)
     if entry is None:
         return 0.0
-    row = _row_of(entry, allowance_row(flash_attn, streams, window, few_logits))
-    scale = n_kv / ALLOWANCE_CELLS[-1] if n_kv > ALLOWANCE_CELLS[-1] else 1.0
-    return scale * max(
-        row[u][c] for u in _neighbours(ALLOWANCE_UBATCHES, n_ub) for c in _neighbours(ALLOWANCE_CELLS, n_kv)
-    )
+    row = entry[allowance_row(flash_attn, streams, window, few_logits, quantized)]
+    value = max(row[u][c] for u in _neighbours(ALLOWANCE_UBATCHES, n_ub) for c in _neighbours(ALLOWANCE_CELLS, n_kv))
+    # Beyond the largest cache measured a positive allowance (a mask kept below the logits) grows with
+    # the cache; a negative one (a modelled term measured high) does not.
+    return value * n_kv / ALLOWANCE_CELLS[-1] if value > 0 and n_kv > ALLOWANCE_CELLS[-1] else float(value)
 
 
 def allowance_bytes(arch: Architecture, settings: Settings, n_kv: int) -> int:
@@ -170,7 +178,10 @@ def allowance_bytes(arch: Architecture, settings: Settings, n_kv: int) -> int:
     _, streams = context_cells(settings)
     window = arch.uses_swa and not settings.swa_full
     few = settings.n_outputs_max < n_ub
-    return int(n_ub * F32 * allowance_per_token(arch, n_kv, n_ub, settings.flash_attn, streams, window, few))
+    quantized = is_quantized(cache_type(settings.cache_type_k))
+    return int(
+        n_ub * F32 * allowance_per_token(arch, n_kv, n_ub, settings.flash_attn, streams, window, few, quantized)
+    )
 
 
 # Floats per ubatch token added to the modelled peak. Where the last hidden state and the logits land

@@ -24,6 +24,7 @@ from app.core.model.architecture import Architecture
 from app.core.model.tensors import row_bytes
 
 F32 = 4
+SMALL_INPUTS_BYTES = 64 * 1024
 
 # Architectures whose graph has an MTP variant (LLM_GRAPH_TYPE_DECODER_MTP) in the vendored llama.cpp.
 MTP_ARCHS = frozenset(
@@ -72,10 +73,11 @@ def mtp_compute_bytes(arch: Architecture, settings: Settings) -> int:
             rows += heads * n_kv
         return n_ub * F32 * rows + mask
     if not settings.flash_attn:
-        # The scores over the cache dominate: every head, f32, beside the (gated) query, its norm and
-        # the projected input.
+        # The scores over the cache dominate: every head, f32, beside the (gated) query, its norm, the
+        # projected input and the new K and V rows (Qwen3.5 27B: exact to 0.01 MiB at 8k cells).
         q_width = heads * arch.head_dim_k_eff
-        return n_ub * F32 * (heads * n_kv + 3 * q_width + 2 * e) + mask
+        kv_width = 2 * arch.kv_heads(arch.n_layer - 1) * arch.head_dim_k_eff
+        return n_ub * F32 * (heads * n_kv + 3 * q_width + 2 * e + kv_width) + mask
     if arch.arch == "nemotron_h_moe":
         # The experts run on the kept rows only (crop_before_ffn): the peak is the token and hidden
         # embeddings and their concatenation before the projection.
@@ -84,7 +86,8 @@ def mtp_compute_bytes(arch: Architecture, settings: Settings) -> int:
     if moe is not None:
         return n_ub * F32 * moe.n_expert_used * (moe.expert_ff + 2 * e)
     ff = arch.ff(arch.n_layer - 1)
-    return n_ub * F32 * (3 * ff + 2 * e) + mask
+    # The graph's small inputs (positions, output ids) sit beside the peak: under 0.05 MiB.
+    return n_ub * F32 * (3 * ff + 2 * e) + mask + SMALL_INPUTS_BYTES
 
 
 def head_output_bytes(arch: Architecture, settings: Settings) -> int:
