@@ -2,8 +2,10 @@
 
     .venv/bin/python scripts/bench_accuracy.py [--quick]
 
-1. For every proof case (sparse synthetic GGUFs of real architectures) and the real demo model:
-   estimated vs llama.cpp's dry-run figure, per component, with the error in MiB and %.
+1. For every proof case (sparse synthetic GGUFs of real architectures): estimated vs llama.cpp's
+   dry-run figure, per component, with the error in MiB and %, the largest over- and under-estimate
+   per component and the count of under-estimates (below llama.cpp beyond the 0.02 MiB it prints
+   with; target 0), and of those beyond the proof's 2% / 8 MiB tolerance.
 2. The median time of one estimate() call (target: under 1 ms).
 3. The wall time of `fitscope estimate ... --json` from a cold interpreter (target: under 1.5 s).
 """
@@ -33,7 +35,9 @@ MIB = 1024**2
 def accuracy(quick: bool) -> bool:
     cases = CASES[:8] if quick else CASES
     print(f"{'case':62s} {'component':16s} {'estimated':>11s} {'llama.cpp':>11s} {'error':>9s} {'%':>7s}  ok")
-    worst: dict[str, float] = {}
+    over: dict[str, float] = {}
+    under: dict[str, float] = {}
+    below = strictly_below = rows = 0
     all_ok = True
     with tempfile.TemporaryDirectory() as tmp:
         for case in cases:
@@ -41,17 +45,29 @@ def accuracy(quick: bool) -> bool:
             for r in result.rows:
                 if r.measured_bytes == 0 and r.estimated_bytes == 0:
                     continue
+                rows += 1
                 flag = "yes" if r.ok else "NO"
-                if r.component == "compute" and result.known_gap:
-                    flag += f" (known gap: {result.known_gap})"
+                if r.under:
+                    flag += " UNDER"
+                    strictly_below += 1
+                below += r.below
+                if r.component == "compute" and result.allowance_key:
+                    flag += f" (allowance {result.allowance_key}: {r.allowance_bytes / MIB:.1f}M)"
                 print(
                     f"{case.label[:62]:62s} {r.component:16s} {r.estimated_bytes / MIB:10.2f}M "
                     f"{r.measured_bytes / MIB:10.2f}M {r.error_bytes / MIB:+8.2f}M {r.error_percent:+6.2f}%  {flag}"
                 )
-                worst[r.component] = max(worst.get(r.component, 0.0), abs(r.error_percent))
+                over[r.component] = max(over.get(r.component, 0.0), r.error_percent)
+                under[r.component] = min(under.get(r.component, 0.0), r.error_percent)
                 all_ok &= r.ok
-    print("\nWorst |error| per component: " + ", ".join(f"{k} {v:.2f}%" for k, v in worst.items()))
-    return all_ok
+    print(f"\n{len(cases)} cases, {rows} components compared.")
+    print("Largest over-estimate per component: " + ", ".join(f"{k} {v:+.2f}%" for k, v in over.items()))
+    print("Largest under-estimate per component: " + ", ".join(f"{k} {v:+.2f}%" for k, v in under.items()))
+    print(
+        f"Under-estimates (below llama.cpp beyond the 0.02 MiB print precision): {strictly_below}; "
+        f"beyond the 2% / 8 MiB tolerance: {below}."
+    )
+    return all_ok and strictly_below == 0
 
 
 def estimator_speed() -> None:

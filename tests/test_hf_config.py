@@ -393,3 +393,48 @@ def test_bad_values_are_model_file_errors() -> None:
         read_hf_config(dict(LLAMA_31_8B, hidden_size="big"))
     with pytest.raises(ModelFileError, match="n_layer"):
         read_hf_config(dict(LLAMA_31_8B, num_hidden_layers=0))
+
+
+def _collected(name: str) -> dict:
+    path = Path(__file__).parent / "data" / "model_configs" / f"{name}.json"
+    return json.loads(path.read_text(encoding="utf-8"))["config"]
+
+
+def test_qwen35_keeps_its_mtp_block_as_a_last_full_attention_layer() -> None:
+    a = read_hf_config(_collected("qwen3.5-35b-a3b"))
+    assert (a.arch, a.n_layer, a.n_nextn_layers) == ("qwen35moe", 41, 1)
+    assert a.attention_layers == [3, 7, 11, 15, 19, 23, 27, 31, 35, 39, 40]
+    assert a.ssm is not None and (a.ssm.d_inner, a.ssm.n_group, a.ssm.n_head) == (4096, 16, 32)
+    assert a.moe is not None and (a.moe.expert_ff, a.moe.shared_ff) == (512, 512)
+
+
+def test_gemma4_reads_per_layer_heads_widths_and_k_as_v() -> None:
+    a = read_hf_config(_collected("gemma-4-31b"))
+    assert a.arch == "gemma4" and (a.sliding_window, a.sliding_window_pattern) == (1024, 6)
+    assert (a.kv_heads(0), a.head_dim_k_at(0), a.kv_heads(5), a.head_dim_k_at(5)) == (16, 256, 4, 512)
+    assert a.full_attention_k_is_v and a.n_kv_shared_layers == 0 and a.n_embd_per_layer == 0
+    moe = read_hf_config(_collected("gemma-4-26b-a4b")).moe
+    assert moe is not None and (moe.n_expert, moe.n_expert_used, moe.expert_ff) == (128, 8, 704)
+
+
+def test_glm_5_2_takes_llama_cpps_quarter_indexer_layout_and_glm_5_every_layer() -> None:
+    a = read_hf_config(_collected("glm-5.2"))
+    assert a.arch == "glm-dsa" and a.n_nextn_layers == 1 and a.indexer is not None
+    assert a.indexer.full_layers is not None and a.indexer.full_layers[:5] == [0, 1, 2, 6, 10]
+    assert len(a.indexer.full_layers) == 21
+    glm5 = read_hf_config(_collected("glm-5")).indexer
+    assert glm5 is not None and glm5.full_layers is None and glm5.top_k == 2048
+
+
+def test_kimi_k25_reads_its_nested_text_config_and_drops_mtp() -> None:
+    a = read_hf_config(_collected("kimi-k2.5"))
+    assert a.arch == "deepseek2" and a.n_layer == 61 and a.n_nextn_layers == 0
+    assert a.mla is not None and a.mla.kv_lora_rank == 512
+    assert a.moe is not None and (a.moe.n_expert, a.moe.selection_bias) == (384, True)
+
+
+def test_nemotron_3_ultra_reads_layers_block_type_latent_experts_and_mtp() -> None:
+    a = read_hf_config(_collected("nemotron-3-ultra-550b-a55b"))
+    assert a.arch == "nemotron_h_moe" and a.n_layer == 109 and a.n_nextn_layers == 1
+    assert a.moe is not None and a.moe.latent_size == 2048
+    assert a.attention_layers is not None and 108 in a.attention_layers

@@ -643,3 +643,63 @@ def test_picking_another_model_starts_on_its_usual_file(qtbot, tmp_path):
             window.model_list.setCurrentRow(i)
     view = settle(qtbot, window, lambda v: v.request.model.ref == "gpt-oss-20b")
     assert view.request.model.quant == "MXFP4_MOE"
+
+
+def test_the_model_list_groups_families_and_finds_them_by_name(qtbot, tmp_path):
+    """A buyer types "Qwen3.5" or "Gemma 4": that family's heading and models stay, the rest hide;
+    a heading is not a model one can pick."""
+    window = open_window(qtbot, make_services(tmp_path))
+
+    def visible() -> list[tuple[str, str]]:
+        out = []
+        for i in range(window.model_list.count()):
+            item = window.model_list.item(i)
+            if not item.isHidden():
+                out.append(item.data(Qt.ItemDataRole.UserRole))
+        return out
+
+    window.model_search.setText("Qwen3.5")
+    shown = visible()
+    assert ("family", "Qwen3.5 / Qwen3.6") in shown
+    assert {("catalog", "qwen3.5-27b"), ("catalog", "qwen3.6-35b-a3b"), ("catalog", "qwen3.5-397b-a17b")} <= set(shown)
+    assert not any(ref.startswith(("llama", "gemma")) for kind, ref in shown if kind == "catalog")
+
+    window.model_search.setText("gemma 4")
+    shown = visible()
+    assert [ref for kind, ref in shown if kind == "catalog"] == ["gemma-4-26b-a4b", "gemma-4-31b"]
+    assert ("family", "Gemma 4") in shown and ("family", "Gemma 3") not in shown
+
+    window.model_search.setText("")
+    rows = range(window.model_list.count())
+    heading = next(i for i in rows if window.model_list.item(i).data(Qt.ItemDataRole.UserRole)[0] == "family")
+    assert not window.model_list.item(heading).flags() & Qt.ItemFlag.ItemIsSelectable
+
+
+def test_speculative_decoding_is_its_own_part_of_the_memory_split(qtbot, tmp_path, demo_gguf):
+    """The model's MTP head (offered only for a model that has one) and a draft model file are each a
+    segment of the device bars, and their flags are in the llama-server command."""
+    window = open_window(qtbot, make_services(tmp_path))
+    window.choose_hardware(HardwareChoice(kind="catalog", device_id="rtx-5090", host_ram_gib=64))
+    window.choose_model(ModelChoice(kind="catalog", ref="qwen3.5-27b"))
+    settle(qtbot, window, lambda v: v.request.model.ref == "qwen3.5-27b")
+    combo = window.speculative_combo
+    kinds = [combo.itemData(i) for i in range(combo.count())]
+    assert kinds == ["off", "mtp", "file"]
+    combo.setCurrentIndex(1)
+    combo.activated.emit(1)
+    view = settle(qtbot, window, lambda v: v.estimate is not None and v.estimate.speculative is not None)
+    gpu_bar = window.split_chart.shown[0]
+    assert gpu_bar.speculative_bytes == view.estimate.devices[0].speculative_bytes > 0
+    assert "--spec-type draft-mtp" in window.command_text.toPlainText()
+
+    window.choose_model(ModelChoice(kind="catalog", ref="llama-3.1-8b"))  # no MTP head: drafting stops
+    view = settle(qtbot, window, lambda v: v.request.model.ref == "llama-3.1-8b")
+    assert view.estimate.speculative is None
+    assert [combo.itemData(i) for i in range(combo.count())] == ["off", "file"]
+
+    window.choose_draft_file(demo_gguf)
+    view = settle(qtbot, window, lambda v: v.estimate is not None and v.estimate.speculative is not None)
+    assert view.estimate.speculative.spec.kind == "draft"
+    assert window.split_chart.shown[0].speculative_bytes > 0
+    assert f"-md {demo_gguf.name}" in window.command_text.toPlainText()
+    assert combo.currentData() == "draft"

@@ -84,6 +84,9 @@ class ProbeBuffers(Frozen):
     """As printed by llama_context: "auto", "enabled" or "disabled"."""
     flash_attn_enabled: bool | None = None
     """The resolved choice (auto resolves to enabled/disabled during reservation)."""
+    unused_tensor_bytes: int = 0
+    """Tensors in the file the loader skips ("model has unused tensor ... -- ignoring": MTP/NextN
+    blocks while load_mtp is off): counted by llama_model_size, never allocated."""
     perf: dict[str, float] = {}
     """llama_perf_context_print figures: load_ms, prompt_eval_ms, prompt_eval_tokens, eval_ms,
     eval_runs, total_ms, total_tokens, graphs_reused (only the ones printed)."""
@@ -183,6 +186,7 @@ _RE_FA_RESOLVED = re.compile(
 
 
 _RE_NO_ALLOC = re.compile(r"print_info: no_alloc\s*=\s*(\d)")
+_RE_UNUSED = re.compile(r"model has unused tensor \S+ \(size = (\d+) bytes\)")
 
 
 _RE_PERF = {
@@ -284,6 +288,8 @@ def parse_llama_log(text: str) -> ProbeBuffers:
             fields["flash_attn_enabled"] = m[1] == "enabled"
         elif m := _RE_NO_ALLOC.search(line):
             fields["no_alloc"] = m[1] == "1"
+        elif m := _RE_UNUSED.search(line):
+            fields["unused_tensor_bytes"] = fields.get("unused_tensor_bytes", 0) + int(m[1])
         elif "llama_perf_context_print" in line:
             if m := _RE_PERF["load"].search(line):
                 perf["load_ms"] = float(m[1])

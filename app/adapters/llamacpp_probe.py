@@ -59,6 +59,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field
+
 from app.adapters.child_protocol import (
     STDERR_TAIL_LINES,
     WorkerProcess,
@@ -115,6 +117,28 @@ class DryRunSettings(Frozen):
     """llama.cpp --rpc: HOST:PORT of RPC servers whose devices come first (app.adapters.rpc_servers)."""
     tensor_split: tuple[float, ...] = ()
     """llama.cpp --tensor-split over the devices; (): by their free memory."""
+    speculative: str = ""
+    """"": none; "mtp": llama-server --spec-type draft-mtp (the model loaded with its MTP block and an MTP
+    context beside the main one); else the path of a draft model (-md), loaded and given its own context."""
+    draft_type_k: str = "f16"
+    draft_type_v: str = "f16"
+
+
+class SpeculativeDryRun(Frozen):
+    """The second context llama-server creates for speculative decoding (common_speculative_init_result):
+    a draft model's, or an MTP context on the target model; sizes in bytes, parsed from its own log."""
+
+    model_size_bytes: int = Field(description="the draft model's file (0 for an MTP context: the target's weights)")
+    unused_tensor_bytes: int = 0
+    kv_cache_bytes: int
+    kv_caches: tuple[KVCacheInfo, ...]
+    recurrent_state_bytes: int
+    compute_bytes: int
+    output_bytes: int
+
+    @property
+    def resident_weights_bytes(self) -> int:
+        return self.model_size_bytes - self.unused_tensor_bytes
 
 
 class DryRunResult(Frozen):
@@ -127,6 +151,8 @@ class DryRunResult(Frozen):
     gguf_path: str
     settings: DryRunSettings
     model_size_bytes: int
+    unused_tensor_bytes: int
+    """Tensors of the file llama.cpp does not load (MTP/NextN blocks while load_mtp is off)."""
     n_params: int
     n_layers_total: int
     """Repeating layers (llama_model_n_layer); the GPU offload count M is n_layers_total + 1."""
@@ -157,6 +183,13 @@ class DryRunResult(Frozen):
     graph_nodes: int | None
     graph_splits: int | None
     log: str
+    speculative: SpeculativeDryRun | None = None
+    """The draft or MTP context's own buffers, when one was asked for."""
+
+    @property
+    def resident_weights_bytes(self) -> int:
+        """The weights llama.cpp loads: the file's tensors less the ones it skips."""
+        return self.model_size_bytes - self.unused_tensor_bytes
 
     @property
     def context_bytes(self) -> int:
@@ -206,6 +239,9 @@ def _probe_args(gguf_path: str, s: DryRunSettings) -> list[str]:
     ]
     if s.real_load:
         cmd.append("--real-load")
+    if s.speculative:
+        spec = s.speculative if s.speculative == "mtp" else os.path.abspath(s.speculative)
+        cmd += ["--speculative", spec, "--draft-type-k", s.draft_type_k, "--draft-type-v", s.draft_type_v]
     if s.rpc_servers:
         cmd += ["--rpc", ",".join(s.rpc_servers)]
     if s.tensor_split:
@@ -261,6 +297,9 @@ def dry_run(
     n_outputs_max: int = 0,
     rpc_servers: tuple[str, ...] = (),
     tensor_split: tuple[float, ...] = (),
+    speculative: str = "",
+    draft_type_k: str = "f16",
+    draft_type_v: str = "f16",
     timeout_s: float = 120,
 ) -> DryRunResult:
     """Ask llama.cpp, in a child process, what this model needs with these context settings.
@@ -270,6 +309,9 @@ def dry_run(
     slower and memory-hungry, but reports the true CPU_REPACK size.
     ``rpc_servers``: split over these RPC servers' devices too (``tensor_split`` fixes the shares);
     the buffers are then named ``RPC0[HOST:PORT]``.
+    ``speculative``: "mtp" loads the model with its MTP block and creates llama-server's MTP context
+    beside the main one; a path loads that draft model and creates its context (-md), with the draft's
+    cache types; the second context's buffers come back in ``speculative``.
 
     Raises :class:`ProbeError` when the file is missing, llama.cpp refuses the model or the
     settings (the message carries llama.cpp's reason), the child crashes, or it runs past
@@ -292,6 +334,9 @@ def dry_run(
         n_outputs_max=n_outputs_max,
         rpc_servers=tuple(rpc_servers),
         tensor_split=tuple(tensor_split),
+        speculative=speculative,
+        draft_type_k=_ggml_type(draft_type_k, "draft K"),
+        draft_type_v=_ggml_type(draft_type_v, "draft V"),
     )
     if not path.exists():
         raise ProbeError(f"Model file {path} does not exist.", path=str(path), reason="file not found")
@@ -323,6 +368,7 @@ def dry_run(
         gguf_path=str(path),
         settings=settings,
         model_size_bytes=int(payload["model_size_bytes"]),
+        unused_tensor_bytes=buffers.unused_tensor_bytes,
         n_params=int(payload["n_params"]),
         n_layers_total=int(payload["n_layer"]),
         n_ctx=int(payload["n_ctx"]),
@@ -346,6 +392,22 @@ def dry_run(
         graph_nodes=buffers.graph_nodes,
         graph_splits=buffers.graph_splits,
         log=log,
+        speculative=_speculative(payload.get("speculative")),
+    )
+
+
+def _speculative(payload: dict[str, Any] | None) -> SpeculativeDryRun | None:
+    if not payload:
+        return None
+    buffers = parse_llama_log(payload["log"])
+    return SpeculativeDryRun(
+        model_size_bytes=int(payload.get("model_size_bytes", 0)),
+        unused_tensor_bytes=buffers.unused_tensor_bytes,
+        kv_cache_bytes=buffers.kv_cache_bytes,
+        kv_caches=buffers.kv_caches,
+        recurrent_state_bytes=buffers.recurrent_state_bytes,
+        compute_bytes=buffers.compute_bytes,
+        output_bytes=buffers.output_bytes,
     )
 
 
@@ -377,6 +439,8 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
         mparams.load_mode = L.LLAMA_LOAD_MODE_NONE
     mparams.n_gpu_layers = args.n_gpu_layers
     mparams.use_extra_bufts = args.use_extra_bufts
+    # llama-server loads the MTP block only for --spec-type draft-mtp (common_model_params_to_llama).
+    mparams.load_mtp = args.speculative == "mtp"
     split = [float(x) for x in args.tensor_split.split(",")] if args.tensor_split else []
     c_split = (ctypes.c_float * max(L.LLAMA_MAX_DEVICES, len(split)))(*split)  # referenced until loaded
     if split:
@@ -416,7 +480,16 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
         if not ctx:
             return {"error": log.reason(), "stage": "create_context", "log": log.text()}
         result["n_ctx"] = int(L.llama_n_ctx(ctx))
-        L.llama_free(ctx)  # a really allocated context prints its compute check here
+        if args.speculative:
+            main_log = log.text()
+            spec = _speculative_context(L, log, args, model, mparams, cparams, ctx)
+            L.llama_free(ctx)
+            if "error" in spec:
+                return spec | {"log": main_log + log.text()}
+            result["speculative"] = spec
+            log.chunks[:] = [main_log]  # the main context's lines alone below
+        else:
+            L.llama_free(ctx)  # a really allocated context prints its compute check here
     finally:
         L.llama_model_free(model)
     L.llama_backend_free()
@@ -425,6 +498,44 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
     result["buffers"] = parse_llama_log(text).model_dump(mode="json")
     result["log"] = text
     return result
+
+
+def _speculative_context(
+    L: Any,  # noqa: N803 - L is the binding, as above
+    log: Any, args: argparse.Namespace, model: Any, mparams: Any, cparams: Any, ctx: Any
+) -> dict[str, Any]:
+    """llama-server's second context (common_speculative_init_result): the draft model's own, or an MTP
+    context on the target model; as many cells as the target's, the draft cache types, logits for one
+    row per slot (common_base_params_to_speculative). Child only; returns its log and sizes."""
+    log.forget()
+    cparams.n_ctx = L.llama_n_ctx(ctx)
+    cparams.type_k = GGML_TYPE_IDS[args.draft_type_k]
+    cparams.type_v = GGML_TYPE_IDS[args.draft_type_v]
+    cparams.n_outputs_max = args.n_seq_max
+    cparams.n_rs_seq = 0
+    cparams.ctx_other = ctx
+    out: dict[str, Any] = {}
+    draft = None
+    if args.speculative == "mtp":
+        cparams.ctx_type = L.LLAMA_CONTEXT_TYPE_MTP
+        target = model
+    else:
+        mparams.load_mtp = False
+        draft = L.llama_model_load_from_file(args.speculative.encode(), mparams)
+        if not draft:
+            return {"error": log.reason(), "stage": "load_draft"}
+        out["model_size_bytes"] = int(L.llama_model_size(draft))
+        target = draft
+    try:
+        spec_ctx = L.llama_init_from_model(target, cparams)
+        if not spec_ctx:
+            return {"error": log.reason(), "stage": "create_speculative_context"}
+        L.llama_free(spec_ctx)
+    finally:
+        if draft is not None:
+            L.llama_model_free(draft)
+    out["log"] = log.text()
+    return out
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -449,6 +560,11 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--n-outputs-max", type=int, default=0)
     p.add_argument("--rpc", default="", metavar="HOST:PORT,...", help="RPC servers whose devices come first")
     p.add_argument("--tensor-split", default="", metavar="A,B,...", help="the devices' layer shares")
+    p.add_argument(
+        "--speculative", default="", metavar="mtp|DRAFT.gguf", help="also create llama-server's draft context"
+    )
+    p.add_argument("--draft-type-k", choices=tuple(GGML_TYPE_IDS), default="f16")
+    p.add_argument("--draft-type-v", choices=tuple(GGML_TYPE_IDS), default="f16")
     return p.parse_args(argv)
 
 

@@ -76,6 +76,7 @@ def _controls(args: argparse.Namespace):
             threads=args.threads,
             mmproj_offload=args.mmproj_offload,
             fit_margin_mib=args.fit_target,
+            speculative=_speculative(args),
         )
     except ValidationError as exc:
         first = exc.errors()[0]
@@ -122,6 +123,42 @@ def _projector(args: argparse.Namespace):
     if entry is None:
         raise FitScopeError(f"The catalog model '{args.model}' has no vision projector (it reads text only).")
     return entry.spec()
+
+
+def _speculative(args: argparse.Namespace):
+    """The draft -md / --draft names, or the model's MTP head with --mtp; None without them."""
+    chosen = [x for x in (args.model_draft, args.draft, args.mtp) if x]
+    if not chosen:
+        return None
+    if len(chosen) > 1:
+        raise FitScopeError("Choose one speculative decoder: -md PATH, --draft CATALOG_ID or --mtp.")
+    from app.core.memory.records import SpeculativeSpec
+
+    common = {
+        "cache_type_k": args.cache_type_k_draft,
+        "cache_type_v": args.cache_type_v_draft,
+        "gpu_layers": args.n_gpu_layers_draft,
+    }
+    if args.mtp:
+        return SpeculativeSpec(kind="mtp", name="the model's MTP head", **common)
+    from app.core.model.source import model_from_catalog, model_from_gguf
+
+    if args.model_draft:
+        draft = model_from_gguf(args.model_draft)
+        file_name = args.model_draft
+    else:
+        from app.core.model.catalog import find_model
+
+        draft = model_from_catalog(args.draft, args.quant or find_model(args.draft).default_quant or "Q4_K_M")
+        file_name = f"{args.draft}.gguf"
+    return SpeculativeSpec(
+        kind="draft",
+        name=draft.label,
+        file_name=file_name,
+        architecture=draft.arch,
+        tensors=tuple(draft.tensors),
+        **common,
+    )
 
 
 def _model(args: argparse.Namespace):
@@ -334,10 +371,12 @@ def format_answer(result) -> str:
         f"tokens of context (-c), {c.users} user(s) of {c.context_per_user_tokens:,} tokens each"
     ]
     vision = e.projector is not None
+    draft = e.speculative is not None
     header = (
         f"{'device':38s} {'weights':>9s} {'repack':>8s} {'KV':>8s} {'state':>7s} {'compute':>8s} "
         f"{'output':>7s} {'overhd':>7s} "
         + (f"{'vision':>8s} " if vision else "")
+        + (f"{'draft':>8s} " if draft else "")
         + f"{'total':>9s} {'capacity':>9s}  verdict"
     )
     lines += ["", header]
@@ -348,6 +387,7 @@ def format_answer(result) -> str:
             f"{d.recurrent_state_bytes / MIB:6.0f}M {d.compute_bytes / MIB:7.0f}M {d.output_bytes / MIB:6.1f}M "
             f"{d.overhead_bytes / MIB:6.0f}M "
             + (f"{d.projector_bytes / MIB:7.0f}M " if vision else "")
+            + (f"{d.speculative_bytes / MIB:7.0f}M " if draft else "")
             + f"{d.total_bytes / GIB:8.2f}G {d.capacity_bytes / GIB:8.2f}G  "
             + (
                 f"fits ({d.free_bytes / GIB:.2f} GiB free)"
@@ -371,6 +411,15 @@ def format_answer(result) -> str:
             f"Vision projector ({p.spec.name}) on {e.devices[e.projector_device].name}: "
             f"{p.total_bytes / MIB:,.0f} MiB = weights {p.weights_bytes / MIB:,.0f} MiB + compute "
             f"{p.compute_bytes / MIB:,.0f} MiB" + (" (approximate)" if p.approximate else "") + ".",
+        ]
+    if e.speculative is not None:
+        sp = e.speculative
+        lines += [
+            "",
+            f"Speculative decoding ({'MTP head' if sp.spec.kind == 'mtp' else 'draft ' + sp.spec.name}): "
+            f"{sp.total_bytes / MIB:,.0f} MiB = weights {sp.weights_bytes / MIB:,.0f} MiB + KV cache "
+            f"{sp.kv_cache_bytes / MIB:,.0f} MiB + compute {sp.compute_bytes / MIB:,.0f} MiB + logits "
+            f"{sp.output_bytes / MIB:,.1f} MiB.",
         ]
     limits = ""
     if lim is not None:

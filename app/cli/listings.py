@@ -20,10 +20,21 @@ def cmd_models(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([m.model_dump() for m in models], indent=2))
         return 0
-    print(f"{'id':24s} {'arch':10s} {'params':>8s} {'layers':>6s} {'ctx':>8s}  name")
+    from app.core.memory.speculative import supports_mtp
+
+    def mtp(m) -> str:
+        """The file's MTP head: never loaded by default (load_mtp off); --mtp drafts with it where
+        this llama.cpp can."""
+        if not m.n_nextn_layers:
+            return "-"
+        return "--mtp" if supports_mtp(m) else "unused"
+
+    print(f"{'id':26s} {'arch':14s} {'params':>8s} {'layers':>6s} {'ctx':>8s} {'MTP':>6s}  name")
     for m in models:
         size = f"{m.params_billions:g}B" if m.params_billions else "?"
-        print(f"{m.id:24s} {m.arch:10s} {size:>8s} {m.n_layer:6d} {m.n_ctx_train:8d}  {m.name}")
+        print(f"{m.id:26s} {m.arch:14s} {size:>8s} {m.n_layer:6d} {m.n_ctx_train:8d} {mtp(m):>6s}  {m.name}")
+    print("MTP: the file keeps a multi-token-prediction head, not loaded unless llama-server drafts with it "
+          "(--mtp: its cost is estimated); unused: this llama.cpp cannot draft with it.")
     return 0
 
 

@@ -48,6 +48,24 @@ def _add_estimate_args(p: argparse.ArgumentParser) -> None:
         action="store_false",
         help="keep the projector in host memory (llama-server's flag)",
     )
+    spec = p.add_argument_group("speculative decoding (llama-server; one of)")
+    spec.add_argument(
+        "-md",
+        "--model-draft",
+        metavar="PATH",
+        help="a draft model GGUF for speculative decoding: its weights, KV cache and buffers are added",
+    )
+    spec.add_argument("--draft", metavar="CATALOG_ID", help="a catalog model as the draft (same --quant)")
+    spec.add_argument(
+        "--mtp",
+        action="store_true",
+        help="draft with the model's own multi-token-prediction head (llama-server --spec-type draft-mtp)",
+    )
+    spec.add_argument("-ctkd", "--cache-type-k-draft", default="f16", choices=CACHE_TYPE_NAMES)
+    spec.add_argument("-ctvd", "--cache-type-v-draft", default="f16", choices=CACHE_TYPE_NAMES)
+    spec.add_argument(
+        "-ngld", "--n-gpu-layers-draft", type=int, default=None, help="draft layers on the GPUs (default: all)"
+    )
     src.add_argument(
         "--quant",
         default=None,

@@ -66,6 +66,7 @@ BREAKDOWN_HEADER = [
     "Output",
     "Overhead",
     "Vision projector",
+    "Draft / MTP",
     "Total",
     "Capacity",
 ]
@@ -88,6 +89,7 @@ def breakdown_rows(view: View) -> list[list[str]]:
                 d.output_bytes,
                 d.overhead_bytes,
                 d.projector_bytes,
+                d.speculative_bytes,
                 d.total_bytes,
                 d.capacity_bytes,
             )

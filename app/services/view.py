@@ -84,6 +84,8 @@ class ContextCurve:
     max_context_tokens: int
     projector_bytes: tuple[int, ...] = ()
     """The vision projector's share (empty: no projector)."""
+    speculative_bytes: tuple[int, ...] = ()
+    """The draft model's or MTP head's share (empty: no speculative decoding)."""
 
 
 @dataclass(frozen=True)
@@ -371,6 +373,7 @@ class Evaluator:
             capacity_bytes=first.capacity_bytes,
             max_context_tokens=largest,
             projector_bytes=tuple(b.projector_bytes for b in budgets) if c.projector is not None else (),
+            speculative_bytes=tuple(b.speculative_bytes for b in budgets) if c.speculative is not None else (),
         )
         users_grid = context_grid(arch.n_ctx_train, points_per_octave=2, chosen=reach)
         users = tuple(

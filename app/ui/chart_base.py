@@ -22,6 +22,7 @@ COLORS = {
     "compute": "#59a14f",
     "overhead": "#9c9c9c",
     "projector": "#b07aa1",
+    "speculative": "#76b7b2",
     "capacity": "#d23c3c",
     "fits": "#2e9d4a",
     "current": "#d6336c",  # your choice: its own colour, apart from the KV cache's orange

@@ -29,6 +29,7 @@ PARTS = (
     ("compute", "Compute buffers"),
     ("overhead", "Runtime overhead"),
     ("projector", "Vision projector"),
+    ("speculative", "Draft model / MTP head"),
 )
 
 
@@ -74,16 +75,23 @@ class DeviceBar:
     overhead_bytes: int
     capacity_bytes: int
     projector_bytes: int = 0
+    speculative_bytes: int = 0
 
     @property
     def total_bytes(self) -> int:
         return (
-            self.weights_bytes + self.kv_cache_bytes + self.compute_bytes + self.overhead_bytes + self.projector_bytes
+            self.weights_bytes
+            + self.kv_cache_bytes
+            + self.compute_bytes
+            + self.overhead_bytes
+            + self.projector_bytes
+            + self.speculative_bytes
         )
 
 
 class SplitChart(Chart):
-    """One stacked bar per device (weights, KV cache, compute, overhead, vision projector) against its capacity."""
+    """One stacked bar per device (weights, KV cache, compute, overhead, vision projector, draft) against
+    its capacity."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__("Where the memory goes", parent, short_title="Memory use")
@@ -110,6 +118,7 @@ class SplitChart(Chart):
             ("compute", "compute_bytes"),
             ("overhead", "overhead_bytes"),
             ("projector", "projector_bytes"),
+            ("speculative", "speculative_bytes"),
         ):
             heights = [_gib(getattr(d, field)) for d in devices]
             self.bars[key].setOpts(x=xs, height=heights, y0=list(base), width=0.55)
@@ -178,6 +187,7 @@ class SplitChart(Chart):
             f"Compute buffers: {_gib(d.compute_bytes):.2f} GiB\n"
             f"Runtime overhead: {_gib(d.overhead_bytes):.2f} GiB\n"
             + (f"Vision projector: {_gib(d.projector_bytes):.2f} GiB\n" if d.projector_bytes else "")
+            + (f"Draft model / MTP head: {_gib(d.speculative_bytes):.2f} GiB\n" if d.speculative_bytes else "")
             + f"Total: {_gib(d.total_bytes):.2f} of {_gib(d.capacity_bytes):.2f} GiB "
             + (f"({_gib(free):.2f} GiB free)" if free >= 0 else f"({_gib(-free):.2f} GiB short)")
         )
@@ -226,8 +236,10 @@ class ContextChart(Chart):
         acc = [0.0] * len(xs)
         self.curves[0].setData(xs, acc)
         projector = curve.projector_bytes or (0,) * len(xs)
+        draft = curve.speculative_bytes or (0,) * len(xs)
         for i, series in enumerate(
-            (curve.weights_bytes, curve.kv_cache_bytes, curve.compute_bytes, curve.overhead_bytes, projector), start=1
+            (curve.weights_bytes, curve.kv_cache_bytes, curve.compute_bytes, curve.overhead_bytes, projector, draft),
+            start=1,
         ):
             acc = [a + _gib(v) for a, v in zip(acc, series, strict=True)]
             self.curves[i].setData(xs, acc)
@@ -265,7 +277,10 @@ class ContextChart(Chart):
             return None
         i = min(range(len(c.contexts)), key=lambda k: abs(math.log2(c.contexts[k]) - x))
         projector = c.projector_bytes[i] if c.projector_bytes else 0
-        total = c.weights_bytes[i] + c.kv_cache_bytes[i] + c.compute_bytes[i] + c.overhead_bytes[i] + projector
+        draft = c.speculative_bytes[i] if c.speculative_bytes else 0
+        total = (
+            c.weights_bytes[i] + c.kv_cache_bytes[i] + c.compute_bytes[i] + c.overhead_bytes[i] + projector + draft
+        )
         return (
             f"{c.contexts[i]:,} tokens per user on {c.label}\n"
             f"Weights: {_gib(c.weights_bytes[i]):.2f} GiB\n"
@@ -273,6 +288,7 @@ class ContextChart(Chart):
             f"Compute buffers: {_gib(c.compute_bytes[i]):.2f} GiB\n"
             f"Runtime overhead: {_gib(c.overhead_bytes[i]):.2f} GiB\n"
             + (f"Vision projector: {_gib(projector):.2f} GiB\n" if projector else "")
+            + (f"Draft model / MTP head: {_gib(draft):.2f} GiB\n" if draft else "")
             + f"Total: {_gib(total):.2f} of {_gib(c.capacity_bytes):.2f} GiB\n"
             f"Largest context that fits: {c.max_context_tokens:,} tokens"
         )

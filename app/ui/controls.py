@@ -41,8 +41,9 @@ from PySide6.QtWidgets import (
 from app.adapters.demo_model import DEMO_LICENSE, DEMO_MODEL_NAME
 from app.core.common.errors import FitScopeError
 from app.core.hardware.devices import DeviceSpec
+from app.core.memory.records import SpeculativeSpec
 from app.core.model.architecture import Architecture
-from app.core.model.catalog import find_model
+from app.core.model.catalog import by_family, find_model
 from app.core.model.projector import ProjectorSpec
 from app.core.model.quant import PRESETS
 from app.core.model.tensors import CACHE_TYPES
@@ -78,6 +79,7 @@ class ControlsPanel(QScrollArea):
     vision_toggled = Signal(bool)
     workload_edited = Signal(object)  # WorkloadPrefs: the speed needed, or the unit lengths are typed in
     add_model_requested = Signal(str)  # "gguf", "config", "hf" or "ollama": a way to add a model not listed
+    speculative_chosen = Signal(str)  # "off", "mtp", "draft" (the loaded draft) or "file" (choose one)
 
     def __init__(
         self, devices: Iterable[DeviceSpec], models: Iterable[Architecture], parent: QWidget | None = None
@@ -229,6 +231,13 @@ class ControlsPanel(QScrollArea):
         self.mmap_check = QCheckBox("&Memory-map the weights (mmap)")
         self.mmap_check.setToolTip("llama.cpp's default; --no-mmap loads them into memory instead")
         adv.addRow("", self.mmap_check)
+        self.speculative_combo = QComboBox()
+        self.speculative_combo.setAccessibleName("Speculative decoding")
+        self.speculative_combo.setToolTip(
+            "llama-server drafts tokens with a small model (-md) or the model's own multi-token-prediction "
+            "head (--spec-type draft-mtp); the draft's weights, KV cache and buffers are its own part of the memory"
+        )
+        adv.addRow("S&peculative decoding", self.speculative_combo)
         self.vision_check = QCheckBox("Add &vision projector")
         self.vision_check.setToolTip(
             "Lets the model read pictures: a small second file (its vision \"projector\") is loaded beside it, "
@@ -245,16 +254,28 @@ class ControlsPanel(QScrollArea):
         return ctl_box
 
     def _fill_model_list(self, models: Iterable[Architecture]) -> None:
+        """The demo, then the catalog under a heading per family (Qwen3.5 / Qwen3.6, Gemma 4, ...):
+        headings are not selectable; typing a family's name in the search shows all of it."""
         item = QListWidgetItem(f"Demo: {DEMO_MODEL_NAME}")
         item.setData(Qt.ItemDataRole.UserRole, ("demo", ""))
         item.setToolTip(f"The built-in demo model. {DEMO_LICENSE}")
         self.model_list.addItem(item)
-        for arch in models:
-            size = f"{arch.params_billions:g}B" if arch.params_billions else ""
-            item = QListWidgetItem(f"{arch.name}  {size}")
-            item.setData(Qt.ItemDataRole.UserRole, ("catalog", arch.id))
-            item.setToolTip(f"{arch.name}: {arch.arch}, {arch.n_layer} layers, trained context {arch.n_ctx_train:,}")
-            self.model_list.addItem(item)
+        heading_font = QFont(self.model_list.font())
+        heading_font.setBold(True)
+        for family, members in by_family(list(models)):
+            heading = QListWidgetItem(family)
+            heading.setData(Qt.ItemDataRole.UserRole, ("family", family))
+            heading.setFlags(Qt.ItemFlag.ItemIsEnabled)  # a heading, not a choice
+            heading.setFont(heading_font)
+            self.model_list.addItem(heading)
+            for arch in members:
+                size = f"{arch.params_billions:g}B" if arch.params_billions else ""
+                item = QListWidgetItem(f"    {arch.name}  {size}")
+                item.setData(Qt.ItemDataRole.UserRole, ("catalog", arch.id))
+                item.setToolTip(
+                    f"{family}: {arch.name}: {arch.arch}, {arch.n_layer} layers, trained context {arch.n_ctx_train:,}"
+                )
+                self.model_list.addItem(item)
 
     def _connect(self) -> None:
         self.model_search.textChanged.connect(self._filter_models)
@@ -274,6 +295,7 @@ class ControlsPanel(QScrollArea):
         self.consumer_combo.activated.connect(lambda _i: self._edited(consumer=self.consumer_combo.currentData()))
         self.mmap_check.toggled.connect(lambda on: self._edited(mmap=on))
         self.vision_check.toggled.connect(self._vision_toggled)
+        self.speculative_combo.activated.connect(self._speculative_picked)
 
     # -- choices onto the widgets -------------------------------------------------------------
 
@@ -375,6 +397,23 @@ class ControlsPanel(QScrollArea):
             "(llama-server --mmproj)"
         )
 
+    def show_speculative(self, spec: SpeculativeSpec | None, draft: SpeculativeSpec | None, mtp: bool) -> None:
+        """The speculative-decoding choices: off, the model's MTP head (when it has one llama.cpp can
+        run: ``mtp``), the ``draft`` model read from a file, and a file to choose; ``spec`` is selected."""
+        previous, self._updating = self._updating, True
+        try:
+            combo = self.speculative_combo
+            combo.clear()
+            combo.addItem("Off", "off")
+            if mtp or (spec is not None and spec.kind == "mtp"):
+                combo.addItem("The model's MTP head (--spec-type draft-mtp)", "mtp")
+            if draft is not None:
+                combo.addItem(f"Draft model: {draft.name} (-md)", "draft")
+            combo.addItem("Choose a draft model file (-md)…", "file")
+            select_combo(combo, "off" if spec is None else spec.kind)
+        finally:
+            self._updating = previous
+
     def show_model(self, view: View) -> None:
         """What the view's model is, and the limits it sets: GPU layers, experts, trained context."""
         m = view.model
@@ -455,10 +494,16 @@ class ControlsPanel(QScrollArea):
         if not self._updating:
             self.vision_toggled.emit(on)
 
+    def _speculative_picked(self, _index: int) -> None:
+        if not self._updating:
+            self.speculative_chosen.emit(self.speculative_combo.currentData())
+
     def _model_picked(self, current: QListWidgetItem | None, _previous: QListWidgetItem | None = None) -> None:
         if self._updating or current is None:
             return
         kind, ref = current.data(Qt.ItemDataRole.UserRole)
+        if kind == "family":
+            return  # a heading
         quant = self.quant_combo.currentData() or "Q4_K_M"
         if kind == "catalog":
             # A new model starts on the file people download (Q4_K_M, or the format it was released
@@ -468,13 +513,29 @@ class ControlsPanel(QScrollArea):
         self.model_chosen.emit(ModelChoice(kind=kind, ref=ref, quant=quant))
 
     def _filter_models(self, text: str) -> None:
+        """Show the models whose name, family or details hold ``text``, under their family's heading;
+        a family's name shows the whole family."""
         needle = text.strip().lower()
+        heading: QListWidgetItem | None = None
+        heading_matches = shown_in_family = False
         shown = 0
         for i in range(self.model_list.count()):
             item = self.model_list.item(i)
-            hidden = bool(needle) and needle not in (item.text() + item.toolTip()).lower()
-            item.setHidden(hidden)
-            shown += not hidden
+            kind, _ref = item.data(Qt.ItemDataRole.UserRole)
+            if kind == "family":
+                if heading is not None:
+                    heading.setHidden(bool(needle) and not (heading_matches or shown_in_family))
+                heading = item
+                heading_matches = not needle or needle in item.text().lower()
+                shown_in_family = False
+                continue
+            match = not needle or needle in (item.text() + item.toolTip()).lower()
+            visible = match or (kind == "catalog" and heading_matches)
+            item.setHidden(not visible)
+            shown_in_family |= visible and kind == "catalog"
+            shown += visible
+        if heading is not None:
+            heading.setHidden(bool(needle) and not (heading_matches or shown_in_family))
         self.search_help.setVisible(shown == 0)
         if shown == 0:
             self.search_help.setText(search_help_html(text.strip(), self._catalog_names()))
@@ -485,7 +546,7 @@ class ControlsPanel(QScrollArea):
         for i in range(self.model_list.count()):
             kind, ref = self.model_list.item(i).data(Qt.ItemDataRole.UserRole)
             if kind == "catalog":
-                out.append((ref, self.model_list.item(i).text().split("  ")[0]))
+                out.append((ref, self.model_list.item(i).text().strip().split("  ")[0]))
         return out
 
     def _search_link(self, link: str) -> None:

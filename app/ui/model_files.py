@@ -16,9 +16,14 @@ from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QFileDialog, QMessageBox, QWidget
 
 from app.core.common.errors import FitScopeError
+from app.core.memory.records import SpeculativeSpec
+from app.core.memory.speculative import supports_mtp
+from app.core.model.catalog import find_model
 from app.core.model.projector import ProjectorSpec, read_projector
+from app.core.model.source import model_from_gguf
 from app.core.report.choices import Controls, HardwareChoice, ModelChoice, catalog_projector
 from app.core.report.prefs import Preferences
+from app.services.view import View
 from app.ui.controls import ControlsPanel
 from app.ui.remote_dialog import RemoteModelDialog, open_remote_dialog
 
@@ -28,7 +33,9 @@ class _Window(Protocol):
 
     _prefs: Preferences
     _projector_file: ProjectorSpec | None
+    _draft_file: SpeculativeSpec | None
     controls: ControlsPanel
+    view: View | None
 
     def choose_model(self, choice: ModelChoice) -> None: ...
 
@@ -52,6 +59,12 @@ class _Window(Protocol):
 
     def choose_projector_file(self, path: str | Path | None = None) -> None: ...
 
+    def _mtp_available(self) -> bool: ...
+
+    def _sync_speculative_widgets(self) -> None: ...
+
+    def choose_draft_file(self, path: str | Path | None = None) -> None: ...
+
     def open_gguf(self, path: str) -> None: ...
 
     def import_config(self, path: str) -> None: ...
@@ -61,11 +74,24 @@ class _Window(Protocol):
     def window(self) -> QWidget: ...
 
 
+def has_mtp(choice: ModelChoice) -> bool:
+    """Whether a catalog model keeps an MTP head llama-server can draft with (False for the others,
+    whose head is known only once read)."""
+    if choice.kind != "catalog":
+        return False
+    try:
+        return supports_mtp(find_model(choice.ref))
+    except FitScopeError:
+        return False
+
+
 class ModelFiles:
     """The main window's model and projector files: dialogs, drops and recent files."""
 
-    # A projector read from a file (not a catalog model's own) stays chosen across models.
+    # A projector read from a file (not a catalog model's own) stays chosen across models; so does a
+    # draft model read from a file, offered beside every model.
     _projector_file: ProjectorSpec | None = None
+    _draft_file: SpeculativeSpec | None = None
 
     def _vision_available(self: _Window) -> bool:
         """Whether a projector can be added: one is loaded, was read from a file, or the model has its own."""
@@ -166,3 +192,48 @@ class ModelFiles:
             return
         event.acceptProposedAction()
         self.open_path(paths[0])
+
+    # -- speculative decoding: the model's MTP head or a draft model file (-md) ---------------------
+
+    def _mtp_available(self: _Window) -> bool:
+        """Whether the model shown has an MTP head llama-server can draft with."""
+        return self.view is not None and self.view.model is not None and supports_mtp(self.view.model.arch)
+
+    def _sync_speculative_widgets(self: _Window) -> None:
+        self.controls.show_speculative(self._prefs.controls.speculative, self._draft_file, self._mtp_available())
+
+    def _speculative_chosen(self: _Window, kind: str) -> None:
+        if kind == "file":
+            self.choose_draft_file()
+            return
+        spec: SpeculativeSpec | None = None
+        if kind == "mtp":
+            spec = SpeculativeSpec(kind="mtp", name="the model's MTP head")
+        elif kind == "draft":
+            spec = self._draft_file
+        self._controls_edited(self._prefs.controls.model_copy(update={"speculative": spec}))
+
+    def choose_draft_file(self: _Window, path: str | Path | None = None) -> None:
+        """Draft with a small model read from a GGUF (llama-server -md; a file dialog without ``path``)."""
+        if path is None:
+            chosen, _ = QFileDialog.getOpenFileName(self.window(), "Choose a draft model", "", "GGUF files (*.gguf)")
+            if not chosen:
+                self._sync_speculative_widgets()
+                return
+            path = chosen
+        try:
+            draft = model_from_gguf(path)
+            spec = SpeculativeSpec(
+                kind="draft",
+                name=draft.label,
+                file_name=Path(path).name,
+                architecture=draft.arch,
+                tensors=tuple(draft.tensors),
+            )
+        except (FitScopeError, ValueError) as exc:
+            QMessageBox.warning(self.window(), "Draft model", str(exc))
+            self._sync_speculative_widgets()
+            return
+        self._draft_file = spec
+        self._controls_edited(self._prefs.controls.model_copy(update={"speculative": spec}))
+        self._sync_speculative_widgets()

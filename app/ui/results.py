@@ -253,6 +253,7 @@ def device_bars(est: Estimate) -> list[DeviceBar]:
             overhead_bytes=d.overhead_bytes,
             capacity_bytes=d.capacity_bytes,
             projector_bytes=d.projector_bytes,
+            speculative_bytes=d.speculative_bytes,
         )
         for d in est.devices
         if d.kind == "gpu" and d.total_bytes or d.kind == "cpu" and (d.layers or not has_gpu_layers)

@@ -44,7 +44,7 @@ from app.ui.hardware_box import select_combo
 from app.ui.help import Walkthrough, diagnostics
 from app.ui.jobs import JobRunner, process_pool
 from app.ui.menus import MenuActions, build_menus
-from app.ui.model_files import ModelFiles
+from app.ui.model_files import ModelFiles, has_mtp
 from app.ui.results import ResultsArea
 from app.ui.tool_tabs import ToolTabs, gpu_offload_supported
 from app.ui.tuning_dialog import open_fastest_dialog
@@ -89,6 +89,8 @@ class MainWindow(ModelFiles, QMainWindow):
         self._projector_file = (
             projector if projector is not None and not projector.source.startswith("https://") else None
         )
+        speculative = prefs.controls.speculative
+        self._draft_file = speculative if speculative is not None and speculative.kind == "draft" else None
         self._estimates = JobRunner("estimate", self, make_pool=services.make_estimate_pool)
         self._hardware = JobRunner("gpus", self)
         self._host_job = JobRunner("host", self)
@@ -189,6 +191,7 @@ class MainWindow(ModelFiles, QMainWindow):
         c.vision_toggled.connect(self._vision_toggled)
         c.workload_edited.connect(lambda workload: self._set_prefs(workload=workload))
         c.add_model_requested.connect(self._add_model)
+        c.speculative_chosen.connect(self._speculative_chosen)
         c.open_button.clicked.connect(self.open_gguf_dialog)
         c.import_button.clicked.connect(self.import_config_dialog)
         c.mmproj_button.clicked.connect(lambda: self.choose_projector_file())
@@ -212,6 +215,7 @@ class MainWindow(ModelFiles, QMainWindow):
         self.ngl_spin, self.cpu_moe_spin, self.mmap_check = c.ngl_spin, c.cpu_moe_spin, c.mmap_check
         self.backend_combo, self.consumer_combo = c.backend_combo, c.consumer_combo
         self.vision_check, self.mmproj_button = c.vision_check, c.mmproj_button
+        self.speculative_combo = c.speculative_combo
         r = self.results
         self.banner, self.tabs, self.legend, self.charts = r.banner, r.tabs, r.legend, r.charts
         self.split_chart, self.context_chart = r.split_chart, r.context_chart
@@ -281,6 +285,8 @@ class MainWindow(ModelFiles, QMainWindow):
         if controls.projector is not None and controls.projector != self._projector_file:
             # A catalog model's own projector follows the model; a chosen file stays until unticked.
             controls = controls.model_copy(update={"projector": catalog_projector(choice)})
+        if controls.speculative is not None and controls.speculative.kind == "mtp" and not has_mtp(choice):
+            controls = controls.model_copy(update={"speculative": None})  # the new model has no head to draft with
         self._set_prefs(model=choice, controls=controls)
         self.controls.select_model_item(choice)
         self._update_model_widgets()
@@ -443,6 +449,7 @@ class MainWindow(ModelFiles, QMainWindow):
         the tool tabs' model; then emit ``view_changed``."""
         self.view = view
         self.controls.show_model(view)
+        self._sync_speculative_widgets()
         self.results.show_view(view)
         self.tools.show_view(view)
         self.view_changed.emit(view)

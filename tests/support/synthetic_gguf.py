@@ -45,11 +45,13 @@ def _metadata(arch: Architecture) -> dict[str, object]:
     kv[f"{a}.feed_forward_length"] = arch.n_ff
     kv[f"{a}.attention.head_count"] = arch.n_head
     kv[f"{a}.attention.head_count_kv"] = arch.n_head_kv
-    if a == "qwen3next":
+    if a in DELTA_NET:
         # Its converter writes the layout as an interval (every 4th layer is full attention).
         assert arch.attention_layers is not None
         kv[f"{a}.full_attention_interval"] = arch.attention_layers[0] + 1
         kv[f"{a}.rope.dimension_count"] = arch.head_dim_k_eff // 4  # partial_rotary_factor 0.25
+        if a != "qwen3next":
+            kv[f"{a}.rope.dimension_sections"] = [11, 11, 10, 0]  # mrope_section, as Qwen3.5's converter pads it
         if arch.moe is not None and arch.moe.n_shared_expert:
             kv[f"{a}.expert_shared_feed_forward_length"] = arch.moe.shared_ff
     elif arch.attention_layers is not None:
@@ -78,31 +80,7 @@ def _metadata(arch: Architecture) -> dict[str, object]:
     if arch.sliding_window is not None:
         kv[f"{a}.attention.sliding_window"] = arch.sliding_window
     if arch.moe is not None:
-        moe = arch.moe
-        kv[f"{a}.expert_count"] = moe.n_expert
-        kv[f"{a}.expert_used_count"] = moe.n_expert_used
-        if a != "llama":
-            kv[f"{a}.expert_feed_forward_length"] = moe.expert_ff
-        if a == "llama":
-            kv[f"{a}.feed_forward_length"] = moe.expert_ff
-        if moe.n_shared_expert:
-            kv[f"{a}.expert_shared_count"] = moe.n_shared_expert
-        if moe.n_dense_lead_layers:
-            kv[f"{a}.leading_dense_block_count"] = moe.n_dense_lead_layers
-        if a == "minimax-m2":
-            # The expert width is feed_forward_length; the router is a sigmoid (LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID).
-            kv[f"{a}.feed_forward_length"] = moe.expert_ff
-            kv[f"{a}.expert_gating_func"] = 2
-        if a == "glm4moe":
-            kv[f"{a}.expert_gating_func"] = 2
-            kv[f"{a}.expert_weights_norm"] = True
-            kv[f"{a}.expert_weights_scale"] = 1.0
-        if a == "llama4":
-            kv[f"{a}.interleave_moe_layer_step"] = moe.layer_step
-        if a == "ernie4_5-moe":
-            kv[f"{a}.interleave_moe_layer_step"] = 1
-            if moe.n_shared_expert:
-                kv[f"{a}.expert_shared_feed_forward_length"] = moe.shared_ff
+        kv.update(_moe_metadata(arch))
     if arch.n_nextn_layers:
         kv[f"{a}.nextn_predict_layers"] = arch.n_nextn_layers
     if a == "glm4moe":
@@ -111,6 +89,13 @@ def _metadata(arch: Architecture) -> dict[str, object]:
         # Ministral 3 files carry Llama 4's attention temperature (llama_4_scaling_beta), which adds a
         # per-token scale on Q to the graph.
         kv[f"{a}.attention.temperature_scale"] = 0.1
+    if a == "gemma4":
+        kv.update(_gemma4_metadata(arch))
+    if a == "laguna":
+        # Per-layer head counts, the shared expert's width, a sigmoid router (LagunaModel.set_gguf_parameters).
+        kv[f"{a}.attention.head_count"] = [arch.heads(i) for i in range(arch.n_layer)]
+        kv[f"{a}.rope.dimension_count"] = arch.head_dim_k_eff // 2
+        kv[f"{a}.rope.dimension_count_swa"] = arch.head_dim_k_eff
     if arch.mla is not None:
         mla = arch.mla
         # Current converters store the MLA cache geometry: one "head" of latent + rope dims.
@@ -124,7 +109,82 @@ def _metadata(arch: Architecture) -> dict[str, object]:
         if mla.q_lora_rank:
             kv[f"{a}.attention.q_lora_rank"] = mla.q_lora_rank
         kv[f"{a}.expert_weights_scale"] = 1.0
+    if arch.indexer is not None:
+        ix = arch.indexer
+        kv[f"{a}.attention.indexer.head_count"] = ix.n_head
+        kv[f"{a}.attention.indexer.key_length"] = ix.head_dim
+        kv[f"{a}.attention.indexer.top_k"] = ix.top_k
+        kv[f"{a}.expert_gating_func"] = 2
+        if ix.full_layers is not None:
+            trunk = arch.n_layer - arch.n_nextn_layers
+            kv[f"{a}.attention.indexer.types"] = [i in ix.full_layers for i in range(trunk)]
     return kv
+
+
+DELTA_NET = ("qwen3next", "qwen35", "qwen35moe")
+
+
+def _moe_metadata(arch: Architecture) -> dict[str, object]:
+    a = arch.arch
+    moe = arch.moe
+    assert moe is not None
+    kv: dict[str, object] = {
+        f"{a}.expert_count": moe.n_expert,
+        f"{a}.expert_used_count": moe.n_expert_used,
+    }
+    if a == "llama":
+        kv[f"{a}.feed_forward_length"] = moe.expert_ff
+    else:
+        kv[f"{a}.expert_feed_forward_length"] = moe.expert_ff
+    if moe.n_shared_expert:
+        kv[f"{a}.expert_shared_count"] = moe.n_shared_expert
+    if moe.n_dense_lead_layers:
+        kv[f"{a}.leading_dense_block_count"] = moe.n_dense_lead_layers
+    if a == "minimax-m2":
+        # The expert width is feed_forward_length; the router is a sigmoid (LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID).
+        kv[f"{a}.feed_forward_length"] = moe.expert_ff
+        kv[f"{a}.expert_gating_func"] = 2
+    if a == "glm4moe":
+        kv[f"{a}.expert_gating_func"] = 2
+        kv[f"{a}.expert_weights_norm"] = True
+        kv[f"{a}.expert_weights_scale"] = 1.0
+    if a == "llama4":
+        kv[f"{a}.interleave_moe_layer_step"] = moe.layer_step
+    if a == "ernie4_5-moe":
+        kv[f"{a}.interleave_moe_layer_step"] = 1
+        if moe.n_shared_expert:
+            kv[f"{a}.expert_shared_feed_forward_length"] = moe.shared_ff
+    if a == "laguna":
+        kv[f"{a}.expert_shared_feed_forward_length"] = moe.shared_ff
+        kv[f"{a}.expert_gating_func"] = 2
+        kv[f"{a}.leading_dense_block_count"] = moe.n_dense_lead_layers
+    if a == "nemotron_h_moe":
+        kv[f"{a}.expert_shared_feed_forward_length"] = moe.shared_ff
+        kv[f"{a}.expert_weights_norm"] = True
+        kv[f"{a}.expert_weights_scale"] = 2.5
+        if moe.latent_size:
+            kv[f"{a}.moe_latent_size"] = moe.latent_size
+    return kv
+
+
+def _gemma4_metadata(arch: Architecture) -> dict[str, object]:
+    """Gemma 4 as its converter writes it (Gemma4Model.set_gguf_parameters): per-layer SWA flags and KV
+    heads, full and SWA head widths and RoPE dimensions, shared-KV layers, per-layer embedding width."""
+    a = arch.arch
+    swa = [arch.is_swa_layer(i) for i in range(arch.n_layer)]
+    return {
+        f"{a}.attention.sliding_window_pattern": swa,
+        f"{a}.attention.head_count_kv": [arch.kv_heads(i) for i in range(arch.n_layer)],
+        f"{a}.attention.key_length": arch.head_dim_k_eff,
+        f"{a}.attention.value_length": arch.head_dim_v_eff,
+        f"{a}.attention.key_length_swa": arch.head_dim_k_swa or arch.head_dim_k_eff,
+        f"{a}.attention.value_length_swa": arch.head_dim_v_swa or arch.head_dim_v_eff,
+        f"{a}.rope.dimension_count": arch.head_dim_k_eff,
+        f"{a}.rope.dimension_count_swa": arch.head_dim_k_swa or arch.head_dim_k_eff,
+        f"{a}.attention.shared_kv_layers": arch.n_kv_shared_layers,
+        f"{a}.embedding_length_per_layer_input": arch.n_embd_per_layer,
+        f"{a}.final_logit_softcapping": 30.0,
+    }
 
 
 def _add(writer: GGUFWriter, key: str, value: object) -> None:

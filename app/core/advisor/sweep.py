@@ -25,7 +25,7 @@ from app.core.model.architecture import Architecture
 from app.core.report.choices import Machine
 from app.core.report.verdict import gib
 from app.core.speed.model import decode_seconds_per_token, load_speed_model
-from app.core.speed.predict import Range, kv_bytes_per_token, target_family
+from app.core.speed.predict import Range, kv_read_bytes, target_family
 
 NO_MACHINE = Machine()  # catalog hardware only: nothing of this machine is looked at
 # A target large enough for any model, to read the KV bytes per token off one estimate.
@@ -56,7 +56,7 @@ class Sweep:
         caches = kv_caches(arch, settings)
         kv_total = sum(d.total_bytes for d, _ in caches)
         probe = estimate(arch, variants[0].tensors, settings, [_PROBE_TARGET])
-        kv_read = kv_bytes_per_token(probe) * max(workload.context_per_user_tokens // 2, 1) * workload.users
+        kv_read = kv_read_bytes(probe, max(workload.context_per_user_tokens // 2, 1)) * workload.users
         return cls(workload, arch, label, path, variants, kv_total, kv_read)
 
     def over_budget(self, price: float | None) -> str:

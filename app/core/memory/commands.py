@@ -29,7 +29,8 @@ def server_command(
 ) -> str:
     """The one llama-server command builder: the estimate's context settings and placement as
     llama-server flags (``--n-cpu-moe`` for experts kept in RAM, ``--device none`` when the GPUs
-    must be hidden, ``--swa-full`` only where the model has a sliding window). File names are
+    must be hidden, ``--swa-full`` only where the model has a sliding window, ``-md`` or
+    ``--spec-type draft-mtp`` with the draft's cache types for speculative decoding). File names are
     quoted as they are on disk, bytes that are not UTF-8 included (:func:`shell_quote`)."""
     s = est.settings
     args = [
@@ -57,6 +58,13 @@ def server_command(
         args += ["--mmproj", shell_quote(s.mmproj.file_name)]
         if not s.mmproj_offload:
             args.append("--no-mmproj-offload")
+    spec = s.speculative
+    if spec is not None:
+        # The draft (or the model's MTP head) and its own cache types; -ngld where not every layer goes.
+        args += ["--spec-type", "draft-mtp"] if spec.kind == "mtp" else ["-md", shell_quote(spec.file_name)]
+        args += ["--spec-draft-n-max", str(spec.draft_max), "-ctkd", spec.cache_type_k, "-ctvd", spec.cache_type_v]
+        if spec.gpu_layers is not None:
+            args += ["-ngld", str(spec.gpu_layers)]
     if len(tensor_split) > 1:
         # An explicit split reproduces the estimate; without it llama.cpp splits by the memory free at
         # start-up, which differs between GPUs by whatever else (a desktop) holds memory.

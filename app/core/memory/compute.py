@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from app.core.memory import backends
+from app.core.memory.graphs import MLA_ARCHS, allowance_bytes, mla_parts
 from app.core.memory.kv import cache_type, kv_widths, memo_per_arch, pad_to
 from app.core.memory.layers import TensorTotals
 from app.core.memory.records import KVCacheDetail, Settings
@@ -17,7 +18,7 @@ from app.core.model.tensors import is_quantized
 # Architectures whose graph sets res->t_h_nextn (src/models/*.cpp), which llm_graph_result::set_outputs
 # keeps alive as an output.
 _KEEPS_NEXTN_HIDDEN = frozenset(
-    {"deepseek2", "gpt-oss", "glm4moe", "nemotron_h", "nemotron_h_moe", "qwen3next", "qwen35", "qwen35moe"}
+    {"gemma4", "gpt-oss", "glm4moe", "nemotron_h", "nemotron_h_moe", "qwen3next", "qwen35", "qwen35moe"}
 )
 
 
@@ -30,11 +31,23 @@ def compute_bytes(arch: Architecture, settings: Settings, kv_cells: int, swa_cel
 def compute_parts(arch: Architecture, settings: Settings, kv_cells: int, swa_cells: int | None) -> tuple[int, int]:
     """(output head peak, repeating layers' peak) of the worst-case graph's live intermediates (one
     ubatch of min(n_ctx, n_ubatch) tokens against a full KV window), as ggml's allocator reserves
-    them on the CPU backend.
+    them on the CPU backend, with the model's measured placement allowance
+    (:data:`app.core.memory.graphs.ALLOWANCE`; a negative one corrects the layers' peak only).
 
     The terms are the tensors alive at the three candidate peaks: the logits (output head), the
     feed-forward block, and (without flash attention) the attention scores.
     """
+    p_out, p_layers = _modelled_parts(arch, settings, kv_cells, swa_cells)
+    extra = allowance_bytes(arch, settings, kv_cells)
+    # A negative allowance (the modelled layers' peak measured high, as with llama-server's few
+    # logits on MoE graphs) corrects the layers only: the larger part plus it is still at or above
+    # llama.cpp wherever it was measured.
+    return p_out + max(extra, 0), p_layers + extra
+
+
+def _modelled_parts(
+    arch: Architecture, settings: Settings, kv_cells: int, swa_cells: int | None
+) -> tuple[int, int]:
     n_ctx_total = pad_to(settings.context_tokens, 256)
     n_ub = min(settings.effective_ubatch, n_ctx_total)
     # Logits are reserved for n_outputs_max rows only (llama_context::sched_reserve); the last
@@ -44,11 +57,6 @@ def compute_parts(arch: Architecture, settings: Settings, kv_cells: int, swa_cel
     vocab = arch.n_vocab
     f32 = 4
     p_out = n_out * (vocab + 2 * e) * f32
-    if arch.mla is not None:
-        # MLA keeps each head's absorbed query (latent + rope + nope dims, f32) alive into the output
-        # phase: exact on DeepSeek-V2's dry run, 4% low on V2-Lite's.
-        mla = arch.mla
-        p_out += n_ub * f32 * arch.max_heads() * (mla.kv_lora_rank + mla.qk_nope_head_dim + mla.qk_rope_head_dim)
 
     if arch.arch == "ernie4_5-moe" and arch.moe is not None:
         # ERNIE 4.5's last MoE block leaves its routed gate/up/activation rows (n_used x ff_exp x 3)
@@ -69,15 +77,13 @@ def compute_parts(arch: Architecture, settings: Settings, kv_cells: int, swa_cel
             kept = max(kept, n_ub * arch.max_heads() * arch.head_dim_k_eff)
         p_out += kept * f32
     if arch.arch == "llama4":
-        # Llama 4's output phase keeps an embedding row per output and, at long contexts, the two
-        # attention masks (chunked and global) below the logits: counted whole (exact at 64k without
-        # --swa-full, up to 8% high with a full-size chunked cache).
-        mask = 2 if settings.flash_attn else f32
-        p_out += n_out * e * f32 + n_ub * mask * (kv_cells + (swa_cells or 0))
-    if arch.arch in ("nemotron_h", "nemotron_h_moe"):
-        # Nemotron-H's attention mask is still placed below the logits (n_ub x n_kv, f16 with flash
-        # attention): exact at 4k cells, up to a quarter of it high at 32k-128k.
-        p_out += n_ub * kv_cells * (2 if settings.flash_attn else f32)
+        # Llama 4's output phase keeps an embedding row per output. Its two attention masks (chunked
+        # and global) stay below the logits at some cache sizes and not at others: that part is the
+        # measured allowance (graphs.ALLOWANCE), not counted here.
+        p_out += n_out * e * f32
+    # Nemotron-H's attention mask (n_ub x n_kv, f16 with flash attention) likewise stays below the
+    # logits whole at 4k cells, three quarters at 128k with ubatch 2048 and not at all at 32k with
+    # ubatch 512: measured per cache size in graphs.ALLOWANCE.
 
     n_kv = kv_cells
     if arch.ssm is not None and arch.attention_layers is None:
@@ -91,33 +97,77 @@ def compute_parts(arch: Architecture, settings: Settings, kv_cells: int, swa_cel
     if arch.moe is not None:
         moe = arch.moe
         dense = max((arch.ff(i) for i in range(arch.n_layer) if not arch.is_moe_layer(i)), default=0)
-        # Routed experts: per token, n_expert_used rows of gate/up/act per expert.
+        # Routed experts: per token, n_expert_used rows of gate/up/act per expert; Gemma 4 runs its
+        # dense MLP beside them (llama_model_gemma4::graph).
         routed = moe.n_expert_used * moe.expert_ff
-        ff = max(dense, routed + moe.shared_ff)
+        beside = max(arch.ff(i) for i in range(arch.n_layer)) if arch.arch == "gemma4" else moe.shared_ff
+        ff = max(dense, routed + beside)
         # build_moe_ffn's down projection: the activation, each expert's output and its weighted
-        # copy are alive together (n_used x (ff_exp + 2 e)), which outgrows gate/up/act on models
+        # copy are alive together (n_used x (ff_exp + 2 width)), which outgrows gate/up/act on models
         # with many narrow experts (Qwen3-MoE: exact on no-alloc dry runs with few output rows).
-        p_moe_down = n_ub * f32 * (moe.n_expert_used * (moe.expert_ff + 2 * e) + 3 * e)
+        # Nemotron 3 Super / Ultra run the experts in their latent width (moe_latent_size).
+        width = moe.latent_size or e
+        p_moe_down = n_ub * f32 * (moe.n_expert_used * (moe.expert_ff + 2 * width) + 3 * e)
     mask = 2 if settings.flash_attn else 4
-    p_ffn = n_ub * (f32 * (3 * ff + 4 * e) + mask * n_kv)
-    p_ffn = max(p_ffn, p_moe_down + n_ub * mask * n_kv)
+    # Gated FFNs keep gate, up and their product; Nemotron's ReLU-squared experts have no gate.
+    n_rows = 2 if arch.arch == "nemotron_h_moe" else 3
+    # Phi-3's FFN is fused (one up product split by views into gate and up): one embedding row fewer
+    # is alive beside it (exact on Phi-3 mini dry runs at 8k-128k cells).
+    # Nemotron 3's mask is not alive at its layers' peak (flat from 8k to 128k cells on the Super's
+    # dry runs); where it stays below the logits is the measured allowance's part.
+    layer_mask = 0 if arch.arch == "nemotron_h_moe" else n_ub * mask * n_kv
+    p_ffn = n_ub * f32 * (n_rows * ff + (3 if arch.arch == "phi3" else 4) * e) + layer_mask
+    p_ffn = max(p_ffn, p_moe_down + layer_mask)
     if swa_cells is not None:
         p_ffn += n_ub * mask * swa_cells
+    if arch.arch in ("qwen3next", "qwen35", "qwen35moe") and arch.ssm is not None:
+        # The gated DeltaNet layer: its convolution's input and raw output (q, k and v of every head)
+        # beside the residual stream; the peak of small models when few logits are reserved
+        # (Qwen3.5 0.8B with llama-server's one row per slot).
+        conv_dim = arch.ssm.d_state * (2 * arch.ssm.n_group + arch.ssm.n_head)
+        p_ffn = max(p_ffn, n_ub * (f32 * (4 * e + 3 * conv_dim) + mask * n_kv))
+    if arch.mla is not None and arch.arch in MLA_ARCHS:
+        mla_out, mla_layer = mla_parts(
+            arch, n_ub, n_out, n_kv, settings.flash_attn, cache_type(settings.cache_type_k)
+        )
+        return mla_out, max(p_ffn, mla_layer)
 
     if settings.flash_attn:
         return p_out, p_ffn
 
     n_head = arch.max_heads()
     kv_w = max((sum(w) for w in kv_widths(arch)), default=0)
-    p_attn = n_ub * n_kv * f32 * (n_head + 1) + n_ub * f32 * (5 * e + kv_w)
     q_width = n_head * arch.head_dim_k_eff
-    if q_width > e:
-        # q (and its roped copy) wider than the embedding (Qwen3-MoE: 32 x 128 heads on 2048):
-        # exact on dry runs of Qwen3-30B-A3B and Qwen3-235B-A22B.
+    if arch.arch == "gemma4":
+        # Gemma 4's full-attention layer: the scores' output and its merged copy are a query wide
+        # (32 x 512 on the 31B), not a KV row: measured on Gemma 4 31B / 26B-A4B dry runs.
+        kv_w = q_width
+    scores = n_kv * (n_head + 1)
+    if isinstance(arch.n_head, list) and swa_cells is not None:
+        # Per-layer heads with a window-sized SWA cache (Laguna: more heads on its sliding-window
+        # layers): the widest layer's scores over its own cache.
+        scores = memo_per_arch(
+            arch,
+            ("scores", n_kv, swa_cells),
+            lambda: max(
+                (arch.heads(i) + 1) * (swa_cells if arch.is_swa_layer(i) else n_kv)
+                for i in range(arch.n_layer)
+                if arch.is_attention_layer(i)
+            ),
+        )
+    p_attn = n_ub * f32 * scores + n_ub * f32 * (5 * e + kv_w)
+    if q_width > e or arch.arch == "llama":
+        # q and its roped copy are a query wide, not an embedding: wider on Qwen3-MoE (32 x 128 heads
+        # on 2048; exact on dry runs of Qwen3-30B-A3B and Qwen3-235B-A22B), narrower on Mistral Nemo
+        # (32 x 128 on 5120; exact at 4k-128k cells).
         p_attn += n_ub * f32 * 2 * (q_width - e)
-    if swa_cells is not None and arch.arch in ("gemma3", "llama4"):
-        # Gemma 3's scores are reserved beside its SWA mask (f32 without flash attention);
-        # measured on Gemma-3-4B/12B dry runs, where Gemma 2's are not.
+    if arch.arch == "phi3":
+        # Phi-3's fused QKV: q, k and v are views of one product (llm_build_phi3), two embedding rows
+        # fewer (exact on Phi-3 mini dry runs at 1k-128k cells).
+        p_attn -= n_ub * f32 * 2 * e
+    if swa_cells is not None and arch.arch in ("gemma2", "gemma3", "gemma4", "llama4"):
+        # The scores are reserved beside the SWA mask (f32 without flash attention): measured on
+        # Gemma-3-4B/12B dry runs, and on Gemma 2 2B at 32k cells (not at 8k: up to 2% high there).
         p_attn += n_ub * swa_cells * f32
     return p_out, max(p_ffn, p_attn)
 

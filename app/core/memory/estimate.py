@@ -35,6 +35,7 @@ from app.core.memory.compute import (
     offload_peak,
 )
 from app.core.memory.consumers import ollama_batch_tokens, ollama_default_context
+from app.core.memory.graphs import MODEL_ALLOWANCE, allowance_bytes, allowance_key
 from app.core.memory.kv import (
     context_cells,
     kv_caches,
@@ -43,14 +44,17 @@ from app.core.memory.kv import (
     pad_to,
     recurrent_state_bytes_per_layer,
 )
-from app.core.memory.layers import breakdown_indices, layer_devices, tensor_totals
+from app.core.memory.layers import TensorTotals, breakdown_indices, layer_devices, tensor_totals
 from app.core.memory.records import (
     CPU_RUNTIME_OVERHEAD_BYTES,
     DeviceBreakdown,
     Estimate,
     Settings,
+    SpeculativeEstimate,
+    SpeculativeSpec,
     Target,
 )
+from app.core.memory.speculative import head_output_bytes, mtp_compute_bytes, mtp_kv_bytes, supports_mtp
 from app.core.model.architecture import Architecture
 from app.core.model.coverage import APPROXIMATE_NOTE, ArchCoverage, coverage
 from app.core.model.projector import ProjectorEstimate, ProjectorSpec, estimate_projector
@@ -152,6 +156,8 @@ def estimate(
     swa_cells = next((d.cells for d in details if d.kind == "swa"), None)
     full_cells = next((d.cells for d in details if d.kind == "full"), cells)
     p_out, p_layers = compute_parts(arch, settings, full_cells if caches else cells, swa_cells)
+    n_ub = min(settings.effective_ubatch, pad_to(settings.context_tokens, 256))
+    allowance = allowance_bytes(arch, settings, full_cells if caches else cells)
     peak = max(p_out, p_layers)
     compute = [0] * (n_dev + 1)
     gpu_used = sorted(set(layer_dev) - {-1})
@@ -160,7 +166,6 @@ def estimate(
         # Each GPU reserves its own part of the graph: the logits only where the output head is
         # (public two-GPU logs: 256 MiB without the head, 363 MiB with it, Qwen2.5-32B at 2k).
         compute[g] = max(p_layers, p_out if g == out_dev else 0)
-    n_ub = min(settings.effective_ubatch, pad_to(settings.context_tokens, 256))
     masks = mask_bytes(settings, details)
     gpu_build = bool(gpus) and backend != "cpu"
     if gpu_build:
@@ -219,6 +224,7 @@ def estimate(
         )
     )
     projector, projector_device = _place_projector(settings, breakdown, gpu_build)
+    speculative = _place_speculative(arch, totals, settings, targets, breakdown, layer_dev)
     rules = coverage(arch.arch)
     return Estimate(
         settings=settings,
@@ -229,7 +235,10 @@ def estimate(
         n_layer=n_layer,
         layer_devices=breakdown_indices(layer_dev, len(breakdown)),
         assumptions=tuple(_assumptions(settings, gpus, cpu, backend, repacks, cpu_moe, rules))
-        + _projector_notes(projector, projector_device, breakdown),
+        + _projector_notes(projector, projector_device, breakdown)
+        + _speculative_notes(speculative, breakdown)
+        + _mtp_head_notes(arch, totals.unloaded_bytes, settings)
+        + _allowance_notes(arch, allowance),
         backend=backend,
         cpu_moe_layers=cpu_moe,
         runtime_scratch_bytes=scratch,
@@ -237,6 +246,8 @@ def estimate(
         architecture=arch.arch,
         projector=projector,
         projector_device=projector_device,
+        speculative=speculative,
+        compute_allowance_bytes=allowance,
     )
 
 
@@ -268,6 +279,122 @@ def _projector_notes(
         else f"The vision projector runs in host memory ({where.name})."
     )
     return (*projector.assumptions, place)
+
+
+def _place_speculative(
+    arch: Architecture,
+    totals: TensorTotals,
+    settings: Settings,
+    targets: list[Target],
+    breakdown: list[DeviceBreakdown],
+    layer_dev: tuple[int, ...],
+) -> SpeculativeEstimate | None:
+    """Add speculative decoding's second context to the devices llama-server puts it on (changes
+    ``breakdown`` in place). A draft model is estimated like any model, on the same devices, with its
+    own -ngld, the draft cache types and one logits row per slot; its share of the process overhead
+    is not counted twice. The MTP head's weights and context go where the model's last layer is (the
+    NextN layers are its last), its logits in host memory.
+
+    Raises EstimateError when the model has no MTP head llama.cpp can run."""
+    spec = settings.speculative
+    if spec is None:
+        return None
+    n_dev = len(breakdown)
+    by_device = [0] * n_dev
+    if spec.kind == "draft":
+        assert spec.architecture is not None
+        draft_settings = settings.model_copy(
+            update={
+                "speculative": None,
+                "mmproj": None,
+                "cache_type_k": spec.cache_type_k,
+                "cache_type_v": spec.cache_type_v,
+                "gpu_layers": "all" if spec.gpu_layers is None else spec.gpu_layers,
+                "n_cpu_moe": 0,
+                "consumer": "llama-server",
+            }
+        )
+        draft = estimate(spec.architecture, spec.tensors, draft_settings, targets)
+        for i, d in enumerate(draft.devices):
+            by_device[i] = d.total_bytes - d.overhead_bytes
+        weights = draft.weights_bytes + draft.repack_bytes
+        kv = draft.kv_cache_bytes + draft.recurrent_state_bytes
+        compute, output = draft.compute_bytes, draft.output_bytes
+    else:
+        if not supports_mtp(arch):
+            raise EstimateError(
+                f"{arch.name} has no multi-token-prediction head llama.cpp can draft with: use a draft "
+                "model (-md) instead, or a GGUF that keeps the MTP block."
+            )
+        where = layer_dev[arch.n_layer - 1] % n_dev
+        weights = totals.unloaded_bytes
+        kv = mtp_kv_bytes(arch, settings, spec)
+        compute = mtp_compute_bytes(arch, settings)
+        output = head_output_bytes(arch, settings)
+        by_device[where] += weights + kv + compute
+        by_device[-1] += output
+    for i, extra in enumerate(by_device):
+        if extra:
+            breakdown[i] = breakdown[i].model_copy(update={"speculative_bytes": extra})
+    return SpeculativeEstimate(
+        spec=spec,
+        weights_bytes=weights,
+        kv_cache_bytes=kv,
+        compute_bytes=compute,
+        output_bytes=output,
+        by_device=tuple(by_device),
+    )
+
+
+def _speculative_notes(spec: SpeculativeEstimate | None, breakdown: list[DeviceBreakdown]) -> tuple[str, ...]:
+    if spec is None:
+        return ()
+    places = ", ".join(f"{breakdown[i].name} {b / MIB:,.0f} MiB" for i, b in enumerate(spec.by_device) if b)
+    what = (
+        "the model's MTP head (--spec-type draft-mtp: loaded with the model, its own KV cache over the MTP layers)"
+        if spec.spec.kind == "mtp"
+        else f"the draft model {spec.spec.name} (-md: its weights, KV cache and buffers)"
+    )
+    return (
+        f"Speculative decoding keeps {what} beside the model: {places}; its cache uses "
+        f"-ctkd {spec.spec.cache_type_k} -ctvd {spec.spec.cache_type_v} (not yet checked on a GPU).",
+    )
+
+
+def _allowance_notes(arch: Architecture, allowance: int) -> tuple[str, ...]:
+    """The measured compute allowance, when one applies: an assumption line, not a hidden term."""
+    if not allowance:
+        return ()
+    source = "measured on this model" if arch.id in MODEL_ALLOWANCE else f"the widest measured on {allowance_key(arch)}"
+    if allowance > 0:
+        what = (
+            f"a measured allowance of {allowance / MIB:,.1f} MiB for where ggml's allocator places the "
+            "logits and the last hidden state"
+        )
+    else:
+        what = f"a measured correction of {allowance / MIB:,.1f} MiB to the modelled layers' peak"
+    return (
+        f"Compute buffers include {what} ({source}: the largest shortfall of the modelled peak against "
+        "llama.cpp's dry run at these settings, scripts/fit_compute_allowance.py), so they are not below "
+        "llama.cpp's there.",
+    )
+
+
+def _mtp_head_notes(arch: Architecture, unloaded_bytes: int, settings: Settings) -> tuple[str, ...]:
+    """Whether the file's MTP (NextN) head is loaded, and what loading it costs."""
+    if not arch.n_nextn_layers or (settings.speculative is not None and settings.speculative.kind == "mtp"):
+        return ()
+    head = f"The file's multi-token-prediction head ({arch.n_nextn_layers} layer(s), {unloaded_bytes / MIB:,.0f} MiB)"
+    if not supports_mtp(arch):
+        return (f"{head} is not loaded: this llama.cpp cannot draft with it (load_mtp off).",)
+    spec = SpeculativeSpec(kind="mtp", name="the model's MTP head")
+    kv = mtp_kv_bytes(arch, settings, spec)
+    compute = mtp_compute_bytes(arch, settings) + head_output_bytes(arch, settings)
+    return (
+        f"{head} is not loaded (load_mtp off). Drafting with it (llama-server --spec-type draft-mtp; "
+        f"fitscope estimate --mtp) loads it and adds {kv / MIB:,.0f} MiB of KV cache and "
+        f"{compute / MIB:,.0f} MiB of buffers at these settings.",
+    )
 
 
 @lru_cache(maxsize=32)

@@ -39,10 +39,14 @@ def _kv_layer_widths(arch: Architecture, layer: int) -> tuple[int, int]:
     if arch.is_nextn_layer(layer):
         # The main context's cache skips NextN layers (filter il < n_layer(), llama_model::create_memory).
         return 0, 0
+    if not arch.has_own_kv(layer):
+        # Shared-KV layers (Gemma 3n / 4) read an earlier layer's cache (hparams.has_kv, the reuse callback).
+        return 0, 0
     if arch.mla is not None:
         return arch.mla.kv_lora_rank + arch.mla.qk_rope_head_dim, 0
     n_kv = arch.kv_heads(layer)
-    return n_kv * arch.head_dim_k_eff, n_kv * arch.head_dim_v_eff
+    # Head widths may differ between sliding-window and full layers (n_embd_head_k(il), Gemma 4).
+    return n_kv * arch.head_dim_k_at(layer), n_kv * arch.head_dim_v_at(layer)
 
 
 _WIDTHS_CACHE: dict[int, tuple[Architecture, tuple[tuple[int, int], ...]]] = {}
@@ -112,7 +116,9 @@ def _kv_caches(arch: Architecture, settings: Settings) -> list[tuple[KVCacheDeta
     v_trans = not settings.flash_attn
     v_width_max = max(widths[i][1] for i in layers)
 
-    def build(kind: Literal["full", "swa"], group: list[int], n_cells: int) -> tuple[KVCacheDetail, list[int]]:
+    def build(
+        kind: Literal["full", "swa", "indexer"], group: list[int], n_cells: int
+    ) -> tuple[KVCacheDetail, list[int]]:
         k_bytes = v_bytes = 0
         for i in group:
             k_w, v_w = widths[i]
@@ -127,7 +133,7 @@ def _kv_caches(arch: Architecture, settings: Settings) -> list[tuple[KVCacheDeta
 
     swa_layers = [i for i in layers if arch.is_swa_layer(i)]
     if not swa_layers:
-        return [build("full", layers, cells)]
+        return [build("full", layers, cells), *_indexer_cache(arch, cells, streams, type_k)]
     full_layers = [i for i in layers if not arch.is_swa_layer(i)]
     assert arch.sliding_window is not None
     n_seq = settings.parallel_sequences
@@ -140,6 +146,22 @@ def _kv_caches(arch: Architecture, settings: Settings) -> list[tuple[KVCacheDeta
         out.append(build("full", full_layers, cells))
     out.append(build("swa", swa_layers, swa_cells))
     return out
+
+
+def _indexer_cache(
+    arch: Architecture, cells: int, streams: int, type_k: GGMLType
+) -> list[tuple[KVCacheDetail, list[int]]]:
+    """DeepSeek sparse attention's indexer key cache: one key of indexer.head_dim per token and layer, in
+    the K cache type, no V, on the trunk layers that own an indexer (llama_kv_cache_dsa's kv_lid, built
+    with one KV head of indexer_head_size; filter_lid in llama_model::create_memory)."""
+    ix = arch.indexer
+    if ix is None:
+        return []
+    trunk = arch.n_layer - arch.n_nextn_layers
+    group = [i for i in range(trunk) if ix.full_layers is None or i in ix.full_layers]
+    k_bytes = row_bytes(type_k, ix.head_dim) * cells * streams * len(group)
+    detail = KVCacheDetail(kind="indexer", cells=cells, streams=streams, layers=len(group), k_bytes=k_bytes, v_bytes=0)
+    return [(detail, group)]
 
 
 def recurrent_state_bytes_per_layer(arch: Architecture, settings: Settings) -> int:

@@ -17,6 +17,12 @@ from app.core.model.tensors import TensorInfo
 _EXPERT_TENSOR = re.compile(r"\.ffn_(up|down|gate_up|gate)_(ch|)exps\.")
 
 
+# Tensors of a NextN/MTP layer that llama.cpp loads even while load_mtp is off, because their
+# create_tensor call does not pass the layer's skip flag (the expert selection bias in
+# llama_model_deepseek32 / llama_model_glm_dsa::load_arch_tensors).
+_LOADED_IN_NEXTN = {"deepseek32": (".exp_probs_b.bias",), "glm-dsa": (".exp_probs_b.bias",)}
+
+
 def is_expert_tensor(name: str) -> bool:
     """Routed-expert weights, as llama.cpp's --cpu-moe / --n-cpu-moe patterns match them
     (``blk.N.ffn_(up|down|gate_up|gate)_(ch|)exps``, common/arg.cpp and common/fit.cpp)."""
@@ -132,7 +138,7 @@ def _sum_tensors(arch: Architecture, tensors: Sequence[TensorInfo]) -> TensorTot
     output_head = (0, 0, 0)
     params = 0.0
     for t in tensors:
-        if arch.is_nextn_layer(t.layer):
+        if arch.is_nextn_layer(t.layer) and not t.name.endswith(_LOADED_IN_NEXTN.get(arch.arch, ())):
             unloaded += t.n_bytes  # in the file, not loaded (TENSOR_SKIP while load_mtp is off)
             continue
         layer = _layer_of(t, n_layer)

@@ -9,9 +9,10 @@ from pydantic import Field, model_validator
 
 from app.core.common.units import MIB, Frozen
 from app.core.memory.backends import Backend, Consumer
+from app.core.model.architecture import Architecture
 from app.core.model.coverage import Status
 from app.core.model.projector import ProjectorEstimate, ProjectorSpec
-from app.core.model.tensors import CACHE_TYPES, GGMLType
+from app.core.model.tensors import CACHE_TYPES, GGMLType, TensorInfo
 
 GPU_RUNTIME_OVERHEAD_BYTES = 512 * MIB
 
@@ -36,6 +37,39 @@ REPACK_TYPES: dict[str, frozenset[GGMLType]] = {
     ),
     "none": frozenset(),
 }
+
+
+class SpeculativeSpec(Frozen):
+    """llama-server's speculative decoding, which keeps a second context beside the model's:
+
+    - ``mtp``: the model's own multi-token-prediction head (``--spec-type draft-mtp``): the head is
+      loaded with the model (load_mtp) and gets an MTP context of its own (its KV cache holds the MTP
+      layers only);
+    - ``draft``: a smaller draft model (``-md DRAFT.gguf``, with ``-ngld`` layers on the GPUs), with
+      its own weights and context.
+
+    Both contexts hold as many cells as the model's, in the draft cache types (``-ctkd`` / ``-ctvd``),
+    and reserve logits for one row per slot (common_base_params_to_speculative, common/speculative.cpp).
+    """
+
+    kind: Literal["mtp", "draft"]
+    name: str = Field(description="what the user chose: the draft's name, or the model's MTP head")
+    file_name: str = Field(default="", description="the draft GGUF llama-server is given with -md")
+    architecture: Architecture | None = Field(default=None, description="the draft model's (None for mtp)")
+    tensors: tuple[TensorInfo, ...] = Field(default=(), description="the draft model's tensors")
+    cache_type_k: str = "f16"
+    cache_type_v: str = "f16"
+    gpu_layers: int | None = Field(default=None, ge=0, description="-ngld; None: every draft layer on the GPUs")
+    draft_max: int = Field(default=3, ge=1, le=64, description="--spec-draft-n-max: tokens drafted per step")
+
+    @model_validator(mode="after")
+    def _check(self) -> SpeculativeSpec:
+        if self.kind == "draft" and (self.architecture is None or not self.tensors):
+            raise ValueError("a draft model needs its architecture and tensors")
+        for name in (self.cache_type_k, self.cache_type_v):
+            if name not in CACHE_TYPES:
+                raise ValueError(f"unknown draft cache type '{name}' (choose {', '.join(CACHE_TYPES)})")
+        return self
 
 
 class Settings(Frozen):
@@ -71,6 +105,9 @@ class Settings(Frozen):
     )
     mmproj: ProjectorSpec | None = Field(default=None, description="--mmproj: a vision projector beside the model")
     mmproj_offload: bool = Field(default=True, description="False: --no-mmproj-offload (the projector in host memory)")
+    speculative: SpeculativeSpec | None = Field(
+        default=None, description="speculative decoding: the model's MTP head or a draft model (-md)"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> Settings:
@@ -102,7 +139,14 @@ class Settings(Frozen):
             + ("" if self.mmap else " --no-mmap")
             + (f" --n-cpu-moe {self.n_cpu_moe}" if self.n_cpu_moe else "")
             + (f" -t {self.threads}" if self.threads else "")
+            + (self._speculative_flags() if self.speculative is not None else "")
         )
+
+    def _speculative_flags(self) -> str:
+        spec = self.speculative
+        assert spec is not None
+        head = " --spec-type draft-mtp" if spec.kind == "mtp" else f" -md {spec.file_name or spec.name}"
+        return head + f" -ctkd {spec.cache_type_k} -ctvd {spec.cache_type_v}"
 
 
 class Target(Frozen):
@@ -151,11 +195,15 @@ class DeviceBreakdown(Frozen):
         description="page cache inside weights_bytes the kernel may drop: the mapped file pages of tensors the CPU "
         "backend repacked, never read again after loading",
     )
+    speculative_bytes: int = Field(
+        default=0, description="speculative decoding's draft or MTP head: its weights, KV cache and buffers"
+    )
 
     @property
     def total_bytes(self) -> int:
         return (
             self.projector_bytes
+            + self.speculative_bytes
             + self.weights_bytes
             + self.repack_bytes
             + self.kv_cache_bytes
@@ -180,9 +228,10 @@ class DeviceBreakdown(Frozen):
 
 
 class KVCacheDetail(Frozen):
-    """One llama.cpp KV cache (sliding-window models have two)."""
+    """One llama.cpp KV cache: sliding-window models have a full and a sliding-window one, sparse-attention
+    models (DeepSeek-V3.2, GLM-5) a K-only cache of indexer keys beside the main one."""
 
-    kind: Literal["full", "swa"]
+    kind: Literal["full", "swa", "indexer"]
     cells: int
     streams: int
     layers: int
@@ -192,6 +241,22 @@ class KVCacheDetail(Frozen):
     @property
     def total_bytes(self) -> int:
         return self.k_bytes + self.v_bytes
+
+
+class SpeculativeEstimate(Frozen):
+    """What speculative decoding adds (bytes): the draft's (or MTP head's) weights, its own KV cache,
+    compute and output buffers, and where llama-server puts each."""
+
+    spec: SpeculativeSpec
+    weights_bytes: int
+    kv_cache_bytes: int
+    compute_bytes: int
+    output_bytes: int
+    by_device: tuple[int, ...] = Field(description="bytes per entry of Estimate.devices")
+
+    @property
+    def total_bytes(self) -> int:
+        return self.weights_bytes + self.kv_cache_bytes + self.compute_bytes + self.output_bytes
 
 
 class Estimate(Frozen):
@@ -220,6 +285,11 @@ class Estimate(Frozen):
     architecture: str = Field(default="", description="llama.cpp general.architecture")
     projector: ProjectorEstimate | None = Field(default=None, description="the --mmproj projector, when one is loaded")
     projector_device: int | None = Field(default=None, description="the index in ``devices`` holding the projector")
+    speculative: SpeculativeEstimate | None = Field(default=None, description="the draft or MTP head, when one is used")
+    compute_allowance_bytes: int = Field(
+        default=0,
+        description="the measured placement allowance each compute buffer includes (app.core.memory.graphs.ALLOWANCE)",
+    )
 
     @property
     def approximate(self) -> bool:
@@ -255,6 +325,10 @@ class Estimate(Frozen):
     @property
     def projector_bytes(self) -> int:
         return self._sum("projector_bytes")
+
+    @property
+    def speculative_bytes(self) -> int:
+        return self._sum("speculative_bytes")
 
     @property
     def overhead_bytes(self) -> int:
@@ -298,6 +372,24 @@ def projector_json(e: Estimate) -> dict[str, Any] | None:
     }
 
 
+def speculative_json(e: Estimate) -> dict[str, Any] | None:
+    """Speculative decoding's parts (bytes): the draft model (-md) or the MTP head; None without."""
+    s = e.speculative
+    if s is None:
+        return None
+    return {
+        "kind": s.spec.kind,
+        "name": s.spec.name,
+        "file": s.spec.file_name,
+        "weights_bytes": s.weights_bytes,
+        "kv_cache_bytes": s.kv_cache_bytes,
+        "compute_bytes": s.compute_bytes,
+        "output_bytes": s.output_bytes,
+        "total_bytes": s.total_bytes,
+        "devices": {e.devices[i].name: b for i, b in enumerate(s.by_device) if b},
+    }
+
+
 def estimate_json(e: Estimate) -> dict[str, Any]:
     """An estimate's figures as ``fitscope estimate --json`` names them: bytes as unrounded
     integers, ``context_tokens`` as llama.cpp's ``-c``, one entry per device, the settings."""
@@ -313,6 +405,7 @@ def estimate_json(e: Estimate) -> dict[str, Any]:
         "output_bytes": e.output_bytes,
         "overhead_bytes": e.overhead_bytes,
         "projector_bytes": e.projector_bytes,
+        "speculative_bytes": e.speculative_bytes,
         "total_bytes": e.total_bytes,
         "reclaimable_bytes": e.reclaimable_bytes,
         "resident_bytes": e.resident_bytes,
@@ -336,12 +429,15 @@ def estimate_json(e: Estimate) -> dict[str, Any]:
                 "output_bytes": d.output_bytes,
                 "overhead_bytes": d.overhead_bytes,
                 "projector_bytes": d.projector_bytes,
+                "speculative_bytes": d.speculative_bytes,
                 "layers": d.layers,
             }
             for d in e.devices
         ],
         "kv_caches": [c.model_dump() | {"total_bytes": c.total_bytes} for c in e.kv_caches],
         "projector": projector_json(e),
+        "speculative": speculative_json(e),
         "fits": e.fits,
-        "settings": e.settings.model_dump(),
+        # a draft's architecture and tensors are its file's, not settings
+        "settings": e.settings.model_dump(exclude={"speculative": {"architecture", "tensors"}}),
     }

@@ -37,6 +37,15 @@ class MoESpec(Frozen):
     layer_step: int = Field(
         default=1, ge=1, description="every N-th layer is MoE, the others dense (Llama 4 interleave_moe_layer_step)"
     )
+    latent_size: int | None = Field(
+        default=None,
+        ge=1,
+        description="the routed experts run in a narrower latent space, projected down and up around them "
+        "(Nemotron 3 Super / Ultra moe_latent_size)",
+    )
+    selection_bias: bool = Field(
+        default=False, description="the router carries a per-expert selection bias (exp_probs_b; DeepSeek-V3 style)"
+    )
 
     @property
     def shared_ff(self) -> int:
@@ -53,6 +62,20 @@ class MLASpec(Frozen):
     qk_rope_head_dim: int = Field(ge=1)
     qk_nope_head_dim: int = Field(ge=1)
     v_head_dim: int = Field(ge=1)
+
+
+class IndexerSpec(Frozen):
+    """DeepSeek sparse attention's lightning indexer (DeepSeek-V3.2, GLM-5): a small attention that picks
+    the top-k cached tokens each query attends to, with its own per-token key cache."""
+
+    n_head: int = Field(ge=1, description="indexer heads (index_n_heads)")
+    head_dim: int = Field(ge=1, description="indexer key width per head (index_head_dim)")
+    top_k: int = Field(ge=1, description="tokens each query attends to (index_topk)")
+    full_layers: list[int] | None = Field(
+        default=None,
+        description="layers with their own indexer and indexer cache (GLM-5: the others reuse the previous "
+        "full layer's choice); None: every attention layer",
+    )
 
 
 class SSMSpec(Frozen):
@@ -96,10 +119,39 @@ class Architecture(Frozen):
         description="period of the SWA layout: in each run of N layers the last is full attention "
         "(Gemma 2: 2, Gemma 3: 6, gpt-oss: 2). 1 means every layer is SWA.",
     )
+    swa_dense_first: bool = Field(
+        default=False,
+        description="the SWA period starts with its full-attention layer (set_swa_pattern's dense_first: "
+        "Laguna XS.2 has full attention on layers 0, 4, 8...)",
+    )
     attn_bias: bool = Field(default=False, description="q/k/v projections carry a bias")
     qk_norm: bool = Field(default=False, description="per-head RMS norm on q and k")
+    head_dim_k_swa: int | None = Field(
+        default=None, ge=1, description="key width per head on sliding-window layers (Gemma 4 key_length_swa)"
+    )
+    head_dim_v_swa: int | None = Field(
+        default=None, ge=1, description="value width per head on sliding-window layers (value_length_swa)"
+    )
+    full_attention_k_is_v: bool = Field(
+        default=False,
+        description="full-attention layers have no V projection and attend with K as V (Gemma 4 attention_k_eq_v); "
+        "their cache still holds both",
+    )
+    n_kv_shared_layers: int = Field(
+        default=0,
+        ge=0,
+        description="trailing layers with no KV cache of their own: they read the last full / sliding-window "
+        "layer's cache before them (Gemma 3n, Gemma 4 E2B/E4B shared_kv_layers)",
+    )
+    n_embd_per_layer: int = Field(
+        default=0,
+        ge=0,
+        description="per-layer embedding width (Gemma 3n / Gemma 4 E sizes): a token's second embedding of "
+        "n_embd_per_layer x n_layer values, fed to every layer",
+    )
     moe: MoESpec | None = None
     mla: MLASpec | None = None
+    indexer: IndexerSpec | None = None
     ssm: SSMSpec | None = None
     conv_l_cache: int | None = Field(
         default=None,
@@ -150,6 +202,8 @@ class Architecture(Frozen):
             raise ValueError("n_expert_used exceeds n_expert")
         if self.n_nextn_layers >= self.n_layer:
             raise ValueError("n_nextn_layers leaves no layer to run")
+        if self.n_kv_shared_layers and self.n_kv_shared_layers > self.n_layer - 2:
+            raise ValueError("n_kv_shared_layers leaves fewer than two layers with a KV cache")
         return self
 
     # -- per-layer accessors -------------------------------------------------------------------
@@ -176,6 +230,21 @@ class Architecture(Frozen):
     def head_dim_v_eff(self) -> int:
         return self.head_dim_v or self.n_embd // max(1, self.max_heads())
 
+    def head_dim_k_at(self, layer: int) -> int:
+        """Key width per head on ``layer`` (llama_hparams::n_embd_head_k(il): SWA layers may differ)."""
+        if self.head_dim_k_swa is not None and self.is_swa_layer(layer):
+            return self.head_dim_k_swa
+        return self.head_dim_k_eff
+
+    def head_dim_v_at(self, layer: int) -> int:
+        if self.head_dim_v_swa is not None and self.is_swa_layer(layer):
+            return self.head_dim_v_swa
+        return self.head_dim_v_eff
+
+    def has_own_kv(self, layer: int) -> bool:
+        """Whether ``layer`` holds a KV cache of its own (llama_hparams::has_kv: not a shared-KV layer)."""
+        return layer < self.n_layer - self.n_kv_shared_layers
+
     @property
     def is_hybrid_family(self) -> bool:
         """Recurrent layers of some kind (Mamba, short convolution), possibly among attention layers."""
@@ -196,6 +265,8 @@ class Architecture(Frozen):
         if self.sliding_window is None or self.sliding_window_pattern is None:
             return False
         n = self.sliding_window_pattern
+        if self.swa_dense_first:
+            return n == 1 or layer % n != 0
         return n == 1 or layer % n < n - 1
 
     def is_nextn_layer(self, layer: int | None) -> bool:

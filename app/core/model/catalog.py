@@ -72,6 +72,53 @@ def _find(items: tuple[_Item, ...], item_id: str, what: str) -> _Item:
     raise CatalogError(f"There is no {what} '{item_id}' in the catalog.{hint}")
 
 
+# The families the window's model list groups the catalog by: (catalog id prefix, family), the first match
+# wins, so longer prefixes come first.
+FAMILIES: tuple[tuple[str, str], ...] = (
+    ("llama-4", "Llama 4"),
+    ("llama-3", "Llama 3"),
+    ("qwen3.5", "Qwen3.5 / Qwen3.6"),
+    ("qwen3.6", "Qwen3.5 / Qwen3.6"),
+    ("qwen3-coder", "Qwen3-Coder"),
+    ("qwen3-next", "Qwen3-Next"),
+    ("qwen3", "Qwen3"),
+    ("qwen2.5", "Qwen2.5"),
+    ("gemma-4", "Gemma 4"),
+    ("gemma-3", "Gemma 3"),
+    ("gemma-2", "Gemma 2"),
+    ("deepseek", "DeepSeek"),
+    ("kimi", "Kimi"),
+    ("glm", "GLM"),
+    ("minimax", "MiniMax"),
+    ("nemotron", "Nemotron"),
+    ("ministral", "Mistral"),
+    ("mistral", "Mistral"),
+    ("mixtral", "Mistral"),
+    ("gpt-oss", "gpt-oss"),
+    ("phi", "Phi"),
+    ("mamba", "Mamba"),
+    ("falcon-mamba", "Mamba"),
+    ("lfm2", "LFM2"),
+    ("seed-oss", "Seed-OSS"),
+    ("ernie", "ERNIE"),
+    ("smollm", "SmolLM"),
+    ("laguna", "Laguna"),
+)
+
+
+def family_of(model: Architecture) -> str:
+    """The family a catalog model is listed under (its name's first word when no family matches)."""
+    return next((family for prefix, family in FAMILIES if model.id.startswith(prefix)), model.name.split()[0])
+
+
+def by_family(models: tuple[Architecture, ...] | list[Architecture]) -> list[tuple[str, list[Architecture]]]:
+    """The models grouped by family, families in the order their first model appears."""
+    groups: dict[str, list[Architecture]] = {}
+    for m in models:
+        groups.setdefault(family_of(m), []).append(m)
+    return list(groups.items())
+
+
 def find_model(model_id: str) -> Architecture:
     """The catalog model with this id. Raises CatalogError naming close matches."""
     return _find(load_models(), model_id, "model")

@@ -2,8 +2,10 @@
 
 An architecture is *exact* when the dry-run proof (tests/test_proof.py, scripts/bench_accuracy.py)
 loads sparse GGUFs of it into the real llama.cpp and finds the weights and the KV cache equal to the
-estimate to the byte and the compute buffer within the proof's bounds. Any other architecture that
-llama.cpp loads is still estimated from its file's tensors (weights exact) and metadata, with the
+estimate to the byte and the compute buffer within the proof's bounds, never below llama.cpp's (with
+the measured placement allowance of app.core.memory.graphs where ggml's allocator needs one). Any
+other architecture that llama.cpp loads is still estimated from its file's tensors (weights exact)
+and metadata, with the
 generic attention / recurrent rules, and is labelled *approximate*. An architecture llama.cpp does
 not know cannot be loaded at all.
 
@@ -31,7 +33,7 @@ PROVEN: dict[str, str] = {
     "gemma2": "Gemma 2 sliding window, both --swa-full modes",
     "gemma3": "Gemma 3 sliding window (5 of 6 layers), both --swa-full modes",
     "phi3": "Phi-3 / Phi-4 fused QKV, multi-head attention",
-    "deepseek2": "DeepSeek-V2 multi-head latent attention with shared experts",
+    "deepseek2": "multi-head latent attention: DeepSeek-V2/V3.x, Kimi K2 / K2.5 / K2.6, GLM-4.7-Flash",
     "gpt-oss": "gpt-oss MXFP4 experts, sliding window, attention sinks",
     "mamba": "Mamba-1 recurrent state",
     "mistral3": "Ministral 3 with Llama 4 attention temperature",
@@ -39,10 +41,18 @@ PROVEN: dict[str, str] = {
     "minimax-m2": "MiniMax-M2: 256 experts with selection bias, full-width q/k norm",
     "ernie4_5-moe": "ERNIE 4.5 mixture of experts: dense first layer, shared experts, tied embeddings",
     "glm4moe": "GLM-4.5 / 4.5-Air: shared expert, q/k norm, a NextN layer in the file but not loaded",
-    "lfm2": "LFM2: short-convolution layers among attention layers (working buffers up to 19% low at ubatch 2048)",
-    "nemotron_h": "Nemotron-H: Mamba-2, attention and MLP blocks (working buffers up to 11% high at 32k+)",
+    "lfm2": "LFM2: short-convolution layers among attention layers",
+    "nemotron_h": "Nemotron-H: Mamba-2, attention and MLP blocks",
     "qwen3next": "Qwen3-Next: gated DeltaNet state, gated full attention, 512 experts, a NextN layer not loaded",
     "llama4": "Llama 4 Scout / Maverick: chunked attention, shared expert, interleaved MoE",
+    "qwen35": "Qwen3.5 / 3.6 dense: gated DeltaNet state, gated full attention, an MTP block not loaded",
+    "qwen35moe": "Qwen3.5 / 3.6 mixture of experts with a shared expert, gated DeltaNet, an MTP block not loaded",
+    "gemma4": "Gemma 4: 256- and 512-wide heads, full-attention V from K, experts beside a dense MLP",
+    "deepseek32": "DeepSeek-V3.2 sparse attention: MLA with the indexer's key cache and top-k buffers",
+    "glm-dsa": "GLM-5 / 5.1 / 5.2 sparse attention: indexers on every layer or a quarter of them",
+    "nemotron_h_moe": "Nemotron 3: Mamba-2, attention and ReLU-squared experts, latent experts, MTP block",
+    "smollm3": "SmolLM3: Llama layout with NoPE on every fourth layer",
+    "laguna": "Laguna XS.2: per-layer heads, full attention first in each period of 4, gated output",
 }
 
 Status = Literal["exact", "approximate", "unknown"]

@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from app.core.common.errors import ModelFileError
-from app.core.model.architecture import Architecture, MLASpec, MoESpec, SSMSpec
+from app.core.model.architecture import Architecture, IndexerSpec, MLASpec, MoESpec, SSMSpec
 from app.core.model.gguf_reader import (
     DEFAULT_ALIGNMENT,
     MAX_LAYERS,
@@ -120,7 +120,21 @@ ARCH_SWA_PATTERN: dict[str, int] = {
     "cohere2": 4,
     "gpt-oss": 2,
     "llama4": 4,
+    "laguna": 4,
 }
+
+# Architectures whose SWA period starts with the full-attention layer (set_swa_pattern(n, dense_first)).
+ARCH_SWA_DENSE_FIRST = frozenset({"laguna"})
+
+# glm-dsa files with this context and no indexer.types key use llama.cpp's GLM-5.2 layout
+# (GLM_5_2_DEFAULT_INDEXER_TYPES, src/models/glm-dsa.cpp).
+GLM_5_2_CONTEXT = 1_048_576
+
+
+def glm_5_2_full_indexer_layers(n_layer: int) -> list[int]:
+    """GLM-5.2's indexer layout when its file lists none (GLM_5_2_DEFAULT_INDEXER_TYPES): layers 0-2,
+    then every 4th, own an indexer; the others reuse the previous one's choice."""
+    return [i for i in range(n_layer) if i < 2 or (i - 2) % 4 == 0]
 
 
 def model_id_from(text: str) -> str:
@@ -228,8 +242,9 @@ def _swa_pattern(meta: _Meta, n_layer: int) -> int | None:
             return 1
         if not any(flags):
             return None
+        dense_first = meta.arch in ARCH_SWA_DENSE_FIRST
         for n in range(2, n_layer + 1):
-            if all(flags[i] == (i % n < n - 1) for i in range(n_layer)):
+            if all(flags[i] == ((i % n != 0) if dense_first else (i % n < n - 1)) for i in range(n_layer)):
                 return n
         return None  # a layout the model cannot express: count every layer as full attention
     raise ModelFileError(f"{meta.shown}: '{key}' is {value!r}, which FitScope cannot interpret.")
@@ -274,6 +289,9 @@ def architecture_from_metadata(
     )
     head_dim_k = m.maybe("attention.key_length") or None
     head_dim_v = m.maybe("attention.value_length") or None
+    # Sliding-window layers of their own width (Gemma 4: attention.key_length_swa).
+    head_dim_k_swa = m.maybe("attention.key_length_swa") or None
+    head_dim_v_swa = m.maybe("attention.value_length_swa") or None
 
     # vocabulary
     n_vocab = m.maybe("vocab_size")
@@ -330,6 +348,8 @@ def architecture_from_metadata(
             shared_expert_ff=shared_ff if n_shared else None,
             n_dense_lead_layers=m.get("leading_dense_block_count", 0),
             layer_step=max(1, m.get("interleave_moe_layer_step", 1)) if arch == "llama4" else 1,
+            latent_size=m.maybe("moe_latent_size") or None,
+            selection_bias=any(n.endswith(".exp_probs_b.bias") for n in names),
         )
 
     mla = None
@@ -385,6 +405,12 @@ def architecture_from_metadata(
         kv = n_head_kv if isinstance(n_head_kv, list) else [n_head_kv] * n_layer
         attention_layers = [i for i, v in enumerate(kv) if v > 0]
 
+    indexer = _indexer(m, n_layer, n_ctx_train)
+    # Gemma 4's full-attention layers with no V projection attend with K as V (attention_k_eq_v).
+    k_is_v = arch == "gemma4" and any(
+        f"blk.{i}.attn_k.weight" in names and f"blk.{i}.attn_v.weight" not in names for i in range(n_layer)
+    )
+
     name = metadata.get("general.name")
     if not isinstance(name, str) or not name.strip():
         name = path.stem
@@ -402,6 +428,13 @@ def architecture_from_metadata(
         n_head_kv=n_head_kv,
         head_dim_k=head_dim_k,
         head_dim_v=head_dim_v,
+        head_dim_k_swa=head_dim_k_swa if sliding_window else None,
+        head_dim_v_swa=head_dim_v_swa if sliding_window else None,
+        full_attention_k_is_v=k_is_v,
+        n_kv_shared_layers=m.get("attention.shared_kv_layers", 0),
+        n_embd_per_layer=m.get("embedding_length_per_layer_input", 0),
+        swa_dense_first=arch in ARCH_SWA_DENSE_FIRST and pattern is not None,
+        indexer=indexer,
         n_ff=n_ff,
         n_vocab=n_vocab,
         tied_embeddings="output.weight" not in names,
@@ -417,6 +450,26 @@ def architecture_from_metadata(
         n_nextn_layers=_nextn_layers(m, n_layer),
         conv_l_cache=conv_l_cache,
         ffn_only_layers=ffn_only_layers,
+    )
+
+
+def _indexer(m: _Meta, n_layer: int, n_ctx_train: int) -> IndexerSpec | None:
+    """DeepSeek sparse attention's indexer (attention.indexer.*), with the layers that own one
+    (attention.indexer.types; GLM-5.2's default layout for glm-dsa files without it)."""
+    if not m.has("attention.indexer.head_count"):
+        return None
+    trunk = n_layer - _nextn_layers(m, n_layer)
+    full = None
+    flags = m.md.get(m.key("attention.indexer.types"))
+    if isinstance(flags, list) and flags:
+        full = [i for i, v in enumerate(flags) if v]
+    elif m.arch == "glm-dsa" and n_ctx_train >= GLM_5_2_CONTEXT:
+        full = glm_5_2_full_indexer_layers(trunk)
+    return IndexerSpec(
+        n_head=m.req("attention.indexer.head_count"),
+        head_dim=m.req("attention.indexer.key_length"),
+        top_k=m.req("attention.indexer.top_k"),
+        full_layers=full,
     )
 
 

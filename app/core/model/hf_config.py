@@ -19,6 +19,7 @@ from app.core.common.errors import ModelFileError
 from app.core.common.files import read_text_file
 from app.core.model.architecture import Architecture, MLASpec, MoESpec, SSMSpec
 from app.core.model.gguf_model import ARCH_SWA_PATTERN, model_id_from
+from app.core.model.hf_recent import NESTED, RECENT_MODEL_TYPES, read_recent
 
 # Hugging Face model_type -> llama.cpp general.architecture
 MODEL_TYPES: dict[str, str] = {
@@ -33,7 +34,6 @@ MODEL_TYPES: dict[str, str] = {
     "gemma3": "gemma3",
     "phi3": "phi3",
     "deepseek_v2": "deepseek2",
-    "deepseek_v3": "deepseek2",
     "gpt_oss": "gpt-oss",
     "mamba": "mamba",
     "falcon_mamba": "mamba",
@@ -52,7 +52,6 @@ TIED_DEFAULT: dict[str, bool] = {
     "gemma3": True,
     "phi3": False,
     "deepseek_v2": False,
-    "deepseek_v3": False,
     "gpt_oss": False,
     "mamba": True,
     "falcon_mamba": True,
@@ -221,10 +220,11 @@ def read_hf_config(path_or_dict: str | Path | Mapping[str, Any], model_id: str |
         raise ModelFileError(
             f"{shown} has no 'model_type' entry, so FitScope cannot tell which architecture it describes."
         )
+    if model_type in RECENT_MODEL_TYPES or model_type == "deepseek_v3":
+        return _read_recent(data, shown, path, model_type, model_id)
     if model_type not in MODEL_TYPES:
-        raise ModelFileError(
-            f"unknown architecture '{model_type}' in {shown}; FitScope reads: {', '.join(MODEL_TYPES)}."
-        )
+        known = [*MODEL_TYPES, "deepseek_v3", *RECENT_MODEL_TYPES]
+        raise ModelFileError(f"unknown architecture '{model_type}' in {shown}; FitScope reads: {', '.join(known)}.")
     arch = MODEL_TYPES[model_type]
 
     text: Mapping[str, Any] = data
@@ -238,6 +238,29 @@ def read_hf_config(path_or_dict: str | Path | Mapping[str, Any], model_id: str |
 
     try:
         return _build(c, data, text, path, model_type, arch, model_id)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "the model"
+        raise ModelFileError(f"{shown} describes a model FitScope cannot use: {where}: {first['msg']}.") from None
+
+
+def _read_recent(
+    data: Mapping[str, Any], shown: str, path: Path | None, model_type: str, model_id: str | None
+) -> Architecture:
+    """The 2025-2026 families (app.core.model.hf_recent); DeepSeek-V3 is read there with Kimi K2."""
+    kind = "kimi_k2" if model_type == "deepseek_v3" else model_type
+    text: Mapping[str, Any] = data
+    if model_type in NESTED:
+        nested = data.get("text_config")
+        if not isinstance(nested, Mapping):
+            raise ModelFileError(f"{shown} has no 'text_config' entry, which a {model_type} model needs.")
+        text = nested
+    c = _Config(text, shown, kind, RECENT_MODEL_TYPES[kind])
+    try:
+        fields = read_recent(c, data, kind)
+        model_id_text = _derive_id(model_id, data, path, model_type)
+        source = str(path) if path is not None else (f"config.json of {model_id}" if model_id else "config.json")
+        return Architecture(id=model_id_text, name=model_id or model_id_text, source=source, **fields)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "the model"

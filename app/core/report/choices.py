@@ -26,7 +26,7 @@ from app.core.hardware.devices import DeviceSpec
 from app.core.hardware.host_memory import parse_pcie
 from app.core.hardware.snapshots import GpuSnapshot, HostSnapshot
 from app.core.memory.consumers import ollama_batch_tokens
-from app.core.memory.records import MAX_CONTEXT_TOKENS, GpuLayers, RepackProfile, Settings, Target
+from app.core.memory.records import MAX_CONTEXT_TOKENS, GpuLayers, RepackProfile, Settings, SpeculativeSpec, Target
 from app.core.memory.targets import (
     cpu_target,
     host_ram_beside,
@@ -136,6 +136,9 @@ class Controls(Frozen):
     swa_full: bool | None = Field(default=None, description="None: the program's default (llama-server: no)")
     fit_margin_mib: int = Field(default=1024, ge=0, le=1 << 20, description="--fit-target: MiB kept free per GPU")
     threads: int | None = Field(default=None, ge=1, le=4096, description="-t: CPU threads; None: the physical cores")
+    speculative: SpeculativeSpec | None = Field(
+        default=None, description="speculative decoding: the model's MTP head or a draft model (-md); None: off"
+    )
 
     @property
     def n_ctx_tokens(self) -> int:
@@ -176,6 +179,7 @@ class Controls(Frozen):
                 mmproj=self.projector,
                 mmproj_offload=self.mmproj_offload,
                 threads=self.threads,
+                speculative=self.speculative,
             )
         except ValidationError as exc:
             raise EstimateError(exc.errors()[0]["msg"]) from None

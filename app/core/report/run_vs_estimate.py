@@ -13,7 +13,7 @@ from app.core.model.architecture import Architecture
 from app.core.model.tensors import TensorInfo
 from app.core.report.verdict import rate, rate_range
 from app.core.speed.measure import RunResult, RunSettings, Spread, SweepRow, summary
-from app.core.speed.predict import SpeedEstimate, active_bytes_by_device, estimate_speed, kv_bytes_per_token
+from app.core.speed.predict import SpeedEstimate, active_bytes_by_device, estimate_speed, kv_read_bytes
 
 CUDA_INSTALL_HINT = 'CMAKE_ARGS="-DGGML_CUDA=on" pip install --force-reinstall --no-cache-dir llama-cpp-python==0.3.36'
 # The llama-cpp-python build each vendor's GPUs need, with its CMake switches (llama-cpp-python's
@@ -228,7 +228,7 @@ def estimate_for_run(
         device = est.devices[busy[0]]
         target = next((t for t in targets if t.name == device.name), None)
         if target is not None:
-            per_token = reading[busy[0]] + kv_bytes_per_token(est) * depth
+            per_token = reading[busy[0]] + kv_read_bytes(est, depth)
             efficiency = (target.name, measured_efficiency(decode.median, per_token, target.bandwidth_gb_s))
     return RunEstimate(est, speed, efficiency)
 

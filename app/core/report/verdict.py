@@ -58,6 +58,7 @@ class Budget:
     compute_bytes: int
     overhead_bytes: int
     projector_bytes: int = 0
+    speculative_bytes: int = 0
 
     @property
     def free_bytes(self) -> int:
@@ -88,6 +89,7 @@ def budget_of(est: Estimate) -> Budget:
         compute_bytes=total("compute_bytes", "output_bytes"),
         overhead_bytes=total("overhead_bytes"),
         projector_bytes=total("projector_bytes"),
+        speculative_bytes=total("speculative_bytes"),
     )
 
 

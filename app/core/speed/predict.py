@@ -141,16 +141,18 @@ def active_params(arch: Architecture, tensors: Sequence[TensorInfo]) -> float:
     return tensor_totals(arch, tensors).active_params
 
 
-def kv_bytes_per_token(est: Estimate, as_f16: bool = False) -> float:
-    """KV-cache bytes one token of context adds (both caches, one sequence). ``as_f16``: what an f16
-    cache would read, for the CPU backend, whose flash attention converts a quantized K/V tile to
-    float before using it, so that a smaller cache saves reads but not time (on this machine, q4_0
-    and q8_0 caches decoded 18% and 15% slower than f16 with the demo model)."""
+def kv_read_bytes(est: Estimate, depth_tokens: int, as_f16: bool = False) -> float:
+    """KV-cache bytes one decoded token reads at ``depth_tokens`` of context (both caches, one
+    sequence): each cache's bytes per cell over the cells it holds at that depth, so a sliding-window
+    cache never reads more than its window. ``as_f16``: what an f16 cache would read, for the CPU
+    backend, whose flash attention converts a quantized K/V tile to float before using it, so that a
+    smaller cache saves reads but not time (on this machine, q4_0 and q8_0 caches decoded 18% and 15%
+    slower than f16 with the demo model)."""
     total = 0.0
     for cache in est.kv_caches:
         cells = cache.cells * cache.streams
         if cells:
-            total += cache.total_bytes / cells
+            total += cache.total_bytes / cells * min(max(depth_tokens, 0), cache.cells)
     if as_f16:
         s = est.settings
         total *= 2 / ((_element_bytes(s.cache_type_k) + _element_bytes(s.cache_type_v)) / 2)
@@ -194,8 +196,8 @@ def estimate_speed(
     n_ub = max(1, min(settings.effective_ubatch, prompt_tokens))
     where = placement(arch, tensors, est, n_ub)
     weights = where.bytes_per_token
-    kv_per_token = kv_bytes_per_token(est)
-    kv_cpu_per_token = kv_bytes_per_token(est, as_f16=True)
+    kv_read = kv_read_bytes(est, depth)
+    kv_cpu_read = kv_read_bytes(est, depth, as_f16=True)
     n_attn_layers = _attention_layers(arch)
     assumptions = []
 
@@ -221,8 +223,7 @@ def estimate_speed(
         family = target_family(target)
         c = model.constants(family)
         (d_lo, d_hi), band_pp = model.intervals(family, group)
-        per_token = kv_cpu_per_token if d.kind == "cpu" and not where.hybrid else kv_per_token
-        kv_share = per_token * depth * (d.layers / n_attn_layers)
+        kv_share = (kv_cpu_read if d.kind == "cpu" and not where.hybrid else kv_read) * (d.layers / n_attn_layers)
         # One decode step reads the weights once for every user, and each user's own KV cache.
         bytes_read = w + kv_share * users
         bw = target.bandwidth_gb_s * 1e9
@@ -336,7 +337,7 @@ def estimate_speed(
         prompt_tokens / prefill.low + 1 / max(decode.low, 1e-9) if prefill.low else 0.0,
     )
     assumptions.append(
-        f"Decode at a depth of {depth} tokens (KV read {kv_per_token * depth / 1e6:.1f} MB per token); "
+        f"Decode at a depth of {depth} tokens (KV read {kv_read / 1e6:.1f} MB per token); "
         f"prefill of {prompt_tokens} tokens at {flops_per_token / 1e9:.1f} GFLOP per token; ubatch "
         f"{settings.effective_ubatch}."
     )
