@@ -35,7 +35,7 @@ from app.core.memory.compute import (
     offload_peak,
 )
 from app.core.memory.consumers import ollama_batch_tokens, ollama_default_context
-from app.core.memory.graphs import MODEL_ALLOWANCE, allowance_bytes, allowance_key
+from app.core.memory.graphs import allowance_bytes, allowance_key, measured_tables
 from app.core.memory.kv import (
     context_cells,
     kv_caches,
@@ -365,7 +365,7 @@ def _allowance_notes(arch: Architecture, allowance: int) -> tuple[str, ...]:
     """The measured compute allowance, when one applies: an assumption line, not a hidden term."""
     if not allowance:
         return ()
-    source = "measured on this model" if arch.id in MODEL_ALLOWANCE else f"the widest measured on {allowance_key(arch)}"
+    source = "measured on this model" if measured_tables(arch) else f"the widest measured on {allowance_key(arch)}"
     if allowance > 0:
         what = (
             f"a measured allowance of {allowance / MIB:,.1f} MiB for where ggml's allocator places the "

@@ -118,6 +118,16 @@ def allowance_key(arch: Architecture) -> str:
     return arch.arch
 
 
+def measured_tables(arch: Architecture) -> list[Table]:
+    """The tables measured on ``arch`` itself: its catalog model's, or, for a file of a measured model
+    under another name (its GGUF's general.name), those of the models with its shapes."""
+    shape = (allowance_key(arch), arch.n_embd, arch.n_vocab)
+    own = MODEL_ALLOWANCE.get(arch.id)
+    if own is not None and (own.key, own.n_embd, own.n_vocab) == shape:
+        return [own.table]
+    return [m.table for m in MODEL_ALLOWANCE.values() if (m.key, m.n_embd, m.n_vocab) == shape]
+
+
 def allowance_row(
     flash_attn: bool, streams: int, window: bool = False, few_logits: bool = False, quantized: bool = False
 ) -> int:
@@ -161,12 +171,8 @@ def allowance_per_token(
     """The measured allowance (floats per ubatch token) at ``n_kv`` cells per stream and ``n_ub`` tokens
     per ubatch: the value measured at those sizes, or the largest of the measured sizes around them.
     Negative where the modelled peak was measured above llama.cpp's everywhere around."""
-    key = allowance_key(arch)
-    own = MODEL_ALLOWANCE.get(arch.id)
-    if own is not None and (own.key, own.n_embd, own.n_vocab) == (key, arch.n_embd, arch.n_vocab):
-        entry: Table | None = own.table
-    else:
-        entry = ALLOWANCE.get(key)
+    same = measured_tables(arch)
+    entry = widest(same) if same else ALLOWANCE.get(allowance_key(arch))
     if entry is None:
         return 0.0
     row = entry[allowance_row(flash_attn, streams, window, few_logits, quantized)]
