@@ -40,6 +40,8 @@ def test_tab_ranks_machines_and_opens_one_in_the_main_view(qtbot, tmp_path):
     form.users.setValue(4)
     form.speed_unit.setCurrentIndex(form.speed_unit.findData("tokens"))
     form.speed_unit.activated.emit(form.speed_unit.currentIndex())
+    # The same speed said in the other unit: 7.5 words a second are 10 tokens a second, in both panels.
+    assert form.speed.value() == 10.0 and window.controls.speed_spin.value() == 10.0
     form.speed.setValue(15)
     assert window.users_spin.value() == 4 and window.context_control.tokens() == 16384
     assert window.controls.speed_spin.value() == 15 and window.controls.speed_unit.currentData() == "tokens"

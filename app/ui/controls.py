@@ -48,7 +48,6 @@ from app.core.model.projector import ProjectorSpec
 from app.core.model.quant import PRESETS
 from app.core.model.tensors import CACHE_TYPES
 from app.core.report.choices import MAX_USERS, Controls, HardwareChoice, ModelChoice
-from app.core.report.lengths import WORDS_PER_TOKEN
 from app.core.report.prefs import Preferences, WorkloadPrefs
 from app.services.tables import model_summary
 from app.services.view import View
@@ -479,12 +478,11 @@ class ControlsPanel(QScrollArea):
         unit = self.speed_unit.currentData()
         if unit == self._workload.speed_unit:
             return
-        factor = WORDS_PER_TOKEN if unit == "words" else 1 / WORDS_PER_TOKEN
-        speed = round(self._workload.min_speed * factor, 1)
+        said = self._workload.in_speed_unit(unit)
         was = self.speed_spin.blockSignals(True)
-        self.speed_spin.setValue(speed)
+        self.speed_spin.setValue(said.min_speed)
         self.speed_spin.blockSignals(was)
-        self._workload_changed(speed_unit=unit, min_speed=speed)
+        self._workload_changed(speed_unit=unit, min_speed=said.min_speed)
 
     def _quant_picked(self, _index: int) -> None:
         if not self._updating:

@@ -132,12 +132,11 @@ class WorkloadForm(QGroupBox):
         unit = self.speed_unit.currentData()
         if unit == self._workload.speed_unit:
             return
-        factor = WORDS_PER_TOKEN if unit == "words" else 1 / WORDS_PER_TOKEN
-        speed = round(self._workload.min_speed * factor, 1)
+        said = self._workload.in_speed_unit(unit)
         was = self.speed.blockSignals(True)
-        self.speed.setValue(speed)
+        self.speed.setValue(said.min_speed)
         self.speed.blockSignals(was)
-        self._edited(speed_unit=unit, min_speed=speed)
+        self._edited(speed_unit=unit, min_speed=said.min_speed)
 
     def _edited(self, **update: object) -> None:
         if self._updating:

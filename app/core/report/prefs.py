@@ -24,6 +24,7 @@ from app.core.common.errors import FitScopeError
 from app.core.common.files import move_aside, read_json_file
 from app.core.common.units import Frozen
 from app.core.report.choices import Controls, HardwareChoice, ModelChoice
+from app.core.report.lengths import WORDS_PER_TOKEN
 
 SCHEMA_VERSION = 2
 MAX_PREFERENCES_BYTES = 1024 * 1024  # the file is about 2 KiB
@@ -45,6 +46,13 @@ class WorkloadPrefs(Frozen):
     quality_floor: Literal["same", "slight", "noticeable", "any"] = "slight"
     prefer: Literal["price", "speed", "headroom"] = "price"
     length_unit: LengthUnit = "tokens"
+
+    def in_speed_unit(self, unit: SpeedUnit) -> WorkloadPrefs:
+        """The same speed said in ``unit`` (7.5 words a second is 10 tokens a second), to 0.1."""
+        if unit == self.speed_unit:
+            return self
+        factor = WORDS_PER_TOKEN if unit == "words" else 1 / WORDS_PER_TOKEN
+        return self.model_copy(update={"speed_unit": unit, "min_speed": round(self.min_speed * factor, 1)})
 
 
 class Preferences(BaseModel):
