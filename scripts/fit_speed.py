@@ -98,7 +98,11 @@ def main() -> int:
         print()
     model = fit_model(rows)
     fitted, h, g = model.families, model.hybrid, model.globals
-    print(f"Shared: a mixture of experts prefills at {g.moe_prefill:.2f} of its family's dense rate.")
+    print(
+        f"Shared: prompt kernels reach half their rate on {g.half_tokens:.0f} rows per matrix "
+        f"(a mixture of experts' experts get a few rows of each ubatch); a ubatch reaches the experts "
+        f"tokens^{g.routing_exponent:.2f} independent tokens would."
+    )
     print(
         f"Weights in system memory ({h.rows} rows): host memory at {h.host_efficiency:.2f} of its spec bandwidth, "
         f"{h.host_flop_per_param:.2f} CPU FLOP per host parameter, {h.sync_s * 1e6:.0f} us per host layer per token; "
@@ -110,7 +114,8 @@ def main() -> int:
             "and llama_bench_budget.json (published llama-bench results, each row with its source)",
             "families": {k: v.model_dump() for k, v in sorted(fitted.items())},
             "hybrid": h.model_dump(),
-            "moe_prefill_factor": g.moe_prefill,
+            "prefill_half_tokens": g.half_tokens,
+            "routing_exponent": g.routing_exponent,
             "fallback": GROUP_FALLBACK,
             "decode_interval": held_out_intervals(rows, "tg"),
             "prefill_interval": held_out_intervals(rows, "pp"),

@@ -34,14 +34,18 @@ from app.core.memory.targets import cores_flops_tflops
 from app.core.model.catalog import load_devices
 from app.core.speed.model import (
     DEFAULT_HYBRID,
+    PREFILL_POOLS,
     FamilyConstants,
     HybridConstants,
     decode_seconds_per_token,
     expert_coverage,
     host_decode_seconds,
     offload_copy_seconds,
+    prefill_batch_factor,
+    prefill_peak_multiplier,
     prefill_tokens_per_s,
     speed_family,
+    ubatch_read_seconds,
 )
 
 DATA = Path(__file__).parent / "data"
@@ -108,14 +112,17 @@ _SHAPES: list[tuple[str, int, int, float]] = [
     (r"qwen35moe 35b", 40, 10 * 2 * 256 * 4, 3.0 / 35.0),  # 10 of 40 layers have attention
     (r"gemma4 26b", 30, 30 * 8 * 256 * 4 // 2, 4.0 / 25.23),
     (r"gemma4 31b", 60, 60 * 16 * 256 * 4 // 2, 1.0),
-    (r"llama 1b", 16, 16 * 8 * 64 * 4, 1.0),
-    (r"llama 3b", 28, 28 * 8 * 128 * 4, 1.0),
-    (r"llama (3\.1 )?8b", 32, 32 * 8 * 128 * 4, 1.0),
-    (r"llama 7b", 32, 32 * 32 * 128 * 4, 1.0),
+    # Authors' own labels ("Llama 3.1 70B Q4_K_M", "TinyLlama 1.1B") as well as llama-bench's strings.
+    (r"tinyllama", 22, 22 * 4 * 64 * 4, 1.0),
+    (r"llama (3\.\d )?1b", 16, 16 * 8 * 64 * 4, 1.0),
+    (r"llama (3\.\d )?3b", 28, 28 * 8 * 128 * 4, 1.0),
+    (r"llama (3\.\d )?8b", 32, 32 * 8 * 128 * 4, 1.0),
+    (r"llama (2 )?7b", 32, 32 * 32 * 128 * 4, 1.0),
     (r"llama 13b", 40, 40 * 40 * 128 * 4, 1.0),
-    (r"llama 70b", 80, 80 * 8 * 128 * 4, 1.0),
-    (r"qwen2 7b", 28, 28 * 4 * 128 * 4, 1.0),
-    (r"qwen2 32b", 64, 64 * 8 * 128 * 4, 1.0),
+    (r"llama (3\.\d )?70b", 80, 80 * 8 * 128 * 4, 1.0),
+    (r"qwen2(\.5)?(-coder)? 7b", 28, 28 * 4 * 128 * 4, 1.0),
+    (r"qwen2\.5 14b", 48, 48 * 8 * 128 * 4, 1.0),
+    (r"qwen2(\.5)? 32b", 64, 64 * 8 * 128 * 4, 1.0),
     (r"qwen3 32b", 64, 64 * 8 * 128 * 4, 1.0),
     (r"qwen3 8b", 36, 36 * 8 * 128 * 4, 1.0),
     (r"qwen3 1\.7b", 28, 28 * 8 * 128 * 4, 1.0),
@@ -123,6 +130,34 @@ _SHAPES: list[tuple[str, int, int, float]] = [
     (r"gemma3 27b", 62, 62 * 16 * 128 * 4 // 6, 1.0),
     (r"mistral3|llama 13b|nemo|12b|14b", 40, 40 * 8 * 128 * 4, 1.0),
 ]
+# Query heads per KV head (n_head / n_head_kv, resources/catalog/models.json and the models' configs):
+# a token's attention FLOPs per token of context are its f16 KV bytes x this (4 x layers x heads x
+# head size). Multi-head latent attention (deepseek2) computes 2 x heads x (576 + 512) per layer against
+# 576 x 2 cached bytes. Others: 4.
+_GQA: list[tuple[str, float]] = [
+    (r"gpt-oss", 8),
+    (r"qwen3moe 235b|qwen3-235b|qwen3\.5-122b|qwen35moe 122b", 16),
+    (r"qwen3moe 30b|qwen3-30b|qwen3 30b|qwen3-coder-30b|qwen3next|qwen3-coder-next|qwen3\.[56]-35b|qwen35moe", 8),
+    (r"glm4moe|glm-4\.5", 12),
+    (r"deepseek2 671b", 2 * 128 * 1088 / 1152),
+    (r"deepseek2|deepseek-coder-v2", 2 * 16 * 1088 / 1152),
+    (r"dots1|llama 7b|llama 2 7b|llama 13b", 1),
+    (r"hunyuan|llama (3\.\d )?8b|llama-3\.1-8b|mistral|nemo|phi-4|ministral", 4),
+    (r"llama4", 5),
+    (r"gemma|qwen3 1\.7b", 2),
+    (r"tinyllama|llama (3\.\d )?70b|qwen3 32b|bailingmoe2|ling-flash", 8),
+    (r"llama (3\.\d )?1b", 4),
+    (r"llama (3\.\d )?3b", 3),
+    (r"qwen2(\.5)?(-coder)? 7b", 7),
+    (r"qwen2(\.5)?[ -](coder-)?(14|32)b|qwen3-14b", 5),
+]
+
+
+def _gqa(label: str) -> float:
+    t = label.lower()
+    return next((g for pattern, g in _GQA if re.search(pattern, t)), 4.0)
+
+
 # llama-bench's size and params columns for rows that were posted without them (the same files
 # appear with both columns elsewhere in the data: LLaMA-2 7B, Llama 3.x 8B/1B, gpt-oss-120b MXFP4).
 _KNOWN_SIZES: dict[str, tuple[float, float]] = {
@@ -174,7 +209,7 @@ _MODELS: list[tuple[str, ModelShape]] = [
     (r"qwen3\.5-122b|qwen35moe 122b", ModelShape(48, 12 * 2 * 256 * 4, 122.0, 10.0, 8, 256, recurrent=36)),
     (r"qwen3\.[56]-35b|qwen35moe 35b", ModelShape(40, 10 * 2 * 256 * 4, 35.0, 3.0, 8, 256, recurrent=30)),
     (
-        r"qwen3-30b-a3b|qwen3moe 30b|qwen3-coder-30b",
+        r"qwen3-30b-a3b|qwen3 30b-a3b|qwen3moe 30b|qwen3-coder-30b",
         ModelShape(48, 48 * 4 * 128 * 4, 30.53, 3.3, 8, 128, "qwen3-30b-a3b"),
     ),
     (
@@ -228,6 +263,13 @@ class ModelFigures:
     active_share: float  # of the file's bytes read per decoded token
     expert_params_b: float  # routed expert parameters in total
     dense_active_b: float  # parameters every token computes besides the routed experts
+    used_ratio: float = 0.0  # experts used per token / experts
+
+    @property
+    def routed_share(self) -> float:
+        """Of the parameters a token computes, the share in routed experts."""
+        routed = self.expert_params_b * self.used_ratio
+        return routed / (routed + self.dense_active_b) if routed else 0.0
 
 
 @functools.cache
@@ -248,6 +290,7 @@ def model_figures(shape: ModelShape) -> ModelFigures:
             active_share=sum(t.active_layer_bytes) / t.model_bytes,
             expert_params_b=expert_params / 1e9,
             dense_active_b=(t.active_params - sum(t.active_expert_params)) / 1e9,
+            used_ratio=shape.used / shape.experts if shape.experts else 0.0,
         )
     ratio = shape.used / shape.experts if shape.experts else 1.0
     experts = (shape.total_b - shape.active_b) / (1 - ratio) if shape.experts else 0.0
@@ -258,6 +301,7 @@ def model_figures(shape: ModelShape) -> ModelFigures:
         active_share=shape.active_b / shape.total_b,
         expert_params_b=experts,
         dense_active_b=shape.total_b - experts,
+        used_ratio=ratio if shape.experts else 0.0,
     )
 
 
@@ -271,9 +315,10 @@ def _shape_of(text: str, size_gib: float | None = None) -> ModelShape | None:
 
 @dataclass(frozen=True)
 class Globals:
-    """The constant every family shares (``SpeedModel.moe_prefill_factor``)."""
+    """The constant every family shares (``SpeedModel.prefill_half_tokens``)."""
 
-    moe_prefill: float = 1.0
+    half_tokens: float = 0.0
+    routing_exponent: float = 1.0  # ``expert_coverage``'s
 
 
 @dataclass(frozen=True)
@@ -303,14 +348,58 @@ class BenchRow:
     host_params: float = 0.0  # host-resident parameters computed per decoded token
     host_tflops: float = 0.0
     host_layers: int = 0
-    copy_bytes: float = 0.0  # host-resident weight bytes one ubatch copies to the GPU
+    # Host-resident weight bytes one ubatch copies to the GPU: all the dense ones, the experts' as far as
+    # the ubatch reaches them (``expert_coverage``).
+    copy_dense_bytes: float = 0.0
+    copy_expert_bytes: float = 0.0
     ubatch_tokens: int = 512
     link_gb_s: float = 0.0
     pinned: bool = False
+    # Prefill: the weight bytes one ubatch reads on the device (a mixture of experts' routed share,
+    # ``expert_coverage``), and whether the prompt's matrix products ran on float kernels.
+    read_dense_bytes: float = 0.0
+    read_expert_bytes: float = 0.0
+    gemm_float: bool = False
+    experts_used: int = 0
+    experts: int = 0
+    routed_share: float = 0.0  # of the active parameters, in routed experts
+    gqa: float = 4.0  # query heads per KV head
+    host_stated: bool = True  # a hybrid row's source names its host (CPU, memory)
+
+    @property
+    def attention_flops(self) -> float:
+        """A token's attention FLOPs: a prompt token's over the depth and, on average, half the prompt
+        before it; a decoded token's over the cache it reads (``mean_depth``)."""
+        context = self.depth + self.tokens / 2 if self.test == "pp" else self.mean_depth
+        return self.kv_bytes_per_token * self.gqa * context
+
+    def coverage(self, g: Globals) -> float:
+        """Share of the experts one ubatch reaches (``expert_coverage``)."""
+        n_ub = max(1, min(self.ubatch_tokens, self.tokens))
+        return expert_coverage(n_ub, self.experts_used, self.experts, g.routing_exponent) if self.experts else 1.0
+
+    def copy_bytes(self, g: Globals) -> float:
+        return self.copy_dense_bytes + self.copy_expert_bytes * self.coverage(g)
+
+    def ubatch_bytes(self, g: Globals) -> float:
+        return self.read_dense_bytes + self.read_expert_bytes * self.coverage(g)
+
+    def moe_factor(self, g: Globals) -> float:
+        """The ubatch's matrix rate against the kernels' full rate (``prefill_batch_factor``)."""
+        n_ub = max(1, min(self.ubatch_tokens, self.tokens))
+        return prefill_batch_factor(
+            n_ub, self.experts_used, self.experts, self.routed_share, g.half_tokens, g.routing_exponent
+        )
 
     @property
     def bytes_per_token(self) -> float:
-        return self.weight_bytes * self.active_share + self.kv_bytes_per_token * self.depth
+        return self.weight_bytes * self.active_share + self.kv_bytes_per_token * self.mean_depth
+
+    @property
+    def mean_depth(self) -> float:
+        """Tokens in the cache while the test runs, on average: a decode test (tgN @ dD) generates N
+        tokens after D, so the KV cache it reads grows from D to D + N (half of N on average)."""
+        return self.depth + (self.tokens / 2 if self.test == "tg" else 0.0)
 
     @property
     def build(self) -> str:
@@ -330,7 +419,7 @@ class BenchRow:
     def predict(self, c: FamilyConstants, h: HybridConstants = DEFAULT_HYBRID, g: Globals | None = None) -> float:
         g = g or Globals()
         active = self.params * self.active_share
-        moe = g.moe_prefill if self.moe_layers else 1.0
+        moe = self.moe_factor(g)
         if self.group == "hybrid":
             if self.test == "tg":
                 gpu = decode_seconds_per_token(
@@ -342,6 +431,7 @@ class BenchRow:
                     self.fp16_tflops,
                     self.moe_layers,
                     self.recurrent_layers,
+                    self.attention_flops,
                 )
                 host = host_decode_seconds(
                     self.host_bytes,
@@ -353,10 +443,11 @@ class BenchRow:
                 )
                 return 1.0 / (gpu + host)
             compute = self.ubatch_tokens / prefill_tokens_per_s(
-                active, self.fp16_tflops, self.float_weights, c, moe, self.build
+                active, self.fp16_tflops, self.gemm_float, c, moe, self.build, self.attention_flops
             )
-            copy = offload_copy_seconds(self.copy_bytes, self.link_gb_s, self.pinned, h)
-            return self.ubatch_tokens / (compute + copy)
+            copy = offload_copy_seconds(self.copy_bytes(g), self.link_gb_s, self.pinned, h)
+            read = ubatch_read_seconds(self.ubatch_bytes(g), self.bandwidth_gb_s, c)
+            return self.ubatch_tokens / (compute + copy + read)
         if self.test == "tg":
             return 1.0 / decode_seconds_per_token(
                 self.bytes_per_token,
@@ -367,8 +458,13 @@ class BenchRow:
                 self.fp16_tflops,
                 self.moe_layers,
                 self.recurrent_layers,
+                self.attention_flops,
             )
-        return prefill_tokens_per_s(active, self.fp16_tflops, self.float_weights, c, moe, self.build)
+        n_ub = max(1, min(self.ubatch_tokens, self.tokens))
+        compute = n_ub / prefill_tokens_per_s(
+            active, self.fp16_tflops, self.gemm_float, c, moe, self.build, self.attention_flops
+        )
+        return n_ub / (compute + ubatch_read_seconds(self.ubatch_bytes(g), self.bandwidth_gb_s, c))
 
 
 def _catalog_gpu(device: str):
@@ -421,7 +517,10 @@ def _shape(model: str) -> tuple[int, int, float]:
 def _float(label: str) -> bool:
     """Whether a file's matrices are F16/BF16/F32 (cuBLAS-class kernels); gpt-oss's "F16" files keep
     their experts, nearly all the arithmetic, in MXFP4."""
-    return bool(_FLOAT.search(label)) and "gpt-oss" not in label.lower() and "mxfp4" not in label.lower()
+    t = label.lower()
+    # "all F32 (guessed)" is what llama.cpp prints for a file whose type it cannot name (a custom mix of
+    # quantized types: 9.6 GiB for Qwen3-30B-A3B is 2.7 bits per weight), not float weights.
+    return bool(_FLOAT.search(label)) and "gpt-oss" not in t and "mxfp4" not in t and "guessed" not in t
 
 
 def _parse_test(text: str) -> tuple[str, int, int] | None:
@@ -493,14 +592,16 @@ def _cpu_device_specs(device: str, other_dev: dict) -> tuple[float, int, int] | 
 EXCLUDED_SOURCES: dict[str, str] = {
     "pestopoppa/epyc-inference-research": "a llama.cpp branch build (feature/paged-attention), run on a two-NUMA-node "
     "box with 775 GiB of page cache in use: 70B decode at a tenth of the memory's bandwidth, varying run to run",
+    "AlexsJones/llmfit": "not llama-bench: llama-server generation speeds after a chat prompt, averaged by a "
+    "third-party harness, with the offload taken from each pull request's text rather than a run log (the rows' notes)",
 }
 
 
-def load_rows() -> list[BenchRow]:
+def load_rows(excluded: bool = False) -> list[BenchRow]:
     """Every published row whose device, model and test are understood: single GPUs and boxes, CPUs,
-    and GPUs with weights in system memory (less the EXCLUDED_SOURCES)."""
+    and GPUs with weights in system memory, less the EXCLUDED_SOURCES (or only those, ``excluded``)."""
     rows = _single_device_rows() + _budget_rows()
-    return [r for r in rows if source_key(r.source) not in EXCLUDED_SOURCES]
+    return [r for r in rows if (source_key(r.source) in EXCLUDED_SOURCES) == excluded]
 
 
 def _single_device_rows() -> list[BenchRow]:
@@ -550,15 +651,28 @@ def _single_device_rows() -> list[BenchRow]:
         layers, kv, share = _shape(label)
         shape = _shape_of(label, r.get("size_gib"))
         moe_layers, recurrent = (layers if share < 0.5 else 0), 0
+        expert_share, used, experts, routed = 0.0, 0, 0, 0.0
         if shape is not None:
-            layers, kv, share = shape.n_layer, shape.kv, model_figures(shape).active_share
+            fig = model_figures(shape)
+            layers, kv, share = shape.n_layer, shape.kv, fig.active_share
             moe_layers, recurrent = shape.moe_layers, shape.recurrent
+            expert_share, used, experts, routed = fig.expert_share, shape.used, shape.experts, fig.routed_share
         kind = "cpu" if group == "cpu" else "gpu"
+        n_ub = _ubatch(r, tokens or 512) if kind_test == "pp" else 1
+        size = float(r["size_gib"]) * 1024**3
+        read_dense, read_expert = size * (1 - expert_share), size * expert_share
+        family = speed_family(device, kind)
+        gemm_float = _float(label)
+        if not gemm_float and family.startswith(("nvidia", "unified-nvidia")) and _before_mmq(r):
+            # CUDA builds before June 2024 (PR #8075) dequantized the weights to F16 for cuBLAS at each
+            # ubatch: the F16 copy is written and read again (4 bytes per parameter).
+            gemm_float = True
+            read_dense += 4 * float(r["params_b"]) * 1e9 * share
         rows.append(
             BenchRow(
                 source=r["source"],
                 device=_device_name(device),
-                family=speed_family(device, kind),
+                family=family,
                 group=group,
                 bandwidth_gb_s=float(bw),
                 fp16_tflops=float(flops),
@@ -572,12 +686,36 @@ def _single_device_rows() -> list[BenchRow]:
                 depth=depth,
                 tokens_per_s=float(r["tokens_per_s"]),
                 backend=(r.get("backend") or "").lower(),
-                tokens=tokens or 512,
+                tokens=tokens or (512 if kind_test == "pp" else 128),
                 moe_layers=moe_layers,
                 recurrent_layers=recurrent,
+                ubatch_tokens=n_ub,
+                read_dense_bytes=read_dense if kind_test == "pp" else 0.0,
+                read_expert_bytes=read_expert if kind_test == "pp" else 0.0,
+                gemm_float=gemm_float,
+                experts_used=used,
+                experts=experts,
+                routed_share=routed,
+                gqa=_gqa(label),
             )
         )
     return rows
+
+
+def _ubatch(r: dict, tokens: int) -> int:
+    """The tokens of one prompt ubatch: -ub (llama-bench's default 512), at most -b (default 2048; a
+    row that raises -ub past it raised -b with it) and at most the prompt."""
+    ub = r.get("n_ubatch") or 512
+    return max(1, min(ub, tokens, r.get("n_batch") or max(2048, ub)))
+
+
+def _before_mmq(r: dict) -> bool:
+    """Whether a row's llama.cpp build predates int8 tensor-core prompt kernels by default on NVIDIA
+    (PR #8075, merged 2024-06-24, about build 3200): by its build number, else by its date."""
+    m = re.search(r"\((\d{3,5})\)|\bb(\d{4,5})\b", r.get("build") or "")
+    if m:
+        return int(m.group(1) or m.group(2)) < 3200
+    return bool(r.get("date")) and r["date"] < "2024-06-24"
 
 
 def _device_name(device: str) -> str:
@@ -609,6 +747,7 @@ def _budget_rows() -> list[BenchRow]:
             continue
         host = host_of(r.get("host_cpu"))
         host_bw, cores, lanes = _host_figures(host)
+        host_stated = host is not None or bool(r.get("memory_mt_s"))
         threads = r.get("threads") or cores
         size = size_gib * 1024**3
         scale = params_b / fig.params_b  # the row's file against the shape's parameters
@@ -628,19 +767,23 @@ def _budget_rows() -> list[BenchRow]:
         dense_params_layer = fig.dense_active_b * 1e9 * scale / n
         # A row that raises -ub past llama-bench's default -b 2048 raised -b with it (-ub is capped at -b).
         n_ub = min(r.get("n_ubatch") or 512, tokens or 512, r.get("n_batch") or max(2048, r.get("n_ubatch") or 0))
-        cover = expert_coverage(n_ub, shape.used, shape.experts) if shape.experts else 1.0
         only_experts = max(0, experts_in_ram - layers_in_ram) if layers_in_ram else experts_in_ram
         host_bytes = only_experts * expert_layer * ratio + layers_in_ram * (dense_layer + expert_layer * ratio)
         host_params = only_experts * expert_params_layer * ratio + layers_in_ram * (
             dense_params_layer + expert_params_layer * ratio
         )
-        copy = only_experts * expert_layer * cover + layers_in_ram * (dense_layer + expert_layer * cover)
+        copy_dense = layers_in_ram * dense_layer
+        copy_expert = (only_experts + layers_in_ram) * expert_layer
         host_layers = only_experts + layers_in_ram
         in_ram = only_experts * expert_layer + layers_in_ram * (dense_layer + expert_layer)
         if not host_layers or (r.get("host_ram_gib") and in_ram > (r["host_ram_gib"] - 2) * 1024**3):
             # Nothing in RAM, or more than the RAM holds beside the system: the weights stream from disk.
             continue
         link = _link(r.get("pcie"), spec, r["device"])
+        # What a prompt ubatch reads of the weights that stay on the GPU.
+        gpu_layers = n - layers_in_ram
+        read_dense = gpu_layers * dense_layer
+        read_expert = max(0, gpu_layers - only_experts) * expert_layer
         rows.append(
             BenchRow(
                 source=r["source"],
@@ -659,7 +802,7 @@ def _budget_rows() -> list[BenchRow]:
                 depth=depth,
                 tokens_per_s=float(r["tokens_per_s"]),
                 backend=(r.get("backend") or "").lower(),
-                tokens=tokens or 512,
+                tokens=tokens or (512 if kind_test == "pp" else 128),
                 moe_layers=shape.moe_layers,
                 recurrent_layers=shape.recurrent,
                 host_bytes=host_bytes,
@@ -667,10 +810,19 @@ def _budget_rows() -> list[BenchRow]:
                 host_params=host_params,
                 host_tflops=cores_flops_tflops(min(threads, cores), lanes),
                 host_layers=host_layers,
-                copy_bytes=copy,
+                copy_dense_bytes=copy_dense,
+                copy_expert_bytes=copy_expert,
                 ubatch_tokens=n_ub,
                 link_gb_s=pcie_gb_s(*link),
                 pinned=r.get("mmap") == 0,
+                read_dense_bytes=read_dense if kind_test == "pp" else 0.0,
+                read_expert_bytes=read_expert if kind_test == "pp" else 0.0,
+                gemm_float=_float(label),
+                experts_used=shape.used,
+                experts=shape.experts,
+                routed_share=fig.routed_share,
+                gqa=_gqa(label),
+                host_stated=host_stated,
             )
         )
     return rows
@@ -739,14 +891,28 @@ def _fit_decode(rows: list[BenchRow]) -> tuple[float, dict[str, float], float]:
         "m": np.array([float(r.moe_layers) for r in rows]),
         "r": np.array([float(r.recurrent_layers) for r in rows]),
         "g": np.array([r.params * r.active_share / (r.fp16_tflops * 1e12) for r in rows]),
+        "a": np.array([r.attention_flops / (r.fp16_tflops * 1e12) for r in rows]),
     }
-    # A layer kind's own cost only where the family's rows show it: enough rows, from several sources.
-    for key, has in (("m", lambda r: r.moe_layers), ("r", lambda r: r.recurrent_layers)):
+    # A layer kind's own cost only where the family's rows show it: enough rows, from several sources;
+    # attention's where decode rows at a long context (2,048 tokens and more) show it.
+    for key, has in (
+        ("m", lambda r: r.moe_layers),
+        ("r", lambda r: r.recurrent_layers),
+        ("a", lambda r: r.mean_depth >= 2048),
+    ):
         shown = [r for r in rows if has(r)]
         if len(shown) < MIN_KIND_ROWS or len({source_key(r.source) for r in shown}) < 2:
             cols[key] = np.zeros_like(x)
     y = np.array([1.0 / r.tokens_per_s for r in rows])
     return _fit_roofline(x, cols, y, np.zeros_like(y))
+
+
+def source_weights(rows: list[BenchRow]) -> np.ndarray:
+    """Each row's weight in a prefill fit: 1/sqrt(the rows of its source), so that a source weighs as the
+    square root of its rows rather than in proportion (a source is one build, one methodology and usually
+    one machine, and forty rows of one say less about the next source than forty sources do)."""
+    per = Counter(source_key(r.source) for r in rows)
+    return np.array([1.0 / per[source_key(r.source)] ** 0.5 for r in rows])
 
 
 def _fit_roofline(
@@ -777,16 +943,32 @@ def _fit_roofline(
     return best[1], best[2], best[0]
 
 
-def _prefill_ratio(r: BenchRow, moe: float) -> float:
-    """The rate factor a prefill row implies (tokens/s x 2 x active parameters / FLOP/s)."""
-    return r.tokens_per_s * 2 * r.params * r.active_share / (r.fp16_tflops * 1e12) / (moe if r.moe_layers else 1.0)
+def _prefill_ratio(r: BenchRow, g: Globals, efficiency: float) -> float:
+    """The rate factor a prefill row implies against its family's peak (``prefill_peak_multiplier``
+    x FP16 FLOP/s): prompt tokens x 2 x active parameters over the ubatch's time once its weight reads
+    (at ``efficiency`` of the bandwidth) are taken off."""
+    n_ub = max(1, min(r.ubatch_tokens, r.tokens))
+    t = n_ub / r.tokens_per_s
+    read = r.ubatch_bytes(g) / (efficiency * r.bandwidth_gb_s * 1e9)
+    t = max(t - read, 0.1 * t)
+    peak = r.fp16_tflops * 1e12 * prefill_peak_multiplier(r.family, r.gemm_float)
+    return n_ub * (2 * r.params * r.active_share / r.moe_factor(g) + r.attention_flops) / (t * peak)
 
 
-def _fit_prefill(rows: list[BenchRow], float_weights: bool, moe: float) -> float | None:
-    chosen = [r for r in rows if r.float_weights == float_weights]
+def _compute_bound(r: BenchRow, efficiency: float, g: Globals) -> bool:
+    """Whether most of a prefill row's time is arithmetic (its weight reads under half of it): only such
+    rows tell the rate factor (a prompt of a few tokens is a batched decode, read-bound)."""
+    n_ub = max(1, min(r.ubatch_tokens, r.tokens))
+    read = r.ubatch_bytes(g) / (efficiency * r.bandwidth_gb_s * 1e9)
+    return read < 0.5 * n_ub / r.tokens_per_s
+
+
+def _fit_prefill(rows: list[BenchRow], float_weights: bool, g: Globals, eff: dict[str, float]) -> float | None:
+    chosen = [r for r in rows if r.gemm_float == float_weights and _compute_bound(r, eff.get(r.family, 0.8), g)]
     if not chosen:
         return None
-    return float(np.exp(np.median(np.log([_prefill_ratio(r, moe) for r in chosen]))))
+    logs = np.log([_prefill_ratio(r, g, eff.get(r.family, 0.8)) for r in chosen])
+    return float(np.exp(weighted_percentiles(logs, source_weights(chosen), (0.5,))[0]))
 
 
 @dataclass(frozen=True)
@@ -809,44 +991,90 @@ def fit_model(rows: list[BenchRow]) -> Fitted:
     tg = {f: [r for r in single if r.family == f and r.test == "tg"] for f in families}
     pp = {f: [r for r in single if r.family == f and r.test == "pp" and r.depth == 0] for f in families}
     decode = {f: _fit_decode(tg[f]) for f in families if len(tg[f]) >= 3}
-    # A mixture of experts' prefill against its family's dense rate: two passes (families first,
-    # then the MoE rows' median ratio to them, then families again with it).
-    moe = 1.0
-    for _ in range(2):
-        dense_factor = {f: _fit_prefill([r for r in pp[f] if not r.moe_layers] or pp[f], False, moe) for f in families}
-        ratios = [
-            _prefill_ratio(r, 1.0) / dense_factor[r.family]
-            for f in families
-            for r in pp[f]
-            if r.moe_layers and not r.float_weights and dense_factor.get(r.family)
-        ]
-        moe = float(np.clip(np.exp(np.median(np.log(ratios))), 0.1, 2.0)) if ratios else 1.0
-    g = Globals(moe)
+    eff = {f: min(d[0], 1.0) for f, d in decode.items()}
+    # How alike a prompt's tokens route (``expert_coverage``'s exponent): the value whose fit explains the
+    # prefill rows best, single devices (the experts a ubatch reads) and GPUs with experts in RAM (the
+    # experts a ubatch copies) together, each source weighing as the square root of its rows (``source_weights``).
+    best_fit: tuple[float, Fitted | None] = (float("inf"), None)
+    judged = [r for r in rows if r.test == "pp" and r.depth == 0]
+    for routing in ROUTING_EXPONENTS:
+        g, out = _fit_prefill_constants(decode, tg, pp, families, eff, routing)
+        fitted = Fitted(out, fit_hybrid(rows, out, g), g)
+        res, wts = [], []
+        for r in judged:
+            c = constants_for(r.family, out)
+            if c is not None:
+                res.append(np.log(r.predict(c, fitted.hybrid, g) / r.tokens_per_s))
+                wts.append(r)
+        err = float(np.sum(source_weights(wts) * np.array(res) ** 2)) if res else 0.0
+        if err < best_fit[0]:
+            best_fit = (err, fitted)
+    assert best_fit[1] is not None
+    return best_fit[1]
+
+
+# Routing exponents tried (1: independent tokens).
+ROUTING_EXPONENTS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.85, 1.0)
+
+
+def _fit_prefill_constants(
+    decode: dict, tg: dict, pp: dict, families: list[str], eff: dict[str, float], routing: float
+) -> tuple[Globals, dict[str, FamilyConstants]]:
+    """The prefill half of ``fit_model`` at one routing exponent: the shared batch constant, then each
+    family's constants (its decode ones from ``decode``). Prefill factors are fitted per pool of
+    families with the same kernels (PREFILL_POOLS), each row against its own family's peak; a family
+    outside any pool is its own pool."""
+    pool_of = {f: PREFILL_POOLS.get(f, f) for f in families}
+    pools = {p: [r for f in families if pool_of[f] == p for r in pp[f]] for p in set(pool_of.values())}
+    # The rows at which the prompt kernels reach half their rate (``batch_efficiency``): the value that
+    # best explains the rows' rates against their pool's (``source_weights``), shown
+    # mostly by mixtures of experts, whose experts get a few rows each.
+    best = (float("inf"), 0.0)
+    chosen_rows = [(p, r) for p, pr in pools.items() for r in pr if not r.gemm_float]
+    for half in [0.0, *np.geomspace(1, 512, 37)]:
+        g_try = Globals(float(half), routing)
+        factor = {p: _fit_prefill(pr, False, g_try, eff) for p, pr in pools.items()}
+        res, wts = [], []
+        for p, r in chosen_rows:
+            if factor.get(p) and _compute_bound(r, eff.get(r.family, 0.8), g_try):
+                res.append(np.log(_prefill_ratio(r, g_try, eff.get(r.family, 0.8)) / factor[p]))
+                wts.append(r)
+        err = float(np.sum(source_weights(wts) * np.array(res) ** 2)) if res else 0.0
+        if err < best[0]:
+            best = (err, float(half))
+    g = Globals(best[1], routing)
     out: dict[str, FamilyConstants] = {}
     for fam, (eta, k, _) in decode.items():
-        quant = _fit_prefill(pp[fam], False, moe)
-        flt = _fit_prefill(pp[fam], True, moe)
+        chosen_pp = pools.get(pool_of.get(fam, fam), pp.get(fam, []))
+        m_quant, m_float = prefill_peak_multiplier(fam, False), prefill_peak_multiplier(fam, True)
+        quant = _fit_prefill(chosen_pp, False, g, eff)
+        flt = _fit_prefill(chosen_pp, True, g, eff)
         if quant is None and flt is None:
             continue
         by_build: dict[str, dict[str, float]] = {}
-        for build in sorted({r.build for r in pp[fam] if r.build}):
-            for kind, is_float in (("quant", False), ("float", True)):
-                chosen = [r for r in pp[fam] if r.build == build and r.float_weights == is_float]
+        for build in sorted({r.build for r in chosen_pp if r.build}):
+            for kind, is_float, mult in (("quant", False, m_quant), ("float", True, m_float)):
+                chosen = [r for r in chosen_pp if r.build == build and r.gemm_float == is_float]
                 if len(chosen) >= MIN_BUILD_ROWS and len({source_key(r.source) for r in chosen}) >= 2:
-                    by_build.setdefault(build, {})[kind] = _fit_prefill(chosen, is_float, moe) or 0.0
+                    by_build.setdefault(build, {})[kind] = (_fit_prefill(chosen, is_float, g, eff) or 0.0) * mult
+        # A path without rows is taken to run as fast as the other one (on NVIDIA the int8 kernels reach
+        # a smaller share of a higher peak: about FP16 cuBLAS's speed, llama.cpp PRs #7676 and #8075).
+        quant_n = quant or (flt or 0.1) * m_float / m_quant
+        flt_n = flt or (quant or 0.1) * m_quant / m_float
         out[fam] = FamilyConstants(
             decode_efficiency=min(eta, 1.5),
             per_layer_s=k.get("c", 0.0),
             per_moe_layer_s=k.get("m", 0.0),
             per_recurrent_layer_s=k.get("r", 0.0),
+            decode_attention_cost=k.get("a", 0.0),
             decode_flop_per_param=k.get("g", 0.0),
-            prefill_quant=quant or (flt or 0.1) * 2,
-            prefill_float=flt or (quant or 0.1) / 2,
+            prefill_quant=quant_n * m_quant,
+            prefill_float=flt_n * m_float,
             prefill_backend=by_build,
             rows=len(tg[fam]) + len(pp[fam]),
             devices=len({r.device for r in tg[fam] + pp[fam]}),
         )
-    return Fitted(out, fit_hybrid(rows, out, g), g)
+    return g, out
 
 
 def fit(rows: list[BenchRow]) -> dict[str, FamilyConstants]:
@@ -866,6 +1094,7 @@ def _gpu_part(r: BenchRow, c: FamilyConstants) -> float:
         r.fp16_tflops,
         r.moe_layers,
         r.recurrent_layers,
+        r.attention_flops,
     )
 
 
@@ -892,15 +1121,17 @@ def fit_hybrid(rows: list[BenchRow], fitted: dict[str, FamilyConstants], g: Glob
     for pinned in (True, False):
         implied = []
         for r in hybrid:
-            if r.test != "pp" or r.pinned != pinned or not r.copy_bytes:
+            if r.test != "pp" or r.pinned != pinned or not r.copy_bytes(g):
                 continue
             c = constants_for(r.family, fitted)
             assert c is not None
-            moe = g.moe_prefill if r.moe_layers else 1.0
-            rate = prefill_tokens_per_s(r.params * r.active_share, r.fp16_tflops, r.float_weights, c, moe, r.build)
-            copy_s = r.ubatch_tokens / r.tokens_per_s - r.ubatch_tokens / rate
+            moe = r.moe_factor(g)
+            active = r.params * r.active_share
+            rate = prefill_tokens_per_s(active, r.fp16_tflops, r.gemm_float, c, moe, r.build, r.attention_flops)
+            read = ubatch_read_seconds(r.ubatch_bytes(g), r.bandwidth_gb_s, c)
+            copy_s = r.ubatch_tokens / r.tokens_per_s - r.ubatch_tokens / rate - read
             if copy_s > 0:
-                implied.append(r.copy_bytes / (copy_s * r.link_gb_s * 1e9))
+                implied.append(r.copy_bytes(g) / (copy_s * r.link_gb_s * 1e9))
         shares[pinned] = float(np.clip(np.exp(np.median(np.log(implied))), 0.05, 1.5)) if implied else None
     pinned_share = shares[True] or (shares[False] or DEFAULT_HYBRID.pcie_pageable) * 1.5
     pageable_share = shares[False] or pinned_share / 1.5
@@ -1034,7 +1265,32 @@ def cross_validate(rows: list[BenchRow], by: str = "device") -> list[Held]:
     for k in range(FOLDS):
         train = [r for i, g in enumerate(groups) if i != k for r in g]
         bands = {t: held_out_intervals(train, t, FOLDS - 1, by) for t in ("tg", "pp")}
+        model = fit_model(train)
         for r, p in _predict_held(train, groups[k]):
             lo, hi = bands[r.test]["hybrid" if r.group == "hybrid" else "all"]
-            held.append(Held(r, p, p * lo, p * hi))
+            p_lo, p_hi = p, p
+            if r.group == "hybrid" and not r.host_stated:
+                # A host the source does not name: the range spans the desktop hosts it could be.
+                c = constants_for(r.family, model.families)
+                preds = [v.predict(c, model.hybrid, model.globals) for v in unstated_hosts(r)]  # type: ignore[arg-type]
+                p_lo, p_hi = min(preds + [p]), max(preds + [p])
+            held.append(Held(r, p, p_lo * lo, p_hi * hi))
     return held
+
+
+# The desktops a GPU with weights in RAM may sit in when its source does not say: dual-channel DDR4-3200
+# to DDR5-6400 (HOST_MEMORY's desktop presets and the fastest common kit), the card's slot at x8 or x16.
+UNSTATED_HOST_GB_S = (51.2, 102.4)
+UNSTATED_LANES = (8, 16)
+
+
+def unstated_hosts(r: BenchRow) -> list[BenchRow]:
+    """A hybrid row as it would run on each desktop its unnamed host could be (``UNSTATED_HOST_GB_S``,
+    ``UNSTATED_LANES``): the extremes of what the source leaves open."""
+    from dataclasses import replace
+
+    return [
+        replace(r, host_bandwidth_gb_s=bw, link_gb_s=r.link_gb_s * lanes / 16)
+        for bw in UNSTATED_HOST_GB_S
+        for lanes in UNSTATED_LANES
+    ]

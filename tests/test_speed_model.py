@@ -43,11 +43,12 @@ def test_every_row_is_understood_and_sourced(rows):
 
 def test_held_out_devices_meet_the_accuracy_targets(rows):
     """Folds grouped by device, as before the budget rows (hybrid, CPU-only, AMD) joined: decode keeps
-    its 10% / 80%; prefill's median and coverage were 11.5% / 75% on the first 496 rows and are 24% /
-    64% with the 2025-26 AMD (Strix Halo ROCm/Vulkan), MoE and GPU+RAM rows, so the bounds follow what
-    the harder data measures (README, "How fast")."""
+    its 10% / 80%; prefill's median and coverage were 11.5% / 75% on the first 496 rows, 24% / 64% with
+    the 2025-26 AMD (Strix Halo ROCm/Vulkan), MoE and GPU+RAM rows, and are 14% / 74% since the prompt
+    kernels' batch efficiency, the ubatch's weight reads and NVIDIA's int8 peak are modelled (README,
+    "How fast")."""
     held = cross_validate(rows, by="device")
-    for test, median_limit, inside_floor in (("tg", 0.10, 0.80), ("pp", 0.26, 0.60)):
+    for test, median_limit, inside_floor in (("tg", 0.10, 0.80), ("pp", 0.16, 0.70)):
         h = [x for x in held if x.row.test == test]
         assert len(h) >= 300
         assert statistics.median(abs(x.error) for x in h) <= median_limit, test
@@ -58,16 +59,20 @@ def test_held_out_sources_stay_at_what_the_readme_reports(rows):
     """Folds grouped by source (a repository, thread or page: one build, one methodology): what a new
     buyer's machine gets. The issue's targets (decode <= 10% with >= 80% inside, prefill <= 20%, rows
     with weights in RAM <= 20%, x86 CPUs <= 15%) are not all met; these bounds hold the figures the
-    README reports (decode 12%/86%, prefill 26%/85%) so that they cannot silently get worse."""
+    README reports (decode 12.7%/86%, prefill 23.6%/88%) so that they cannot silently get worse."""
     held = cross_validate(rows, by="source")
-    for test, median_limit, inside_floor in (("tg", 0.13, 0.80), ("pp", 0.28, 0.78)):
+    for test, median_limit, inside_floor in (("tg", 0.13, 0.84), ("pp", 0.24, 0.85)):
         h = [x for x in held if x.row.test == test]
         assert statistics.median(abs(x.error) for x in h) <= median_limit, test
         assert sum(x.inside for x in h) / len(h) >= inside_floor, test
     hybrid = [x for x in held if x.row.kind == "hybrid"]
-    assert len(hybrid) >= 60
-    assert statistics.median(abs(x.error) for x in hybrid) <= 0.42
-    assert sum(x.inside for x in hybrid) / len(hybrid) >= 0.70
+    # 58 usable rows with weights in RAM; with the 10 of the source left out (EXCLUDED_SOURCES), 68 collected.
+    assert len(hybrid) >= 55
+    assert len(hybrid) + sum(r.group == "hybrid" for r in load_rows(excluded=True)) >= 60
+    median = statistics.median(abs(x.error) for x in hybrid)
+    assert median <= 0.31, median
+    inside = sum(x.inside for x in hybrid) / len(hybrid)
+    assert inside >= 0.75, inside
 
 
 def test_the_shipped_constants_are_the_fit_of_the_shipped_data(rows):

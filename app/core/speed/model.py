@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
 from pathlib import Path
 
@@ -73,7 +74,8 @@ def speed_family(name: str, kind: str = "gpu") -> str:
     if re.search(r"\bm[2-9]\b", n) and ("apple" in n or "gpu" in n or kind != "cpu"):
         return "apple-m2plus"
     if kind == "cpu":
-        arm = ("cix", "radxa", "graviton", "ampere", "snapdragon", "neoverse", "qualcomm", "apple")
+        arm: tuple[str, ...] = ("cix", "radxa", "graviton", "ampere", "snapdragon", "neoverse", "qualcomm", "apple")
+        arm += ("raspberry", "cortex")
         return "cpu-arm" if any(a in n for a in arm) else "cpu-x86"
     if re.search(r"\bmi\d{3}", n) or "instinct" in n:
         return "amd-cdna"
@@ -86,6 +88,32 @@ def speed_family(name: str, kind: str = "gpu") -> str:
         # runs at 4x its (halved) FP16-with-FP32-accumulate rate, workstation cards at 2x.
         return "nvidia-geforce"
     return "nvidia-gddr"
+
+
+# Families whose prefill kernels are the same code on the same kind of tensor cores: their prefill
+# factors are fitted together, each against its own peak (``prefill_peak_multiplier``), so that a
+# GeForce card's prefill is learned from workstation and datacenter cards' rows as well.
+PREFILL_POOLS: dict[str, str] = {
+    "nvidia-geforce": "nvidia",
+    "nvidia-gddr": "nvidia",
+    "nvidia-hbm": "nvidia",
+    "unified-nvidia": "nvidia",
+}
+
+
+def prefill_peak_multiplier(family: str, float_weights: bool) -> float:
+    """The peak of llama.cpp's prompt kernels on ``family`` against the device's FP16 tensor rate with
+    FP32 accumulation (the catalog's ``fp16_tflops``). On NVIDIA (since June 2024, PR #8075) quantized
+    weights run on int8 tensor cores (``mul_mat_q``, ``ggml_cuda_should_use_mmq``): 4x that rate on
+    GeForce and GB10, whose FP32-accumulate rate is half their FP16 one, 2x on workstation and
+    datacenter cards; F16 weights run on cuBLAS with FP16 accumulation (``CUBLAS_COMPUTE_16F`` in
+    ``ggml_cuda_mul_mat_cublas``), 2x on GeForce and 1x elsewhere. 1 for every other family."""
+    if PREFILL_POOLS.get(family) != "nvidia":
+        return 1.0
+    consumer = family in ("nvidia-geforce", "unified-nvidia")
+    if float_weights:
+        return 2.0 if consumer else 1.0
+    return 4.0 if consumer else 2.0
 
 
 def device_group(family: str) -> str:
@@ -107,6 +135,12 @@ class FamilyConstants(BaseModel):
     )
     decode_flop_per_param: float = Field(
         default=0.0, ge=0, description="decode work per active parameter in FP16-FLOP equivalents (CPUs: dequantizing)"
+    )
+    decode_attention_cost: float = Field(
+        default=0.0,
+        ge=0,
+        description="decode attention FLOPs' cost against the FP16 rate (1/its efficiency): a decoded token's "
+        "attention over a long context computes more than its KV reads cost where the kernels are slow",
     )
     prefill_quant: float = Field(gt=0, description="prefill rate factor for quantized weights")
     prefill_float: float = Field(gt=0, description="prefill rate factor for F16/BF16/F32 weights")
@@ -149,8 +183,14 @@ class SpeedModel(BaseModel):
 
     families: dict[str, FamilyConstants]
     hybrid: HybridConstants = DEFAULT_HYBRID
-    moe_prefill_factor: float = Field(
-        default=1.0, gt=0, le=2, description="prefill rate of a mixture of experts against dense weights of its family"
+    routing_exponent: float = Field(
+        default=1.0, gt=0, le=1, description="a ubatch reaches as many experts as tokens^this independent tokens would"
+    )
+    prefill_half_tokens: float = Field(
+        default=0.0,
+        ge=0,
+        description="rows of a matrix product at which llama.cpp's prompt kernels reach half their full rate "
+        "(``batch_efficiency``): what slows a mixture of experts' prefill and short prompts",
     )
 
     fallback: dict[str, str] = Field(description="family -> the family whose constants it borrows when it has none")
@@ -191,12 +231,14 @@ def decode_seconds_per_token(
     fp16_tflops: float = 0.0,
     moe_layers: float = 0.0,
     recurrent_layers: float = 0.0,
+    attention_flops: float = 0.0,
 ) -> float:
     """Seconds to decode one token reading ``bytes_read`` bytes through ``n_layer`` layers, of which
     ``moe_layers`` route experts and ``recurrent_layers`` update a recurrent state (each kind with its
     own fixed cost), plus the arithmetic on ``active_params`` parameters where the device's rate makes
-    it count (CPUs)."""
-    compute = c.decode_flop_per_param * active_params / (fp16_tflops * 1e12) if fp16_tflops > 0 else 0.0
+    it count (CPUs) and on the token's attention over its context (``attention_flops``)."""
+    work = c.decode_flop_per_param * active_params + c.decode_attention_cost * attention_flops
+    compute = work / (fp16_tflops * 1e12) if fp16_tflops > 0 else 0.0
     fixed = n_layer * c.per_layer_s + moe_layers * c.per_moe_layer_s + recurrent_layers * c.per_recurrent_layer_s
     return bytes_read / (c.decode_efficiency * bandwidth_gb_s * 1e9) + fixed + compute
 
@@ -215,11 +257,48 @@ def prefill_tokens_per_s(
     c: FamilyConstants,
     moe_factor: float = 1.0,
     backend: str = "",
+    attention_flops: float = 0.0,
 ) -> float:
     """Prompt tokens per second for ``active_params`` parameters per token on ``fp16_tflops``;
-    ``moe_factor`` is ``SpeedModel.moe_prefill_factor`` for a mixture of experts, ``backend`` the
-    llama.cpp build (its own factor where one was fitted)."""
-    return prefill_factor(c, float_weights, backend) * moe_factor * fp16_tflops * 1e12 / (2 * active_params)
+    ``moe_factor`` is ``prefill_batch_factor``'s for the ubatch (it slows the weights' matrix products),
+    ``backend`` the llama.cpp build (its own factor where one was fitted), ``attention_flops`` a prompt
+    token's attention over the tokens before it."""
+    flops = 2 * active_params / max(moe_factor, 1e-9) + attention_flops
+    return prefill_factor(c, float_weights, backend) * fp16_tflops * 1e12 / flops
+
+
+def batch_efficiency(tokens: float, half_tokens: float) -> float:
+    """Share of a matrix kernel's full rate reached when it multiplies a weight matrix by ``tokens``
+    rows: t / (t + half), since its tiles are sized for many rows and a few rows leave them mostly
+    empty (llama.cpp's ``mul_mat_q`` tiles, the CPU's repacked GEMM blocks)."""
+    if half_tokens <= 0:
+        return 1.0
+    return tokens / (tokens + half_tokens) if tokens > 0 else 0.0
+
+
+def prefill_batch_factor(
+    ubatch_tokens: int, used: int, experts: int, routed_share: float, half_tokens: float, exponent: float = 1.0
+) -> float:
+    """A ubatch's matrix rate against the kernels' full rate: the dense matrices (attention, shared
+    experts, every matrix of a dense model) get all ``ubatch_tokens`` rows; each expert the ubatch
+    routes to gets ubatch x used / (experts x the share of experts it reaches, ``expert_coverage``) of
+    them (``ggml_mul_mat_id``: one matrix product per expert), so a mixture of experts prefills slower
+    than a dense model of its active size unless ``-ub`` is large."""
+    n = max(ubatch_tokens, 1)
+    dense = batch_efficiency(n, half_tokens)
+    if routed_share <= 0 or experts <= 0 or used <= 0:
+        return dense
+    per_expert = n * min(used, experts) / (experts * max(expert_coverage(n, used, experts, exponent), 1e-9))
+    routed = batch_efficiency(per_expert, half_tokens)
+    return 1.0 / ((1 - routed_share) / max(dense, 1e-9) + routed_share / max(routed, 1e-9))
+
+
+def ubatch_read_seconds(ubatch_bytes: float, bandwidth_gb_s: float, c: FamilyConstants) -> float:
+    """Seconds a prompt ubatch spends reading ``ubatch_bytes`` of weights from the device's memory, at
+    the family's decode efficiency: each weight matrix is read once per ubatch (a mixture of experts'
+    only for the experts the ubatch routes to), which dominates small ubatches (a short prompt, ``-ub``
+    below 512) and large mixtures of experts on slow memory."""
+    return ubatch_bytes / (c.decode_efficiency * bandwidth_gb_s * 1e9) if ubatch_bytes and bandwidth_gb_s else 0.0
 
 
 def host_decode_seconds(
@@ -241,12 +320,16 @@ def host_decode_seconds(
     return read + work + host_layers * h.sync_s
 
 
-def expert_coverage(tokens: int, used: int, experts: int) -> float:
-    """Expected share of a layer's experts that ``tokens`` route to (each picks ``used`` of ``experts``,
-    taken as independent and uniform): 1 - (1 - used/experts)^tokens."""
+def expert_coverage(tokens: int, used: int, experts: int, exponent: float = 1.0) -> float:
+    """Expected share of a layer's experts that ``tokens`` route to, each picking ``used`` of
+    ``experts``: 1 - (1 - used/experts)^(tokens^exponent). Independent uniform routing is exponent 1;
+    a prompt's tokens route alike (neighbouring tokens favour the same experts), so they reach as many
+    experts as fewer independent tokens would: ``SpeedModel.routing_exponent``, fitted on published
+    runs whose time is mostly copying or reading the experts a ubatch reaches."""
     if experts <= 0 or used <= 0:
         return 1.0
-    return 1.0 - (1.0 - min(used, experts) / experts) ** max(tokens, 0)
+    independent = math.pow(max(tokens, 0), exponent)
+    return 1.0 - math.pow(1.0 - min(used, experts) / experts, independent)
 
 
 def offload_copy_seconds(copy_bytes: float, link_gb_s: float, pinned: bool, h: HybridConstants) -> float:

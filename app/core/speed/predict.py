@@ -4,7 +4,9 @@ Decode is memory-bound: each new token reads every active weight once plus the K
 the current depth, so tokens/s <= efficiency x bandwidth / bytes read. Mixture-of-experts models
 read only the routed share of their expert tensors. With partial offload, each device reads its
 own share and the times add up. Prefill is compute-bound: about 2 FLOPs per active parameter per
-token, plus attention over the context.
+token at the prompt kernels' batch efficiency (``prefill_batch_factor``: a mixture of experts' experts
+each get few rows of a ubatch), plus attention over the context and each ubatch's read of the weights
+it uses.
 
 With weights in system memory beside a GPU (``--n-cpu-moe``, a partial ``-ngl``), the host's share
 of a decoded token is read at the host's bandwidth and computed on the CPU's threads, with a
@@ -39,8 +41,10 @@ from app.core.speed.model import (
     host_decode_seconds,
     load_speed_model,
     offload_copy_seconds,
+    prefill_batch_factor,
     prefill_factor,
     speed_family,
+    ubatch_read_seconds,
 )
 
 # This machine's CPU against its own measured read bandwidth (not a spec sheet): llama.cpp's CPU
@@ -85,16 +89,20 @@ class Placement:
     params_per_token: tuple[float, ...]  # parameters computed per decoded token
     host_layers: int  # layers with host-resident weights, in a run with GPUs
     copy_bytes: float  # host-resident weight bytes one ubatch copies to GPU 0 (op offload)
+    ubatch_bytes: tuple[float, ...] = ()  # weight bytes one prompt ubatch reads on each device
 
     @property
     def hybrid(self) -> bool:
         return self.host_layers > 0 and len(self.bytes_per_token) > 1 and self.bytes_per_token[-1] > 0
 
 
-def placement(arch: Architecture, tensors: Sequence[TensorInfo], est: Estimate, ubatch_tokens: int) -> Placement:
+def placement(
+    arch: Architecture, tensors: Sequence[TensorInfo], est: Estimate, ubatch_tokens: int, routing_exponent: float = 1.0
+) -> Placement:
     """Bytes and parameters each device of ``est`` handles per decoded token, the layers whose weights
-    stay in host memory beside GPUs, and the bytes a ``ubatch_tokens`` ubatch copies to GPU 0 (the
-    experts it routes to, ``expert_coverage``, and every other host-resident matrix)."""
+    stay in host memory beside GPUs, the bytes a ``ubatch_tokens`` ubatch copies to GPU 0 (the
+    experts it routes to, ``expert_coverage`` at ``routing_exponent``, and every other host-resident
+    matrix) and the weight bytes it reads on each device (copied ones are read on GPU 0's side)."""
     totals = tensor_totals(arch, tensors)
     n_dev = len(est.devices)
     host = n_dev - 1
@@ -102,7 +110,8 @@ def placement(arch: Architecture, tensors: Sequence[TensorInfo], est: Estimate, 
     by_params = [0.0] * n_dev
     has_gpu = any(d.kind == "gpu" for d in est.devices)
     moe = arch.moe
-    coverage = expert_coverage(ubatch_tokens, moe.n_expert_used, moe.n_expert) if moe else 1.0
+    coverage = expert_coverage(ubatch_tokens, moe.n_expert_used, moe.n_expert, routing_exponent) if moe else 1.0
+    by_ubatch = [0.0] * n_dev
     host_layers = 0
     copy = 0.0
     expert_bytes = totals.expert_bytes or (0,) * (arch.n_layer + 1)
@@ -112,6 +121,9 @@ def placement(arch: Architecture, tensors: Sequence[TensorInfo], est: Estimate, 
     for layer, n_bytes in enumerate(totals.active_layer_bytes):
         device = est.layer_devices[layer]
         params = layer_params[layer]
+        dense_bytes = totals.layer_bytes[layer] - expert_bytes[layer]
+        if layer == arch.n_layer and not totals.has_output:
+            dense_bytes += totals.token_embd_bytes  # the tied head reads the token embedding
         if layer < est.cpu_moe_layers and device != host:
             # --n-cpu-moe: this layer's routed experts are read (and computed) from host memory.
             by_bytes[host] += expert_active[layer]
@@ -120,15 +132,15 @@ def placement(arch: Architecture, tensors: Sequence[TensorInfo], est: Estimate, 
             params -= expert_params[layer]
             host_layers += 1
             copy += expert_bytes[layer] * coverage
+            by_ubatch[device] += dense_bytes
         elif device == host and has_gpu:
             host_layers += 1
-            dense = totals.layer_bytes[layer] - expert_bytes[layer]
-            if layer == arch.n_layer and not totals.has_output:
-                dense += totals.token_embd_bytes  # the tied head reads the token embedding
-            copy += dense + expert_bytes[layer] * coverage
+            copy += dense_bytes + expert_bytes[layer] * coverage
+        else:
+            by_ubatch[device] += dense_bytes + expert_bytes[layer] * coverage
         by_bytes[device] += n_bytes
         by_params[device] += params
-    return Placement(tuple(by_bytes), tuple(by_params), host_layers, copy)
+    return Placement(tuple(by_bytes), tuple(by_params), host_layers, copy, tuple(by_ubatch))
 
 
 def active_bytes_by_device(arch: Architecture, tensors: Sequence[TensorInfo], est: Estimate) -> list[float]:
@@ -194,14 +206,17 @@ def estimate_speed(
     depth = prompt_tokens if depth_tokens is None else depth_tokens
     by_name = {t.name: t for t in targets}
     n_ub = max(1, min(settings.effective_ubatch, prompt_tokens))
-    where = placement(arch, tensors, est, n_ub)
+    model = load_speed_model()
+    where = placement(arch, tensors, est, n_ub, model.routing_exponent)
     weights = where.bytes_per_token
     kv_read = kv_read_bytes(est, depth)
     kv_cpu_read = kv_read_bytes(est, depth, as_f16=True)
     n_attn_layers = _attention_layers(arch)
+    head_dim = arch.head_dim_k_eff if arch.mla is None else arch.mla.kv_lora_rank
+    # A token's attention FLOPs per token of context (QK^T and AV over every attention layer).
+    attn_flops_per_context = 4 * n_attn_layers * arch.max_heads() * head_dim
     assumptions = []
 
-    model = load_speed_model()
     h = model.hybrid
     params = active_params(arch, tensors)
     group = "hybrid" if where.hybrid else None
@@ -213,7 +228,18 @@ def estimate_speed(
     float_share = _float_weight_share(tensors)
     host = len(est.devices) - 1
     moe_here, recurrent_here = _layer_kinds(arch, est)
-    moe_factor = model.moe_prefill_factor if arch.moe else 1.0
+    # The ubatch's matrix rate against the kernels' full rate: each routed expert gets a few of its rows.
+    routed = sum(tensor_totals(arch, tensors).active_expert_params)
+    moe = arch.moe
+    batch_factor = prefill_batch_factor(
+        n_ub,
+        moe.n_expert_used if moe else 0,
+        moe.n_expert if moe else 0,
+        routed / params if params else 0.0,
+        model.prefill_half_tokens,
+        model.routing_exponent,
+    )
+    read_s = 0.0  # seconds a prompt ubatch spends reading the weights, summed over the devices
     gpu0 = by_name.get(est.devices[0].name) if est.devices[0].kind == "gpu" else None
     offloaded = gpu0 is not None and backends.offloads_ops(est.backend, n_ub)
     for i, (d, w) in enumerate(zip(est.devices, weights, strict=True)):
@@ -224,6 +250,8 @@ def estimate_speed(
         c = model.constants(family)
         (d_lo, d_hi), band_pp = model.intervals(family, group)
         kv_share = (kv_cpu_read if d.kind == "cpu" and not where.hybrid else kv_read) * (d.layers / n_attn_layers)
+        # Each user's decoded token attends over its own cache (what a slow attention kernel costs).
+        attn_here = attn_flops_per_context * depth * min(d.layers / n_attn_layers, 1.0) * users
         # One decode step reads the weights once for every user, and each user's own KV cache.
         bytes_read = w + kv_share * users
         bw = target.bandwidth_gb_s * 1e9
@@ -261,7 +289,15 @@ def estimate_speed(
             # the CPU family's fixed cost per layer and its arithmetic on the threads come on top.
             eff_lo, eff_hi = DECODE_EFFICIENCY["cpu"]
             fixed = decode_seconds_per_token(
-                0.0, max(d.layers, 1), target.bandwidth_gb_s, c, params_here, tflops, moe_here[i], recurrent_here[i]
+                0.0,
+                max(d.layers, 1),
+                target.bandwidth_gb_s,
+                c,
+                params_here,
+                tflops,
+                moe_here[i],
+                recurrent_here[i],
+                attn_here,
             )
             t_low += bytes_read / (eff_hi * bw) + fixed
             t_high += bytes_read / (eff_lo * bw) + fixed
@@ -281,6 +317,7 @@ def estimate_speed(
                 tflops,
                 moe_here[i],
                 recurrent_here[i],
+                attn_here,
             )
             t_mid += t
             t_low += t / d_hi
@@ -302,19 +339,20 @@ def estimate_speed(
         factor = prefill_factor(rate_c, True, build) * float_share + prefill_factor(rate_c, False, build) * (
             1 - float_share
         )
-        prefill_s_per_flop += share / (factor * moe_factor * rate_tflops * 1e12)
+        prefill_s_per_flop += share / (factor * rate_tflops * 1e12)
+        if i < len(where.ubatch_bytes):
+            read_s += ubatch_read_seconds(where.ubatch_bytes[i], target.bandwidth_gb_s, c)
     # Per user: one decode step gives each of the users one token.
     t_low = max(t_low, t_roof)
     t_mid = max(t_mid, t_roof)
     decode = Range(1.0 / t_high if t_high else 0.0, 1.0 / t_low if t_low else 0.0)
     decode_mid = 1.0 / t_mid if t_mid else 0.0
 
-    head_dim = arch.head_dim_k_eff if arch.mla is None else arch.mla.kv_lora_rank
-    attn_flops = 4 * n_attn_layers * arch.max_heads() * head_dim * (prompt_tokens / 2)
-    flops_per_token = 2 * params + attn_flops
+    attn_flops = attn_flops_per_context * (prompt_tokens / 2)
+    flops_per_token = 2 * params / max(batch_factor, 1e-9) + attn_flops
     # The range of the device doing most of the work.
     (d_lo, d_hi), (p_lo, p_hi), _ = max(bands, key=lambda b: b[2]) if bands else ((1.0, 1.0), (1.0, 1.0), 0)
-    ubatch_s = n_ub * flops_per_token * prefill_s_per_flop
+    ubatch_s = n_ub * flops_per_token * prefill_s_per_flop + read_s
     copy_s = 0.0
     if where.hybrid and offloaded and gpu0 is not None:
         gen, lanes = (gpu0.pcie_gen, gpu0.pcie_lanes) if gpu0.pcie_gen and gpu0.pcie_lanes else DEFAULT_PCIE
