@@ -9,7 +9,7 @@ from app.core.memory.records import Settings
 from app.core.memory.targets import host_ram_target
 from app.core.model.catalog import find_model
 from app.core.model.quant import quantize_layout
-from app.core.speed.predict import kv_read_bytes
+from app.core.speed.predict import attention_flops, kv_read_bytes
 
 GIB = 1 << 30
 
@@ -40,3 +40,15 @@ def test_a_full_attention_cache_is_read_in_proportion_to_the_depth() -> None:
     assert kv_read_bytes(est, 16384) == cache.total_bytes / 2
     # 32 layers x 8 KV heads x 128 x (K + V) x 2 bytes per token
     assert kv_read_bytes(est, 1) == 32 * 8 * 128 * 2 * 2
+
+
+def test_a_sliding_window_layer_attends_over_its_window_only() -> None:
+    est = _estimate("gemma-4-31b", 131072)
+    full = next(c for c in est.kv_caches if c.kind == "full")
+    swa = next(c for c in est.kv_caches if c.kind == "swa")
+    assert (full.layers, swa.layers) == (10, 50)
+    arch = find_model("gemma-4-31b")
+    deep, shallow = attention_flops(arch, est, 65536), attention_flops(arch, est, 512)
+    # Half-way through 128k the window layers add only their 1,536 cells each: the full layers dominate.
+    per_cell = deep / (10 * 65536 + 50 * swa.cells)
+    assert shallow == per_cell * 60 * 512

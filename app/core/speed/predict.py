@@ -171,6 +171,16 @@ def kv_read_bytes(est: Estimate, depth_tokens: int, as_f16: bool = False) -> flo
     return total
 
 
+def attention_flops(arch: Architecture, est: Estimate, depth_tokens: int) -> float:
+    """A token's attention FLOPs (QK^T and AV over every attention layer's heads) at ``depth_tokens``
+    of context: a sliding-window layer attends over its window only."""
+    head_dim = arch.head_dim_k_eff if arch.mla is None else arch.mla.kv_lora_rank
+    per_cell = 4 * arch.max_heads() * head_dim
+    return float(
+        sum(per_cell * c.layers * min(max(depth_tokens, 0), c.cells) for c in est.kv_caches if c.kind != "indexer")
+    )
+
+
 def _element_bytes(cache: str) -> float:
     elements, size = BLOCK[cache_type(cache)]
     return size / elements
@@ -212,9 +222,6 @@ def estimate_speed(
     kv_read = kv_read_bytes(est, depth)
     kv_cpu_read = kv_read_bytes(est, depth, as_f16=True)
     n_attn_layers = _attention_layers(arch)
-    head_dim = arch.head_dim_k_eff if arch.mla is None else arch.mla.kv_lora_rank
-    # A token's attention FLOPs per token of context (QK^T and AV over every attention layer).
-    attn_flops_per_context = 4 * n_attn_layers * arch.max_heads() * head_dim
     assumptions = []
 
     h = model.hybrid
@@ -251,7 +258,7 @@ def estimate_speed(
         (d_lo, d_hi), band_pp = model.intervals(family, group)
         kv_share = (kv_cpu_read if d.kind == "cpu" and not where.hybrid else kv_read) * (d.layers / n_attn_layers)
         # Each user's decoded token attends over its own cache (what a slow attention kernel costs).
-        attn_here = attn_flops_per_context * depth * min(d.layers / n_attn_layers, 1.0) * users
+        attn_here = attention_flops(arch, est, depth) * min(d.layers / n_attn_layers, 1.0) * users
         # One decode step reads the weights once for every user, and each user's own KV cache.
         bytes_read = w + kv_share * users
         bw = target.bandwidth_gb_s * 1e9
@@ -348,7 +355,7 @@ def estimate_speed(
     decode = Range(1.0 / t_high if t_high else 0.0, 1.0 / t_low if t_low else 0.0)
     decode_mid = 1.0 / t_mid if t_mid else 0.0
 
-    attn_flops = attn_flops_per_context * (prompt_tokens / 2)
+    attn_flops = attention_flops(arch, est, prompt_tokens // 2)
     flops_per_token = 2 * params / max(batch_factor, 1e-9) + attn_flops
     # The range of the device doing most of the work.
     (d_lo, d_hi), (p_lo, p_hi), _ = max(bands, key=lambda b: b[2]) if bands else ((1.0, 1.0), (1.0, 1.0), 0)
