@@ -31,7 +31,8 @@ def test_every_proven_architecture_is_one_llama_cpp_loads() -> None:
     assert version and len(known) > 100
     assert set(PROVEN) <= set(known)
     statuses = {r.arch: r.status for r in coverage_table()}
-    assert statuses["granitehybrid"] == "approximate" and statuses["llama"] == "exact"
+    assert statuses["falcon-h1"] == "approximate" and statuses["llama"] == "exact"
+    assert statuses["granitehybrid"] == "exact"
     assert coverage("not-an-architecture").status == "unknown"
 
 
@@ -105,12 +106,15 @@ def test_coverage_report_matches_the_installed_llama_cpp() -> None:
 
 
 def _one_model_per_architecture() -> list[str]:
+    """A catalog model of each architecture, and the proof's synthetic shapes of architectures without
+    a catalog entry (tests.support.proof.TEST_SHAPES)."""
     from app.core.model.catalog import load_models
+    from tests.support.proof import TEST_SHAPES
 
     seen: dict[str, str] = {}
     for m in load_models():
         seen.setdefault(m.arch, m.id)
-    return sorted(seen.values())
+    return sorted(set(seen.values()) | set(TEST_SHAPES))
 
 
 @pytest.mark.parametrize("model_id", _one_model_per_architecture())
@@ -120,9 +124,9 @@ def test_a_gguf_of_each_proven_architecture_reads_back_to_the_same_estimate(mode
     from app.core.memory.estimate import estimate
     from app.core.memory.records import Settings
     from app.core.model.gguf_model import read_gguf
-    from tests.support.proof import CPU_HOST
+    from tests.support.proof import CPU_HOST, architecture_for
 
-    arch = find_model(model_id)
+    arch = architecture_for(model_id)
     tensors = quantize_layout(arch, "Q4_K_M")
     path = write_sparse_gguf(tmp_path / f"{model_id}.gguf", arch, "Q4_K_M", tensors) and tmp_path / f"{model_id}.gguf"
     model = read_gguf(path)

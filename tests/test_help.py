@@ -85,6 +85,6 @@ def test_architectures_page_lists_what_is_exact_and_what_is_approximate(qtbot, t
     dialog = next(w for w in window.findChildren(TextDialog) if w.windowTitle() == "Model architectures")
     text = dialog.text.toPlainText()
     assert f"For {len(PROVEN)} of them FitScope's memory rules are exact" in text
-    assert "minimax-m2" in text and "granitehybrid" in text  # one proven, one approximate
+    assert "minimax-m2" in text and "falcon-h1" in text  # one proven, one approximate
     assert "loads 152 model architectures" in text
     window.close()

@@ -68,7 +68,17 @@ def test_cases_cover_the_required_shapes() -> None:
     assert {c.flash_attn for c in CASES} == {True, False}
     assert {c.swa_full for c in CASES} == {True, False}
     # Every architecture behind the 2026 models, with their own cases.
-    assert {"qwen35", "qwen35moe", "gemma4", "deepseek32", "glm-dsa", "nemotron_h_moe", "smollm3", "laguna"} <= archs
+    assert {
+        "qwen35",
+        "qwen35moe",
+        "gemma4",
+        "deepseek32",
+        "glm-dsa",
+        "nemotron_h_moe",
+        "granitehybrid",
+        "smollm3",
+        "laguna",
+    } <= archs
     # Every model proven here has its own measured allowance; per-token floats, one per measured
     # ubatch and cache size, bounded by two f32 rows over the largest cache (the mask and, for sparse
     # attention, the indexer's scores) beside a feed-forward row (negative: a correction where the

@@ -197,9 +197,59 @@ def measure(path: Path, settings: Settings, speculative: str = "") -> DryRunResu
     )
 
 
+def _granite_hybrid_shape(
+    model_id: str, name: str, n_embd: int, n_layer: int, attention: list[int], n_head_kv: int, **rest: object
+) -> Architecture:
+    """A granitehybrid shape: Mamba-2 layers (d_inner 2 x n_embd, as llama.cpp requires; 48 heads, state
+    128, one group, convolution 4) with attention layers among them, Granite's 100,352-token vocabulary."""
+    return Architecture.model_validate(
+        {
+            "id": model_id,
+            "name": name,
+            "arch": "granitehybrid",
+            "source": "synthetic shape of the architecture, chosen for the proof (not a released model's config)",
+            "n_layer": n_layer,
+            "n_embd": n_embd,
+            "n_head": 12,
+            "n_head_kv": [n_head_kv if i in attention else 0 for i in range(n_layer)],
+            "n_vocab": 100352,
+            "tied_embeddings": False,
+            "n_ctx_train": 131072,
+            "ssm": {"version": 2, "d_conv": 4, "d_inner": 2 * n_embd, "d_state": 128, "n_group": 1, "n_head": 48},
+            "attention_layers": attention,
+            **rest,
+        }
+    )
+
+
+# Shapes of architectures the proof covers whose released models' config.json text is not reachable
+# here, so they have no catalog entry: synthetic shapes of the architecture, chosen for the proof, not
+# any released model's published configuration. The first is of Granite 4.0-H's mixture-of-experts kind
+# (64 experts, 6 used, a shared expert; attention on 4 of 40 layers), the second of its dense kind.
+TEST_SHAPES: dict[str, Architecture] = {
+    a.id: a
+    for a in (
+        _granite_hybrid_shape(
+            "granitehybrid-moe-shape",
+            "granitehybrid MoE test shape",
+            1536,
+            40,
+            [5, 15, 25, 35],
+            4,
+            n_ff=512,
+            moe={"n_expert": 64, "n_expert_used": 6, "expert_ff": 512, "n_shared_expert": 1, "shared_expert_ff": 1024},
+        ),
+        _granite_hybrid_shape(
+            "granitehybrid-dense-shape", "granitehybrid dense test shape", 768, 32, [10, 13, 17, 27], 4, n_ff=2048
+        ),
+    )
+}
+
+
 def architecture_for(model_id: str) -> Architecture:
-    """The catalog model a case names."""
-    return find_model(model_id)
+    """The catalog model a case names, or one of the proof's synthetic shapes (TEST_SHAPES)."""
+    shape = TEST_SHAPES.get(model_id)
+    return shape if shape is not None else find_model(model_id)
 
 
 def run_case(case: Case, workdir: Path) -> Comparison:
@@ -345,6 +395,15 @@ CASES: tuple[Case, ...] = (
     Case("nemotron-3-nano-30b-a3b", context=8192),
     Case("nemotron-3-nano-30b-a3b", context=32768, parallel=4, cache_k="q8_0", cache_v="q8_0"),
     Case("nemotron-3-super-120b-a12b", context=8192, ubatch=2048, flash_attn=False),
+    # Granite 4.0-H (granitehybrid): Mamba-2 and attention layers (no RoPE), each followed by 64 experts with
+    # a shared expert, or a dense FFN; synthetic shapes of the architecture (TEST_SHAPES)
+    Case("granitehybrid-moe-shape", context=8192),
+    Case("granitehybrid-moe-shape", context=32768, parallel=4, cache_k="q8_0", cache_v="q8_0"),
+    Case("granitehybrid-moe-shape", context=8192, ubatch=2048, flash_attn=False),
+    Case("granitehybrid-dense-shape", context=8192),
+    Case("granitehybrid-dense-shape", context=32768, parallel=4, cache_k="q8_0", cache_v="q8_0"),
+    Case("granitehybrid-dense-shape", context=16384, ubatch=2048),
+    Case("granitehybrid-dense-shape", context=8192, flash_attn=False),
     # SmolLM3 (NoPE every 4th layer) and Laguna (per-layer heads, full attention first in each period of 4)
     Case("smollm3-3b", context=8192),
     Case("smollm3-3b", context=32768, parallel=4, cache_k="q8_0", cache_v="q8_0"),
@@ -357,6 +416,7 @@ CASES: tuple[Case, ...] = (
     Case("qwen3.5-27b", context=32768, swa_full=False, consumer="llama-server"),
     Case("nemotron-nano-9b-v2", context=32768, swa_full=False, consumer="llama-server"),
     Case("kimi-k2", context=65536, swa_full=False, consumer="llama-server"),
+    Case("granitehybrid-moe-shape", context=32768, swa_full=False, consumer="llama-server"),
     Case("glm-5", context=32768, ubatch=2048, swa_full=False, consumer="llama-server"),
     Case("gemma-4-26b-a4b", context=16384, flash_attn=False, swa_full=False, consumer="llama-server"),
     # Speculative decoding as llama-server runs it: the model's own MTP head (--spec-type draft-mtp) and a

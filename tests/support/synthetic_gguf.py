@@ -85,6 +85,16 @@ def _metadata(arch: Architecture) -> dict[str, object]:
         kv[f"{a}.nextn_predict_layers"] = arch.n_nextn_layers
     if a == "glm4moe":
         kv[f"{a}.rope.dimension_count"] = arch.head_dim_k_eff // 2  # partial_rotary_factor 0.5
+    if a == "granitehybrid":
+        # GraniteHybridModel: no RoPE on the hybrids (rope.scaling.finetuned false, context 2^20 in the
+        # converter; the record's context is kept here) and Granite's four multipliers (attention_multiplier,
+        # embedding_multiplier, residual_multiplier, logits_scaling), which add scale operations to the
+        # graph: any non-zero value adds the same ones, so the values only need to be plausible.
+        kv[f"{a}.rope.scaling.finetuned"] = False
+        kv[f"{a}.attention.scale"] = 0.0078125
+        kv[f"{a}.embedding_scale"] = 12.0
+        kv[f"{a}.residual_scale"] = 0.22
+        kv[f"{a}.logit_scale"] = 6.0
     if a == "mistral3":
         # Ministral 3 files carry Llama 4's attention temperature (llama_4_scaling_beta), which adds a
         # per-token scale on Q to the graph.
@@ -158,6 +168,13 @@ def _moe_metadata(arch: Architecture) -> dict[str, object]:
         kv[f"{a}.expert_shared_feed_forward_length"] = moe.shared_ff
         kv[f"{a}.expert_gating_func"] = 2
         kv[f"{a}.leading_dense_block_count"] = moe.n_dense_lead_layers
+    if a == "granitehybrid":
+        # GraniteMoeModel writes the expert width as feed_forward_length (intermediate_size) and the
+        # shared expert's as expert_shared_feed_forward_length, with no expert or shared-expert count.
+        del kv[f"{a}.expert_feed_forward_length"]
+        kv.pop(f"{a}.expert_shared_count", None)
+        kv[f"{a}.feed_forward_length"] = moe.expert_ff
+        kv[f"{a}.expert_shared_feed_forward_length"] = moe.shared_ff
     if a == "nemotron_h_moe":
         kv[f"{a}.expert_shared_feed_forward_length"] = moe.shared_ff
         kv[f"{a}.expert_weights_norm"] = True

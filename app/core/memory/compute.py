@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from app.core.memory import backends
 from app.core.memory.graphs import MLA_ARCHS, allowance_bytes, mla_parts
-from app.core.memory.kv import cache_type, kv_widths, memo_per_arch, pad_to
+from app.core.memory.kv import cache_type, context_cells, kv_widths, memo_per_arch, pad_to
 from app.core.memory.layers import TensorTotals
 from app.core.memory.records import KVCacheDetail, Settings
 from app.core.model.architecture import Architecture
@@ -76,6 +76,11 @@ def _modelled_parts(
             # token) is what stays below them instead: exact on GLM-4.5 dry runs at ubatch 128-2048.
             kept = max(kept, n_ub * arch.max_heads() * arch.head_dim_k_eff)
         p_out += kept * f32
+    if arch.arch == "granitehybrid":
+        # Granite 4.0-H's last feed-forward block leaves its output rows below the logits: the dense
+        # FFN's one embedding row per output, the routed and the shared experts' two (measured on dry
+        # runs of both kinds at ubatch 512 and 2048, with and without flash attention).
+        p_out += n_out * e * f32 * (2 if arch.moe is not None else 1)
     if arch.arch == "llama4":
         # Llama 4's output phase keeps an embedding row per output. Its two attention masks (chunked
         # and global) stay below the logits at some cache sizes and not at others: that part is the
@@ -126,6 +131,8 @@ def _modelled_parts(
         # (Qwen3.5 0.8B with llama-server's one row per slot).
         conv_dim = arch.ssm.d_state * (2 * arch.ssm.n_group + arch.ssm.n_head)
         p_ffn = max(p_ffn, n_ub * (f32 * (4 * e + 3 * conv_dim) + mask * n_kv))
+    if arch.arch == "granitehybrid" and arch.ssm is not None:
+        p_ffn = max(p_ffn, _mamba2_layer_bytes(arch, settings, n_ub) + n_ub * mask * n_kv)
     if arch.mla is not None and arch.arch in MLA_ARCHS:
         mla_out, mla_layer = mla_parts(
             arch, n_ub, n_out, n_kv, settings.flash_attn, cache_type(settings.cache_type_k)
@@ -170,6 +177,23 @@ def _modelled_parts(
         # Gemma-3-4B/12B dry runs, and on Gemma 2 2B at 32k cells (not at 8k: up to 2% high there).
         p_attn += n_ub * swa_cells * f32
     return p_out, max(p_ffn, p_attn)
+
+
+def _mamba2_layer_bytes(arch: Architecture, settings: Settings, n_ub: int) -> int:
+    """The Mamba-2 mixer's peak (llm_build_mamba_base::build_mamba2_layer, src/models/mamba-base.cpp), at
+    its gated output (ggml_swiglu_split): per token the residual stream, six rows of d_inner (z's share
+    of the input projection, the convolved x, the scan's y, y + x D, the contiguous z and the gated
+    product), eight of the groups' d_state (B and C in the projection, the convolution's input and
+    output, and its activation) and the heads' dt; per sequence the scan's new state (d_state x
+    d_inner). Fitted on dry runs of granitehybrid shapes with n_embd 768 and 1536 at ubatch 256 and 512,
+    where it is llama.cpp's per-token slope to the float; what a sequence adds beyond the state is the
+    measured allowance's part."""
+    ssm = arch.ssm
+    assert ssm is not None
+    groups = ssm.n_group * ssm.d_state
+    _, n_seqs = context_cells(settings)
+    per_token = arch.n_embd + 6 * ssm.d_inner + 8 * groups + ssm.n_head
+    return 4 * (n_ub * per_token + n_seqs * ssm.d_state * ssm.d_inner)
 
 
 def offload_peak(

@@ -1,7 +1,7 @@
 """Tensor layouts of the hybrid families, whose layers are recurrent mixers among attention layers:
-LFM2's short convolutions, Nemotron-H's Mamba-2 / attention / MLP blocks, Qwen3-Next's and
-Qwen3.5's gated DeltaNet, each following ``load_arch_tensors`` in src/models/*.cpp of the vendored
-llama.cpp."""
+LFM2's short convolutions, Nemotron-H's Mamba-2 / attention / MLP blocks, Granite 4.0-H's Mamba-2 or
+attention layers each with a feed-forward block, Qwen3-Next's and Qwen3.5's gated DeltaNet, each
+following ``load_arch_tensors`` in src/models/*.cpp of the vendored llama.cpp."""
 
 from __future__ import annotations
 
@@ -56,6 +56,18 @@ def _nemotron_h_block(arch: Architecture, i: int) -> list[TensorShape]:
     if arch.is_recurrent_layer(i):
         return out + mamba2_mixer(arch, p)
     return out + attention(arch, i, p)
+
+
+def _granite_hybrid_block(arch: Architecture, i: int) -> list[TensorShape]:
+    """Granite 4.0-H (granitehybrid): a Mamba-2 mixer on layers with no KV heads, attention without RoPE
+    on the others, each followed by a feed-forward block: the routed experts (gate, up, down) with a
+    shared expert, or a dense gated FFN on the dense sizes
+    (llama_model_granite_hybrid::load_arch_tensors, src/models/granite-hybrid.cpp)."""
+    p = f"blk.{i}."
+    e = arch.n_embd
+    out = [vec(p + "attn_norm.weight", e)]
+    out += mamba2_mixer(arch, p) if arch.is_recurrent_layer(i) else attention(arch, i, p)
+    return out + [vec(p + "ffn_norm.weight", e), *ffn(arch, i, p)]
 
 
 def _delta_net_block(arch: Architecture, i: int) -> list[TensorShape]:
@@ -151,6 +163,7 @@ def _latent_experts(arch: Architecture, p: str) -> list[TensorShape]:
 
 
 BLOCKS: dict[str, Callable[[Architecture, int], list[TensorShape]]] = {
+    "granitehybrid": _granite_hybrid_block,
     "lfm2": _lfm2_block,
     "nemotron_h": _nemotron_h_block,
     "nemotron_h_moe": _nemotron_h_moe_block,
