@@ -172,13 +172,20 @@ def kv_read_bytes(est: Estimate, depth_tokens: int, as_f16: bool = False) -> flo
 
 
 def attention_flops(arch: Architecture, est: Estimate, depth_tokens: int) -> float:
-    """A token's attention FLOPs (QK^T and AV over every attention layer's heads) at ``depth_tokens``
-    of context: a sliding-window layer attends over its window only."""
-    head_dim = arch.head_dim_k_eff if arch.mla is None else arch.mla.kv_lora_rank
-    per_cell = 4 * arch.max_heads() * head_dim
-    return float(
-        sum(per_cell * c.layers * min(max(depth_tokens, 0), c.cells) for c in est.kv_caches if c.kind != "indexer")
-    )
+    """A token's attention FLOPs (QK^T and AV over each attention layer's heads) at ``depth_tokens``
+    of context: a sliding-window layer attends over its window's cells only, and a layer that shares
+    an earlier layer's cache (Gemma 3n/4) attends over that cache all the same."""
+    cells = {c.kind: c.cells for c in est.kv_caches}
+    full = cells.get("full", 0)
+    depth = max(depth_tokens, 0)
+    total = 0
+    for i in range(arch.n_layer):
+        if not arch.is_attention_layer(i) or arch.is_nextn_layer(i):
+            continue
+        n = cells.get("swa", full) if arch.is_swa_layer(i) else full
+        head_dim = arch.mla.kv_lora_rank if arch.mla is not None else arch.head_dim_k_at(i)
+        total += 4 * arch.heads(i) * head_dim * min(depth, n)
+    return float(total)
 
 
 def _element_bytes(cache: str) -> float:
