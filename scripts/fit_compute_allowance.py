@@ -11,14 +11,17 @@ and off and both --swa-full modes; the estimator's modelled compute buffer (with
 compared with llama.cpp's. The allowance at each (row of graphs.ALLOWANCE_ROWS, ubatch, cache size) is
 the largest shortfall per ubatch token, in floats; a size not measured takes the largest of its measured
 neighbours, a ubatch not measured the largest measured one, a row not measured another's (_BORROW).
-Each dry run is one line on stderr; ``--from-rows`` rebuilds the tables from such lines (the estimator
-unchanged since they were written) without running llama.cpp. ``--server`` runs llama-server's settings
+Each dry run is one line on stderr; ``--from-rows`` rebuilds the tables from such lines without
+running llama.cpp: llama.cpp's figure is read from each line (the latest line of a case wins) and the
+case is estimated again, so rows written before an estimator change still measure the estimator as
+it is. ``--server`` runs llama-server's settings
 instead (logits for its slots only, window-sized SWA caches); give both kinds of rows to
 ``--from-rows`` for the whole table. ``--quick`` leaves ubatch 128 out (its values are then the larger
 ubatches'); ``--extra`` runs only the cases added with the quantized-cache rows (extra_grid).
 
-Each model measured gets (or replaces) its own table in the JSON; a model not measured gets the widest
-table of its architecture's measured models (graphs.by_architecture). ``--dry`` prints the JSON
+Each model measured gets (or replaces) its own table in the JSON; a file of a measured model's shapes
+takes that table, and a model not measured the widest table of its architecture's measured models
+without negative entries (graphs.by_architecture). ``--dry`` prints the JSON
 without writing it. The largest over-estimate each table then leaves on the grid is printed. About a
 minute per model on two cores.
 """
