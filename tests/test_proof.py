@@ -76,6 +76,7 @@ def test_cases_cover_the_required_shapes() -> None:
         "glm-dsa",
         "nemotron_h_moe",
         "granitehybrid",
+        "kimi-linear",
         "smollm3",
         "laguna",
     } <= archs

@@ -222,10 +222,55 @@ def _granite_hybrid_shape(
     )
 
 
+def _kimi_linear_shape(
+    model_id: str, name: str, n_embd: int, n_layer: int, n_head: int, kv_lora_rank: int, moe: dict[str, int], n_ff: int
+) -> Architecture:
+    """A kimi-linear shape: Kimi delta attention layers (heads of 128, short convolutions of 4) with
+    multi-head latent attention (no low-rank query, RoPE width 64) on every 4th layer and the last, a
+    dense FFN on the first layer, then routed experts with a selection bias and one shared expert; Kimi's
+    163,840-token vocabulary."""
+    attention = sorted({*range(3, n_layer, 4), n_layer - 1})
+    return Architecture.model_validate(
+        {
+            "id": model_id,
+            "name": name,
+            "arch": "kimi-linear",
+            "source": "synthetic shape of the architecture, chosen for the proof (not a released model's config)",
+            "n_layer": n_layer,
+            "n_embd": n_embd,
+            "n_head": n_head,
+            "n_head_kv": [1 if i in attention else 0 for i in range(n_layer)],
+            "n_ff": n_ff,
+            "n_vocab": 163840,
+            "tied_embeddings": False,
+            "n_ctx_train": 131072,
+            "mla": {
+                "q_lora_rank": 0,
+                "kv_lora_rank": kv_lora_rank,
+                "qk_rope_head_dim": 64,
+                "qk_nope_head_dim": 128,
+                "v_head_dim": 128,
+            },
+            "ssm": {
+                "version": 2,
+                "d_conv": 4,
+                "d_inner": n_head * 128,
+                "d_state": 128,
+                "n_group": n_head,
+                "n_head": n_head,
+            },
+            "attention_layers": attention,
+            "moe": {**moe, "n_shared_expert": 1, "n_dense_lead_layers": 1, "selection_bias": True},
+        }
+    )
+
+
 # Shapes of architectures the proof covers whose released models' config.json text is not reachable
 # here, so they have no catalog entry: synthetic shapes of the architecture, chosen for the proof, not
 # any released model's published configuration. The first is of Granite 4.0-H's mixture-of-experts kind
-# (64 experts, 6 used, a shared expert; attention on 4 of 40 layers), the second of its dense kind.
+# (64 experts, 6 used, a shared expert; attention on 4 of 40 layers), the second of its dense kind. The
+# kimi-linear ones are of Kimi Linear 48B-A3B's kind (n_embd 2304, 27 layers, 32 heads, 256 experts with
+# 8 used) and a smaller one (n_embd 1024, 12 layers, 16 heads, 64 experts with 4 used).
 TEST_SHAPES: dict[str, Architecture] = {
     a.id: a
     for a in (
@@ -241,6 +286,26 @@ TEST_SHAPES: dict[str, Architecture] = {
         ),
         _granite_hybrid_shape(
             "granitehybrid-dense-shape", "granitehybrid dense test shape", 768, 32, [10, 13, 17, 27], 4, n_ff=2048
+        ),
+        _kimi_linear_shape(
+            "kimi-linear-shape",
+            "kimi-linear test shape",
+            2304,
+            27,
+            32,
+            512,
+            {"n_expert": 256, "n_expert_used": 8, "expert_ff": 1024},
+            9216,
+        ),
+        _kimi_linear_shape(
+            "kimi-linear-small-shape",
+            "kimi-linear small test shape",
+            1024,
+            12,
+            16,
+            256,
+            {"n_expert": 64, "n_expert_used": 4, "expert_ff": 512},
+            4096,
         ),
     )
 }
@@ -404,6 +469,15 @@ CASES: tuple[Case, ...] = (
     Case("granitehybrid-dense-shape", context=32768, parallel=4, cache_k="q8_0", cache_v="q8_0"),
     Case("granitehybrid-dense-shape", context=16384, ubatch=2048),
     Case("granitehybrid-dense-shape", context=8192, flash_attn=False),
+    # Kimi Linear (kimi-linear): delta-attention layers with a recurrent state, latent attention every 4th layer,
+    # 256 experts with a shared expert; synthetic shapes of the architecture (TEST_SHAPES)
+    Case("kimi-linear-shape", context=8192),
+    Case("kimi-linear-shape", context=32768, parallel=4, cache_k="q8_0", cache_v="q8_0"),
+    Case("kimi-linear-shape", context=8192, ubatch=2048, flash_attn=False),
+    Case("kimi-linear-small-shape", context=8192),
+    Case("kimi-linear-small-shape", context=32768, parallel=4, cache_k="q8_0", cache_v="q8_0"),
+    Case("kimi-linear-small-shape", context=16384, ubatch=2048),
+    Case("kimi-linear-small-shape", context=8192, flash_attn=False),
     # SmolLM3 (NoPE every 4th layer) and Laguna (per-layer heads, full attention first in each period of 4)
     Case("smollm3-3b", context=8192),
     Case("smollm3-3b", context=32768, parallel=4, cache_k="q8_0", cache_v="q8_0"),

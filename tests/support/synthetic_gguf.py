@@ -59,7 +59,14 @@ def _metadata(arch: Architecture) -> dict[str, object]:
         kv[f"{a}.attention.head_count_kv"] = [arch.kv_heads(i) for i in range(arch.n_layer)]
     if arch.conv_l_cache is not None:
         kv[f"{a}.shortconv.l_cache"] = arch.conv_l_cache
-    if arch.ssm is not None:
+    if a == "kimi-linear":
+        # KimiLinearModel.set_gguf_parameters: the delta attention's short-convolution kernel and head
+        # width, a sigmoid router (moe_router_activation_func), the routed scaling factor.
+        assert arch.ssm is not None
+        kv[f"{a}.ssm.conv_kernel"] = arch.ssm.d_conv
+        kv[f"{a}.kda.head_dim"] = arch.ssm.d_state
+        kv[f"{a}.expert_gating_func"] = 2
+    elif arch.ssm is not None:
         # A Mamba-2 hybrid (Nemotron-H): its mixer's geometry, and LayerNorm epsilon as the converter writes it.
         ssm = arch.ssm
         kv.update(
@@ -109,7 +116,8 @@ def _metadata(arch: Architecture) -> dict[str, object]:
     if arch.mla is not None:
         mla = arch.mla
         # Current converters store the MLA cache geometry: one "head" of latent + rope dims.
-        kv[f"{a}.attention.head_count_kv"] = 1
+        if arch.attention_layers is None:
+            kv[f"{a}.attention.head_count_kv"] = 1
         kv[f"{a}.attention.key_length"] = mla.kv_lora_rank + mla.qk_rope_head_dim
         kv[f"{a}.attention.value_length"] = mla.kv_lora_rank
         kv[f"{a}.attention.key_length_mla"] = mla.qk_nope_head_dim + mla.qk_rope_head_dim

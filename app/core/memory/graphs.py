@@ -33,7 +33,7 @@ from app.core.model.tensors import GGMLType, is_quantized, row_bytes
 F32 = 4
 
 # Architectures whose attention is DeepSeek's multi-head latent attention.
-MLA_ARCHS = frozenset({"deepseek2", "deepseek32", "glm-dsa"})
+MLA_ARCHS = frozenset({"deepseek2", "deepseek32", "glm-dsa", "kimi-linear"})
 
 ALLOWANCE_PATH = RESOURCES_DIR / "compute_allowance.json"
 # The cache sizes (cells per stream of the full-attention cache) and ubatches the allowance is measured at.

@@ -43,6 +43,9 @@ def _kv_layer_widths(arch: Architecture, layer: int) -> tuple[int, int]:
         # Shared-KV layers (Gemma 3n / 4) read an earlier layer's cache (hparams.has_kv, the reuse callback).
         return 0, 0
     if arch.mla is not None:
+        # One latent + RoPE row per cell and no V; hybrids (Kimi Linear) only on their attention layers.
+        if not arch.is_attention_layer(layer):
+            return 0, 0
         return arch.mla.kv_lora_rank + arch.mla.qk_rope_head_dim, 0
     n_kv = arch.kv_heads(layer)
     # Head widths may differ between sliding-window and full layers (n_embd_head_k(il), Gemma 4).

@@ -52,6 +52,7 @@ PROVEN: dict[str, str] = {
     "glm-dsa": "GLM-5 / 5.1 / 5.2 sparse attention: indexers on every layer or a quarter of them",
     "nemotron_h_moe": "Nemotron 3: Mamba-2, attention and ReLU-squared experts, latent experts, MTP block",
     "granitehybrid": "Granite 4.0-H: Mamba-2 and attention layers, experts with a shared expert or a dense FFN",
+    "kimi-linear": "Kimi Linear: delta-attention state, latent attention every 4th layer, experts with a shared expert",
     "smollm3": "SmolLM3: Llama layout with NoPE on every fourth layer",
     "laguna": "Laguna XS.2: per-layer heads, full attention first in each period of 4, gated output",
 }

@@ -376,7 +376,23 @@ def architecture_from_metadata(
     ssm = None
     attention_layers = None
     ffn_only_layers = None
-    if is_ssm:
+    if is_ssm and m.has("kda.head_dim"):
+        # Kimi Linear's delta-attention (KDA) layers: per head a head_dim x head_dim state and three
+        # short convolutions (q, k, v) of the heads' width, the gated DeltaNet's geometry with one key
+        # head per value head (llama_hparams::n_embd_r / n_embd_s for n_embd_head_kda); layers with 0
+        # KV heads are KDA (llama_model_kimi_linear::load_arch_hparams).
+        head_dim, heads = m.req("kda.head_dim"), n_head if isinstance(n_head, int) else max(n_head)
+        ssm = SSMSpec(
+            version=2,
+            d_conv=m.req("ssm.conv_kernel"),
+            d_inner=heads * head_dim,
+            d_state=head_dim,
+            n_group=heads,
+            n_head=heads,
+        )
+        kv = n_head_kv if isinstance(n_head_kv, list) else [n_head_kv] * n_layer
+        attention_layers = [i for i, v in enumerate(kv) if v > 0] or None
+    elif is_ssm:
         group_count = m.maybe("ssm.group_count")
         version: Literal[1, 2] = 2 if arch == "mamba2" or group_count is not None else 1
         dt_rank = m.get("ssm.time_step_rank", 0)

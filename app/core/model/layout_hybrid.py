@@ -1,7 +1,8 @@
 """Tensor layouts of the hybrid families, whose layers are recurrent mixers among attention layers:
 LFM2's short convolutions, Nemotron-H's Mamba-2 / attention / MLP blocks, Granite 4.0-H's Mamba-2 or
-attention layers each with a feed-forward block, Qwen3-Next's and Qwen3.5's gated DeltaNet, each
-following ``load_arch_tensors`` in src/models/*.cpp of the vendored llama.cpp."""
+attention layers each with a feed-forward block, Qwen3-Next's and Qwen3.5's gated DeltaNet, Kimi
+Linear's delta attention among latent-attention layers, each following ``load_arch_tensors`` in
+src/models/*.cpp of the vendored llama.cpp."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from app.core.model.layout_parts import (
     ffn,
     mamba2_mixer,
     mat,
+    mla_attention,
     nextn_head,
     vec,
 )
@@ -120,6 +122,38 @@ def _delta_net_block(arch: Architecture, i: int) -> list[TensorShape]:
     return out
 
 
+def _kimi_linear_block(arch: Architecture, i: int) -> list[TensorShape]:
+    """Kimi Linear (kimi-linear): Kimi delta attention on the recurrent layers (q, k, v projections each
+    with its own short convolution, the low-rank forget gate f_a / f_b with its bias, beta, A, the
+    low-rank output gate g_a / g_b, the output norm and projection), multi-head latent attention without
+    a low-rank query on the others; a dense FFN on the leading layers, then routed experts with a
+    selection bias and a shared expert (llama_model_kimi_linear::load_arch_tensors,
+    src/models/kimi-linear.cpp)."""
+    p = f"blk.{i}."
+    e = arch.n_embd
+    out = [vec(p + "attn_norm.weight", e)]
+    if arch.is_recurrent_layer(i):
+        ssm = arch.ssm
+        assert ssm is not None
+        d, inner = ssm.d_state, ssm.d_inner
+        out += [TensorShape(p + f"ssm_conv1d_{x}.weight", (ssm.d_conv, 1, inner), keep_f32=True) for x in "qkv"]
+        out += [mat(p + f"attn_{x}.weight", e, inner) for x in "qkv"]
+        out += [
+            mat(p + "ssm_f_a.weight", e, d),
+            mat(p + "ssm_f_b.weight", d, inner),
+            mat(p + "ssm_beta.weight", e, ssm.n_head),
+            TensorShape(p + "ssm_a", (1, ssm.n_head), keep_f32=True),
+            vec(p + "ssm_dt.bias", inner),
+            mat(p + "ssm_g_a.weight", e, d),
+            mat(p + "ssm_g_b.weight", d, inner),
+            vec(p + "ssm_norm.weight", d),
+            mat(p + "attn_output.weight", inner, e),
+        ]
+    else:
+        out += mla_attention(arch, p)
+    return out + [vec(p + "ffn_norm.weight", e), *ffn(arch, i, p)]
+
+
 def _nemotron_h_moe_block(arch: Architecture, i: int) -> list[TensorShape]:
     """Nemotron 3 (nemotron_h_moe): Mamba-2, attention and mixture-of-experts blocks; the experts have
     up and down projections only (ReLU squared), beside a shared expert of the same form, a router
@@ -164,6 +198,7 @@ def _latent_experts(arch: Architecture, p: str) -> list[TensorShape]:
 
 BLOCKS: dict[str, Callable[[Architecture, int], list[TensorShape]]] = {
     "granitehybrid": _granite_hybrid_block,
+    "kimi-linear": _kimi_linear_block,
     "lfm2": _lfm2_block,
     "nemotron_h": _nemotron_h_block,
     "nemotron_h_moe": _nemotron_h_moe_block,
