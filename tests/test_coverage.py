@@ -32,7 +32,7 @@ def test_every_proven_architecture_is_one_llama_cpp_loads() -> None:
     assert set(PROVEN) <= set(known)
     statuses = {r.arch: r.status for r in coverage_table()}
     assert statuses["falcon-h1"] == "approximate" and statuses["llama"] == "exact"
-    assert statuses["granitehybrid"] == "exact"
+    assert statuses["granitehybrid"] == "exact" and statuses["gemma3n"] == "exact"
     assert coverage("not-an-architecture").status == "unknown"
 
 

@@ -79,6 +79,7 @@ def test_cases_cover_the_required_shapes() -> None:
         "kimi-linear",
         "smollm3",
         "laguna",
+        "gemma3n",
     } <= archs
     # Every model proven here has its own measured allowance; per-token floats, one per measured
     # ubatch and cache size, bounded by two f32 rows over the largest cache (the mask and, for sparse

@@ -14,7 +14,7 @@ from app.adapters.llamacpp_probe import DryRunResult, dry_run
 from app.core.memory.estimate import estimate
 from app.core.memory.graphs import allowance_key
 from app.core.memory.records import Estimate, Settings, SpeculativeSpec, Target
-from app.core.model.architecture import Architecture
+from app.core.model.architecture import GEMMA3N_KV_LAYERS, GEMMA3N_PER_LAYER_WIDTH, Architecture
 from app.core.model.catalog import find_model
 from app.core.model.quant import quantize_layout
 from app.core.model.tensors import TensorInfo
@@ -265,12 +265,44 @@ def _kimi_linear_shape(
     )
 
 
+def _gemma3n_shape(model_id: str, name: str, n_layer: int, n_ff: int) -> Architecture:
+    """A gemma3n shape: n_embd 2048, 8 heads and 2 KV heads of 256, a 512-token window on 4 of every 5
+    layers, the KV cache on the first 20 layers (the rest read layer 18's or 19's), per-layer inputs of
+    256, Gemma's 262,144-token vocabulary with tied embeddings. Its name reads back from the file as its
+    id, so a GGUF of it finds its own measured allowance (both shapes share n_embd and vocabulary)."""
+    return Architecture.model_validate(
+        {
+            "id": model_id,
+            "name": name,
+            "arch": "gemma3n",
+            "source": "synthetic shape of the architecture, chosen for the proof (not a released model's config)",
+            "n_layer": n_layer,
+            "n_embd": 2048,
+            "n_head": 8,
+            "n_head_kv": 2,
+            "head_dim_k": 256,
+            "head_dim_v": 256,
+            "n_ff": n_ff,
+            "n_vocab": 262144,
+            "tied_embeddings": True,
+            "n_ctx_train": 32768,
+            "sliding_window": 512,
+            "sliding_window_pattern": 5,
+            "qk_norm": True,
+            "n_kv_shared_layers": n_layer - GEMMA3N_KV_LAYERS,
+            "n_embd_per_layer": GEMMA3N_PER_LAYER_WIDTH,
+        }
+    )
+
+
 # Shapes of architectures the proof covers whose released models' config.json text is not reachable
 # here, so they have no catalog entry: synthetic shapes of the architecture, chosen for the proof, not
 # any released model's published configuration. The first is of Granite 4.0-H's mixture-of-experts kind
 # (64 experts, 6 used, a shared expert; attention on 4 of 40 layers), the second of its dense kind. The
 # kimi-linear ones are of Kimi Linear 48B-A3B's kind (n_embd 2304, 27 layers, 32 heads, 256 experts with
-# 8 used) and a smaller one (n_embd 1024, 12 layers, 16 heads, 64 experts with 4 used).
+# 8 used) and a smaller one (n_embd 1024, 12 layers, 16 heads, 64 experts with 4 used). The gemma3n ones
+# are of Gemma 3n's two sizes (35 layers with 15 sharing KV and a 16,384-wide FFN; 30 layers with 10
+# sharing KV and an 8,192-wide FFN).
 TEST_SHAPES: dict[str, Architecture] = {
     a.id: a
     for a in (
@@ -307,6 +339,8 @@ TEST_SHAPES: dict[str, Architecture] = {
             {"n_expert": 64, "n_expert_used": 4, "expert_ff": 512},
             4096,
         ),
+        _gemma3n_shape("gemma3n-35l-shape", "gemma3n 35L shape", 35, 16384),
+        _gemma3n_shape("gemma3n-30l-shape", "gemma3n 30L shape", 30, 8192),
     )
 }
 
@@ -478,6 +512,17 @@ CASES: tuple[Case, ...] = (
     Case("kimi-linear-small-shape", context=32768, parallel=4, cache_k="q8_0", cache_v="q8_0"),
     Case("kimi-linear-small-shape", context=16384, ubatch=2048),
     Case("kimi-linear-small-shape", context=8192, flash_attn=False),
+    # Gemma 3n (gemma3n): AltUp streams, LAuReL, per-layer inputs, a 512-token window on 4 of 5 layers and
+    # the KV cache on the first 20 layers only; synthetic shapes of the architecture (TEST_SHAPES)
+    Case("gemma3n-35l-shape", context=8192),
+    Case("gemma3n-35l-shape", context=32768, parallel=4, cache_k="q8_0", cache_v="q8_0"),
+    Case("gemma3n-35l-shape", context=8192, ubatch=2048, flash_attn=False),
+    Case("gemma3n-35l-shape", context=32768, swa_full=False),
+    Case("gemma3n-30l-shape", context=8192),
+    Case("gemma3n-30l-shape", context=32768, parallel=4, cache_k="q8_0", cache_v="q8_0", swa_full=False),
+    Case("gemma3n-30l-shape", context=16384, ubatch=2048),
+    Case("gemma3n-30l-shape", context=8192, flash_attn=False, swa_full=False),
+    Case("gemma3n-35l-shape", context=32768, swa_full=False, consumer="llama-server"),
     # SmolLM3 (NoPE every 4th layer) and Laguna (per-layer heads, full attention first in each period of 4)
     Case("smollm3-3b", context=8192),
     Case("smollm3-3b", context=32768, parallel=4, cache_k="q8_0", cache_v="q8_0"),

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFWriter
 
-from app.core.model.architecture import Architecture
+from app.core.model.architecture import GEMMA3N_ALTUP, Architecture
 from app.core.model.quant import QuantPreset, find_preset, quantize_layout
 from app.core.model.tensors import TensorInfo
 
@@ -108,6 +108,8 @@ def _metadata(arch: Architecture) -> dict[str, object]:
         kv[f"{a}.attention.temperature_scale"] = 0.1
     if a == "gemma4":
         kv.update(_gemma4_metadata(arch))
+    if a == "gemma3n":
+        kv.update(_gemma3n_metadata(arch))
     if a == "laguna":
         # Per-layer head counts, the shared expert's width, a sigmoid router (LagunaModel.set_gguf_parameters).
         kv[f"{a}.attention.head_count"] = [arch.heads(i) for i in range(arch.n_layer)]
@@ -209,6 +211,23 @@ def _gemma4_metadata(arch: Architecture) -> dict[str, object]:
         f"{a}.attention.shared_kv_layers": arch.n_kv_shared_layers,
         f"{a}.embedding_length_per_layer_input": arch.n_embd_per_layer,
         f"{a}.final_logit_softcapping": 30.0,
+    }
+
+
+def _gemma3n_metadata(arch: Architecture) -> dict[str, object]:
+    """Gemma 3n as its converter writes it (Gemma3NModel / Gemma3Model.set_gguf_parameters): per-layer SWA
+    flags from layer_types, AltUp's active stream and count, the per-layer input width, shared-KV layers,
+    the activation-sparsity scale per layer (the first 10 layers' 0.95 quantile), logit soft-capping."""
+    a = arch.arch
+    return {
+        f"{a}.attention.sliding_window_pattern": [arch.is_swa_layer(i) for i in range(arch.n_layer)],
+        f"{a}.altup.active_idx": 0,
+        f"{a}.altup.num_inputs": GEMMA3N_ALTUP,
+        f"{a}.embedding_length_per_layer_input": arch.n_embd_per_layer,
+        f"{a}.attention.shared_kv_layers": arch.n_kv_shared_layers,
+        f"{a}.activation_sparsity_scale": [1.6448533535003662 if i < 10 else 0.0 for i in range(arch.n_layer)],
+        f"{a}.final_logit_softcapping": 30.0,
+        f"{a}.rope.freq_base_swa": 10000.0,
     }
 
 

@@ -12,7 +12,7 @@ from app.core.memory.graphs import MLA_ARCHS, allowance_bytes, mla_parts
 from app.core.memory.kv import cache_type, context_cells, kv_widths, memo_per_arch, pad_to
 from app.core.memory.layers import TensorTotals
 from app.core.memory.records import KVCacheDetail, Settings
-from app.core.model.architecture import Architecture
+from app.core.model.architecture import GEMMA3N_ALTUP, Architecture
 from app.core.model.tensors import is_quantized
 
 # Architectures whose graph sets res->t_h_nextn (src/models/*.cpp), which llm_graph_result::set_outputs
@@ -123,6 +123,8 @@ def _modelled_parts(
     layer_mask = 0 if arch.arch == "nemotron_h_moe" else n_ub * mask * n_kv
     p_ffn = n_ub * f32 * (n_rows * ff + (3 if arch.arch == "phi3" else 4) * e) + layer_mask
     p_ffn = max(p_ffn, p_moe_down + layer_mask)
+    if arch.arch == "gemma3n":
+        p_ffn = n_ub * f32 * _gemma3n_layer_floats(arch, ff) + layer_mask
     if swa_cells is not None:
         p_ffn += n_ub * mask * swa_cells
     if arch.arch in ("qwen3next", "qwen35", "qwen35moe") and arch.ssm is not None:
@@ -172,11 +174,26 @@ def _modelled_parts(
         # Phi-3's fused QKV: q, k and v are views of one product (llm_build_phi3), two embedding rows
         # fewer (exact on Phi-3 mini dry runs at 1k-128k cells).
         p_attn -= n_ub * f32 * 2 * e
-    if swa_cells is not None and arch.arch in ("gemma2", "gemma3", "gemma4", "llama4"):
+    if arch.arch == "gemma3n":
+        # Beside the attention: the AltUp predictions (4 rows), LAuReL's output and the per-layer inputs.
+        p_attn += n_ub * f32 * (5 * e + arch.n_embd_per_layer * arch.n_layer)
+    if swa_cells is not None and arch.arch in ("gemma2", "gemma3", "gemma3n", "gemma4", "llama4"):
         # The scores are reserved beside the SWA mask (f32 without flash attention): measured on
         # Gemma-3-4B/12B dry runs, and on Gemma 2 2B at 32k cells (not at 8k: up to 2% high there).
         p_attn += n_ub * swa_cells * f32
     return p_out, max(p_ffn, p_attn)
+
+
+def _gemma3n_layer_floats(arch: Architecture, ff: int) -> int:
+    """Floats per token alive at a Gemma 3n layer's peak (llama_model_gemma3n::graph): the per-layer
+    inputs of every layer ([n_embd_per_layer, n_tokens, n_layer], alive through the whole graph), and
+    either the FFN's up and gate rows with gaussian_topk's centred copy beside the AltUp predictions
+    (4 rows), the attention + LAuReL residual and the FFN's normed input, or altup_predict's three
+    stream-wide tensors (the layer input, its product with the coefficients and that product's
+    contiguous copy: 4 rows each). Where ggml's allocator leaves holes beyond this is the measured
+    allowance's part."""
+    e = arch.n_embd
+    return arch.n_embd_per_layer * arch.n_layer + max(3 * ff + 6 * e, 3 * GEMMA3N_ALTUP * e)
 
 
 def _mamba2_layer_bytes(arch: Architecture, settings: Settings, n_ub: int) -> int:

@@ -16,7 +16,14 @@ from app.core.common.units import Frozen
 
 PerLayerInt = int | list[int]
 
-
+# Gemma 3n's fixed shapes: llama.cpp reads none of them from the file (llama_hparams defaults and
+# llama_model_gemma3n::load_arch_hparams): 4 AltUp streams, LAuReL rank 64, per-layer embeddings of
+# 256 per layer, and a KV cache on the first 20 layers only (n_layer_kv_from_start), whatever the
+# file's shared_kv_layers says.
+GEMMA3N_ALTUP = 4
+GEMMA3N_LAUREL_RANK = 64
+GEMMA3N_PER_LAYER_WIDTH = 256
+GEMMA3N_KV_LAYERS = 20
 
 
 class MoESpec(Frozen):

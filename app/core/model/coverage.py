@@ -55,6 +55,7 @@ PROVEN: dict[str, str] = {
     "kimi-linear": "Kimi Linear: delta-attention state, latent attention every 4th layer, experts with a shared expert",
     "smollm3": "SmolLM3: Llama layout with NoPE on every fourth layer",
     "laguna": "Laguna XS.2: per-layer heads, full attention first in each period of 4, gated output",
+    "gemma3n": "Gemma 3n: AltUp streams, LAuReL, per-layer inputs, KV cache on the first 20 layers only",
 }
 
 Status = Literal["exact", "approximate", "unknown"]

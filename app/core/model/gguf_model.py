@@ -14,7 +14,15 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from app.core.common.errors import ModelFileError
-from app.core.model.architecture import Architecture, IndexerSpec, MLASpec, MoESpec, SSMSpec
+from app.core.model.architecture import (
+    GEMMA3N_KV_LAYERS,
+    GEMMA3N_PER_LAYER_WIDTH,
+    Architecture,
+    IndexerSpec,
+    MLASpec,
+    MoESpec,
+    SSMSpec,
+)
 from app.core.model.gguf_reader import (
     DEFAULT_ALIGNMENT,
     MAX_LAYERS,
@@ -116,6 +124,7 @@ def model_from_header(header: GgufHeader) -> GgufModel:
 ARCH_SWA_PATTERN: dict[str, int] = {
     "gemma2": 2,
     "gemma3": 6,
+    "gemma3n": 5,
     "gemma-embedding": 6,
     "cohere2": 4,
     "gpt-oss": 2,
@@ -427,6 +436,13 @@ def architecture_from_metadata(
         f"blk.{i}.attn_k.weight" in names and f"blk.{i}.attn_v.weight" not in names for i in range(n_layer)
     )
 
+    n_kv_shared = m.get("attention.shared_kv_layers", 0)
+    n_embd_per_layer = m.get("embedding_length_per_layer_input", 0)
+    if arch == "gemma3n":
+        # llama.cpp fixes these for Gemma 3n (llama_model_gemma3n::load_arch_hparams, llama_hparams).
+        n_kv_shared = max(0, n_layer - GEMMA3N_KV_LAYERS)
+        n_embd_per_layer = GEMMA3N_PER_LAYER_WIDTH
+
     name = metadata.get("general.name")
     if not isinstance(name, str) or not name.strip():
         name = path.stem
@@ -447,8 +463,8 @@ def architecture_from_metadata(
         head_dim_k_swa=head_dim_k_swa if sliding_window else None,
         head_dim_v_swa=head_dim_v_swa if sliding_window else None,
         full_attention_k_is_v=k_is_v,
-        n_kv_shared_layers=m.get("attention.shared_kv_layers", 0),
-        n_embd_per_layer=m.get("embedding_length_per_layer_input", 0),
+        n_kv_shared_layers=n_kv_shared,
+        n_embd_per_layer=n_embd_per_layer,
         swa_dense_first=arch in ARCH_SWA_DENSE_FIRST and pattern is not None,
         indexer=indexer,
         n_ff=n_ff,

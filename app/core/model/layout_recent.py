@@ -1,12 +1,13 @@
 """Tensor layouts of the 2025-2026 families with their own block structure: Gemma 4 (sliding and
 full attention of different head widths, a dense MLP beside the experts, per-layer embeddings on the
-E sizes), each following ``load_arch_tensors`` in src/models/*.cpp of the vendored llama.cpp."""
+E sizes), Gemma 3n (AltUp streams, LAuReL, per-layer embeddings), each following
+``load_arch_tensors`` in src/models/*.cpp of the vendored llama.cpp."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from app.core.model.architecture import Architecture
+from app.core.model.architecture import GEMMA3N_ALTUP, GEMMA3N_LAUREL_RANK, Architecture
 from app.core.model.layout_parts import TensorShape, attention, dense_ffn, ffn, mat, mla_attention, nextn_head, vec
 
 
@@ -26,6 +27,51 @@ def _per_layer_embedding(arch: Architecture) -> list[TensorShape]:
 def _gemma4_prefix(arch: Architecture) -> list[TensorShape]:
     # The full-attention layers' proportional RoPE factors: one tensor for all of them.
     return [*_per_layer_embedding(arch), vec("rope_freqs.weight", arch.head_dim_k_eff // 2)]
+
+
+def _gemma3n_prefix(arch: Architecture) -> list[TensorShape]:
+    """Gemma 3n: AltUp's projections of the embedding into the other streams and back (one n_embd x
+    n_embd matrix per extra stream), then the per-layer embeddings (llama_model_gemma3n::load_arch_tensors)."""
+    e, extra = arch.n_embd, GEMMA3N_ALTUP - 1
+    return [
+        mat("altup_proj.weight", e, e, extra),
+        mat("altup_unembd_proj.weight", e, e, extra),
+        *_per_layer_embedding(arch),
+    ]
+
+
+def _gemma3n_block(arch: Architecture, i: int) -> list[TensorShape]:
+    """Gemma 3n: q/k/v on every layer (a shared-KV layer keeps its k and v though it reads an earlier
+    layer's cache), per-head q/k norms, Gemma's post-norms around a GELU FFN, the per-layer embedding's
+    gate and projection, AltUp's router and predict/correct coefficients and LAuReL's low-rank pair
+    (llama_model_gemma3n::load_arch_tensors)."""
+    p = f"blk.{i}."
+    e, n = arch.n_embd, GEMMA3N_ALTUP
+    d = arch.head_dim_k_eff
+    return [
+        vec(p + "attn_norm.weight", e),
+        mat(p + "attn_q.weight", e, arch.heads(i) * d),
+        mat(p + "attn_k.weight", e, arch.kv_heads(i) * d),
+        mat(p + "attn_v.weight", e, arch.kv_heads(i) * arch.head_dim_v_eff),
+        mat(p + "attn_output.weight", arch.heads(i) * d, e),
+        vec(p + "attn_q_norm.weight", d),
+        vec(p + "attn_k_norm.weight", d),
+        vec(p + "post_attention_norm.weight", e),
+        vec(p + "ffn_norm.weight", e),
+        *dense_ffn(arch, i, p),
+        vec(p + "post_ffw_norm.weight", e),
+        mat(p + "inp_gate.weight", e, arch.n_embd_per_layer),
+        mat(p + "proj.weight", arch.n_embd_per_layer, e),
+        vec(p + "post_norm.weight", e),
+        mat(p + "altup_correct_coef.weight", n, n),
+        vec(p + "altup_correct_scale.weight", e),
+        mat(p + "altup_predict_coef.weight", n, n * n),
+        mat(p + "altup_router.weight", e, n),
+        vec(p + "altup_router_norm.weight", e),
+        mat(p + "laurel_l.weight", e, GEMMA3N_LAUREL_RANK),
+        mat(p + "laurel_r.weight", GEMMA3N_LAUREL_RANK, e),
+        vec(p + "laurel_post_norm.weight", e),
+    ]
 
 
 def _gemma4_block(arch: Architecture, i: int) -> list[TensorShape]:
@@ -123,10 +169,12 @@ def _laguna_block(arch: Architecture, i: int) -> list[TensorShape]:
 BLOCKS: dict[str, Callable[[Architecture, int], list[TensorShape]]] = {
     "laguna": _laguna_block,
     "gemma4": _gemma4_block,
+    "gemma3n": _gemma3n_block,
     "deepseek32": _dsa_block,
     "glm-dsa": _dsa_block,
 }
 
 PREFIX: dict[str, Callable[[Architecture], list[TensorShape]]] = {
     "gemma4": _gemma4_prefix,
+    "gemma3n": _gemma3n_prefix,
 }
