@@ -171,12 +171,14 @@ def allowance_per_token(
     """The measured allowance (floats per ubatch token) at ``n_kv`` cells per stream and ``n_ub`` tokens
     per ubatch: the value measured at those sizes, or the largest of the measured sizes around them.
     Negative where the modelled peak was measured above llama.cpp's everywhere around."""
-    same = measured_tables(arch)
-    entry = widest(same) if same else ALLOWANCE.get(allowance_key(arch))
-    if entry is None:
+    key = allowance_key(arch)
+    tables = measured_tables(arch) or ([ALLOWANCE[key]] if key in ALLOWANCE else [])
+    if not tables:
         return 0.0
-    row = entry[allowance_row(flash_attn, streams, window, few_logits, quantized)]
-    value = max(row[u][c] for u in _neighbours(ALLOWANCE_UBATCHES, n_ub) for c in _neighbours(ALLOWANCE_CELLS, n_kv))
+    r = allowance_row(flash_attn, streams, window, few_logits, quantized)
+    # The largest over the tables (several models of these shapes) and the measured sizes around.
+    ubs, sizes = _neighbours(ALLOWANCE_UBATCHES, n_ub), _neighbours(ALLOWANCE_CELLS, n_kv)
+    value = max(t[r][u][c] for t in tables for u in ubs for c in sizes)
     # Beyond the largest cache measured a positive allowance (a mask kept below the logits) grows with
     # the cache; a negative one (a modelled term measured high) does not.
     return value * n_kv / ALLOWANCE_CELLS[-1] if value > 0 and n_kv > ALLOWANCE_CELLS[-1] else float(value)

@@ -178,14 +178,8 @@ def attention_flops(arch: Architecture, est: Estimate, depth_tokens: int) -> flo
     cells = {c.kind: c.cells for c in est.kv_caches}
     full = cells.get("full", 0)
     depth = max(depth_tokens, 0)
-    total = 0
-    for i in range(arch.n_layer):
-        if not arch.is_attention_layer(i) or arch.is_nextn_layer(i):
-            continue
-        n = cells.get("swa", full) if arch.is_swa_layer(i) else full
-        head_dim = arch.mla.kv_lora_rank if arch.mla is not None else arch.head_dim_k_at(i)
-        total += 4 * arch.heads(i) * head_dim * min(depth, n)
-    return float(total)
+    _, full_per_cell, swa_per_cell = _attention_shape(arch)
+    return float(full_per_cell * min(depth, full) + swa_per_cell * min(depth, cells.get("swa", full)))
 
 
 def _element_bytes(cache: str) -> float:
@@ -275,6 +269,7 @@ def estimate_speed(
         host_share = i == host and where.hybrid
         params_here = where.params_per_token[i] * users
         measured = bool(measured_efficiency and d.name in measured_efficiency)
+
         if host_share:
             eff = None
             if measured:
@@ -436,19 +431,36 @@ def target_family(target: Target) -> str:
 
 
 _FLOAT_SHARE_CACHE: dict[int, tuple[Sequence[TensorInfo], float]] = {}
-_ATTENTION_LAYERS: dict[int, tuple[Architecture, int]] = {}
+_ATTENTION_SHAPES: dict[int, tuple[Architecture, tuple[int, int, int]]] = {}
 
 
 def _attention_layers(arch: Architecture) -> int:
-    """Layers with an attention KV cache (at least 1), remembered per architecture object."""
-    hit = _ATTENTION_LAYERS.get(id(arch))
+    """Layers with an attention KV cache (at least 1)."""
+    return _attention_shape(arch)[0]
+
+
+def _attention_shape(arch: Architecture) -> tuple[int, int, int]:
+    """(attention layers, at least 1; attention FLOPs per cell of context over the full-attention
+    layers; the same over the sliding-window layers), remembered per architecture object: a sweep over
+    hardware asks for the same model thousands of times."""
+    hit = _ATTENTION_SHAPES.get(id(arch))
     if hit is not None and hit[0] is arch:
         return hit[1]
-    n = sum(1 for i in range(arch.n_layer) if arch.is_attention_layer(i)) or 1
-    if len(_ATTENTION_LAYERS) >= 128:
-        _ATTENTION_LAYERS.pop(next(iter(_ATTENTION_LAYERS)))
-    _ATTENTION_LAYERS[id(arch)] = (arch, n)
-    return n
+    full = swa = 0
+    for i in range(arch.n_layer):
+        if not arch.is_attention_layer(i) or arch.is_nextn_layer(i):
+            continue
+        head_dim = arch.mla.kv_lora_rank if arch.mla is not None else arch.head_dim_k_at(i)
+        flops = 4 * arch.heads(i) * head_dim
+        if arch.is_swa_layer(i):
+            swa += flops
+        else:
+            full += flops
+    shape = (sum(1 for i in range(arch.n_layer) if arch.is_attention_layer(i)) or 1, full, swa)
+    if len(_ATTENTION_SHAPES) >= 128:
+        _ATTENTION_SHAPES.pop(next(iter(_ATTENTION_SHAPES)))
+    _ATTENTION_SHAPES[id(arch)] = (arch, shape)
+    return shape
 
 
 def _float_weight_share(tensors: Sequence[TensorInfo]) -> float:
