@@ -895,16 +895,22 @@ def _fit_decode(rows: list[BenchRow]) -> tuple[float, dict[str, float], float]:
     }
     # A layer kind's own cost only where the family's rows show it: enough rows, from several sources;
     # attention's where decode rows at a long context (2,048 tokens and more) show it.
-    for key, has in (
-        ("m", lambda r: r.moe_layers),
-        ("r", lambda r: r.recurrent_layers),
-        ("a", lambda r: r.mean_depth >= 2048),
-    ):
-        shown = [r for r in rows if has(r)]
-        if len(shown) < MIN_KIND_ROWS or len({source_key(r.source) for r in shown}) < 2:
+    for key, has in (("m", lambda r: r.moe_layers), ("r", lambda r: r.recurrent_layers), ("a", _long_context)):
+        if not _shown(rows, has):
             cols[key] = np.zeros_like(x)
     y = np.array([1.0 / r.tokens_per_s for r in rows])
     return _fit_roofline(x, cols, y, np.zeros_like(y))
+
+
+def _long_context(r: BenchRow) -> bool:
+    """A decode row deep enough into its context (2,048 tokens and more) to show attention's cost."""
+    return r.mean_depth >= 2048
+
+
+def _shown(rows: list[BenchRow], has) -> bool:
+    """Whether ``rows`` show a term: enough rows with it (MIN_KIND_ROWS), from two sources at least."""
+    chosen = [r for r in rows if has(r)]
+    return len(chosen) >= MIN_KIND_ROWS and len({source_key(r.source) for r in chosen}) >= 2
 
 
 def source_weights(rows: list[BenchRow]) -> np.ndarray:
@@ -978,6 +984,7 @@ class Fitted:
     globals: Globals
 
 
+CPU_FAMILIES = ("cpu-x86", "cpu-arm")
 MIN_BUILD_ROWS = 4  # prefill rows of one build (from two sources at least) for its own factor
 MIN_KIND_ROWS = 6  # decode rows with MoE (or recurrent) layers (from two sources at least) for their own cost
 
@@ -991,6 +998,22 @@ def fit_model(rows: list[BenchRow]) -> Fitted:
     tg = {f: [r for r in single if r.family == f and r.test == "tg"] for f in families}
     pp = {f: [r for r in single if r.family == f and r.test == "pp" and r.depth == 0] for f in families}
     decode = {f: _fit_decode(tg[f]) for f in families if len(tg[f]) >= 3}
+    # A CPU family whose own rows are too few at long contexts to show attention's cost is fitted on the
+    # long-context rows of every CPU family together: ggml's CPU attention is one code path whatever the
+    # vendor, and leaving the term out would call a CPU at 24k tokens as fast as at 0 (GPU families keep
+    # their own: their attention kernels differ by backend, and their rows mostly show none).
+    # Where the CPU rows together cannot show it either, the median of the families whose rows do: a
+    # decoded token's attention runs at a small share of any device's peak.
+    cpu_tg = [r for f in CPU_FAMILIES if f in tg for r in tg[f]]
+    shown = [k.get("a", 0.0) for f, (_, k, _) in decode.items() if _shown(tg[f], _long_context)]
+    pooled = _fit_decode(cpu_tg)[1].get("a", 0.0) if _shown(cpu_tg, _long_context) else None
+    if pooled is None and shown:
+        pooled = float(np.median(shown))
+    if pooled is not None:
+        decode = {
+            f: (eta, k if f not in CPU_FAMILIES or _shown(tg[f], _long_context) else k | {"a": pooled}, err)
+            for f, (eta, k, err) in decode.items()
+        }
     eff = {f: min(d[0], 1.0) for f, d in decode.items()}
     # How alike a prompt's tokens route (``expert_coverage``'s exponent): the value whose fit explains the
     # prefill rows best, single devices (the experts a ubatch reads) and GPUs with experts in RAM (the

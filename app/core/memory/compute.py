@@ -130,7 +130,11 @@ def _modelled_parts(
     if arch.arch in ("qwen3next", "qwen35", "qwen35moe") and arch.ssm is not None:
         # The gated DeltaNet layer: its convolution's input and raw output (q, k and v of every head)
         # beside the residual stream; the peak of small models when few logits are reserved
-        # (Qwen3.5 0.8B with llama-server's one row per slot).
+        # (Qwen3.5 0.8B with llama-server's one row per slot). The delta rule itself is ggml's fused
+        # GATED_DELTA_NET on the CPU, CUDA, SYCL, Metal (value heads a multiple of 32 wide) and Vulkan
+        # (16 to 128 wide) builds (llama_context's fused-op probe, each backend's supports_op; Qwen3.5's
+        # and Kimi Linear's are 128 wide), so the chunked fallback of
+        # delta-net-base.cpp, with its far larger intermediates, is not what these builds allocate.
         conv_dim = arch.ssm.d_state * (2 * arch.ssm.n_group + arch.ssm.n_head)
         p_ffn = max(p_ffn, n_ub * (f32 * (4 * e + 3 * conv_dim) + mask * n_kv))
     if arch.arch == "granitehybrid" and arch.ssm is not None:
