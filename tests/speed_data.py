@@ -365,6 +365,7 @@ class BenchRow:
     routed_share: float = 0.0  # of the active parameters, in routed experts
     gqa: float = 4.0  # query heads per KV head
     host_stated: bool = True  # a hybrid row's source names its host (CPU, memory)
+    mmap_stated: bool = True  # a hybrid row's source says whether the weights were memory-mapped
 
     @property
     def attention_flops(self) -> float:
@@ -823,6 +824,8 @@ def _budget_rows() -> list[BenchRow]:
                 routed_share=fig.routed_share,
                 gqa=_gqa(label),
                 host_stated=host_stated,
+                # llama-bench maps the file unless told --mmap 0; informal results may not be llama-bench's.
+                mmap_stated=r.get("mmap") is not None or "informal" not in (r.get("notes") or ""),
             )
         )
     return rows
@@ -1144,7 +1147,7 @@ def fit_hybrid(rows: list[BenchRow], fitted: dict[str, FamilyConstants], g: Glob
     for pinned in (True, False):
         implied = []
         for r in hybrid:
-            if r.test != "pp" or r.pinned != pinned or not r.copy_bytes(g):
+            if r.test != "pp" or r.pinned != pinned or not r.copy_bytes(g) or not r.mmap_stated:
                 continue
             c = constants_for(r.family, fitted)
             assert c is not None
@@ -1292,8 +1295,9 @@ def cross_validate(rows: list[BenchRow], by: str = "device") -> list[Held]:
         for r, p in _predict_held(train, groups[k]):
             lo, hi = bands[r.test]["hybrid" if r.group == "hybrid" else "all"]
             p_lo, p_hi = p, p
-            if r.group == "hybrid" and not r.host_stated:
-                # A host the source does not name: the range spans the desktop hosts it could be.
+            if r.group == "hybrid" and not (r.host_stated and r.mmap_stated):
+                # A host the source does not name, or weights it does not say were memory-mapped or not:
+                # the range spans the desktop hosts and the copies (pinned or pageable) it could be.
                 c = constants_for(r.family, model.families)
                 preds = [v.predict(c, model.hybrid, model.globals) for v in unstated_hosts(r)]  # type: ignore[arg-type]
                 p_lo, p_hi = min(preds + [p]), max(preds + [p])
@@ -1309,11 +1313,16 @@ UNSTATED_LANES = (8, 16)
 
 def unstated_hosts(r: BenchRow) -> list[BenchRow]:
     """A hybrid row as it would run on each desktop its unnamed host could be (``UNSTATED_HOST_GB_S``,
-    ``UNSTATED_LANES``): the extremes of what the source leaves open."""
+    ``UNSTATED_LANES``) and with its weights copied pinned or pageable when the source does not say
+    whether they were memory-mapped: the extremes of what the source leaves open."""
     from dataclasses import replace
 
+    hosts = [(bw, lanes) for bw in UNSTATED_HOST_GB_S for lanes in UNSTATED_LANES] if not r.host_stated else [None]
+    pinned = (True, False) if not r.mmap_stated else (r.pinned,)
     return [
-        replace(r, host_bandwidth_gb_s=bw, link_gb_s=r.link_gb_s * lanes / 16)
-        for bw in UNSTATED_HOST_GB_S
-        for lanes in UNSTATED_LANES
+        replace(r, host_bandwidth_gb_s=h[0], link_gb_s=r.link_gb_s * h[1] / 16, pinned=pin)
+        if h
+        else replace(r, pinned=pin)
+        for h in hosts
+        for pin in pinned
     ]
