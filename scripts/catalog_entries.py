@@ -31,7 +31,6 @@ CATALOG_IDS = {"kimi-k2-instruct": "kimi-k2"}
 # Catalog names where the collected file is a repack or release variant of the model (its architecture
 # values are the model's; the source says which file they come from).
 NAMES = {
-    "gemma-4-31b": "Gemma 4 31B",
     "kimi-k2-instruct": "Kimi K2",
     "kimi-k2.6": "Kimi K2.6",
     "laguna-xs.2": "Laguna XS.2",

@@ -55,13 +55,16 @@ def test_the_families_buyers_ask_about_are_in_the_catalog() -> None:
     families = dict(by_family(load_models()))
     wanted = {
         "Qwen3.5 / Qwen3.6": {"qwen3.5-27b", "qwen3.6-27b", "qwen3.5-35b-a3b", "qwen3.5-397b-a17b"},
-        "Gemma 4": {"gemma-4-26b-a4b", "gemma-4-31b"},
+        "Gemma 4": {"gemma-4-e2b", "gemma-4-e4b", "gemma-4-26b-a4b", "gemma-4-31b"},
         "DeepSeek": {"deepseek-v3.1", "deepseek-v3.2"},
         "Kimi": {"kimi-k2", "kimi-k2.5", "kimi-k2.6"},
         "GLM": {"glm-4.7-flash", "glm-5", "glm-5.1", "glm-5.2"},
         "MiniMax": {"minimax-m2.7"},
         "Nemotron": {"nemotron-3-nano-30b-a3b", "nemotron-3-super-120b-a12b"},
-        "Qwen3-Coder": {"qwen3-coder-30b-a3b"},
+        "Qwen3-Coder": {"qwen3-coder-30b-a3b", "qwen3-coder-next"},
+        "Granite": {"granite-4.0-h-small", "granite-4.0-h-micro", "granite-4.0-h-1b", "granite-4.0-h-350m"},
+        "Apertus": {"apertus-8b", "apertus-70b"},
+        "Mistral": {"ministral-3-3b", "ministral-3-14b", "mistral-medium-3.5-128b"},
     }
     for family, ids in wanted.items():
         assert ids <= {m.id for m in families[family]}, family

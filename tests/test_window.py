@@ -666,7 +666,8 @@ def test_the_model_list_groups_families_and_finds_them_by_name(qtbot, tmp_path):
 
     window.model_search.setText("gemma 4")
     shown = visible()
-    assert [ref for kind, ref in shown if kind == "catalog"] == ["gemma-4-26b-a4b", "gemma-4-31b"]
+    gemma_4 = ["gemma-4-e2b", "gemma-4-e4b", "gemma-4-26b-a4b", "gemma-4-31b"]
+    assert [ref for kind, ref in shown if kind == "catalog"] == gemma_4
     assert ("family", "Gemma 4") in shown and ("family", "Gemma 3") not in shown
 
     window.model_search.setText("")

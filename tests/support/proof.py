@@ -530,6 +530,10 @@ CASES: tuple[Case, ...] = (
     Case("laguna-xs.2", context=8192),
     Case("laguna-xs.2", context=32768, parallel=4, cache_k="q8_0", cache_v="q8_0", swa_full=False),
     Case("laguna-xs.2", context=8192, ubatch=2048, flash_attn=False),
+    # Apertus (Llama attention with q/k norms, an ungated xIELU MLP)
+    Case("apertus-8b", context=8192),
+    Case("apertus-8b", context=32768, parallel=4, cache_k="q8_0", cache_v="q8_0"),
+    Case("apertus-8b", context=8192, ubatch=2048, flash_attn=False),
     # llama-server, as FitScope's CLI and window assume: logits for its slots only
     Case("llama-3.1-8b", context=32768, parallel=4, swa_full=False, consumer="llama-server"),
     Case("qwen3.5-27b", context=32768, swa_full=False, consumer="llama-server"),

@@ -106,6 +106,10 @@ def _metadata(arch: Architecture) -> dict[str, object]:
         # Ministral 3 files carry Llama 4's attention temperature (llama_4_scaling_beta), which adds a
         # per-token scale on Q to the graph.
         kv[f"{a}.attention.temperature_scale"] = 0.1
+    if a == "apertus":
+        # ApertusModel writes its xIELU constants per layer; llama.cpp requires them (values only plausible).
+        for key, value in (("alpha_n", 0.8), ("alpha_p", 0.8), ("beta", 0.5), ("eps", -1e-6)):
+            kv[f"xielu.{key}"] = [value] * arch.n_layer
     if a == "gemma4":
         kv.update(_gemma4_metadata(arch))
     if a == "gemma3n":

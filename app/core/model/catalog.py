@@ -103,6 +103,8 @@ FAMILIES: tuple[tuple[str, str], ...] = (
     ("ernie", "ERNIE"),
     ("smollm", "SmolLM"),
     ("laguna", "Laguna"),
+    ("granite", "Granite"),
+    ("apertus", "Apertus"),
 )
 
 

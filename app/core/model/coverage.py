@@ -56,6 +56,7 @@ PROVEN: dict[str, str] = {
     "smollm3": "SmolLM3: Llama layout with NoPE on every fourth layer",
     "laguna": "Laguna XS.2: per-layer heads, full attention first in each period of 4, gated output",
     "gemma3n": "Gemma 3n: AltUp streams, LAuReL, per-layer inputs, KV cache on the first 20 layers only",
+    "apertus": "Apertus: Llama attention with per-head q/k norms, an ungated xIELU MLP",
 }
 
 Status = Literal["exact", "approximate", "unknown"]

@@ -1,6 +1,7 @@
-"""``config.json`` of the 2025-2026 families, in llama.cpp's terms: Qwen3.5 / 3.6 (gated DeltaNet
-hybrids), Gemma 4, DeepSeek-V3-style MLA (DeepSeek V3.x, Kimi K2.x, GLM-4.7-Flash), DeepSeek-V3.2 and
-GLM-5 sparse attention, Nemotron 3 (Mamba-2 / attention / MoE), SmolLM3 and Laguna.
+"""``config.json`` of the 2025-2026 families, in llama.cpp's terms: Qwen3-Next and Qwen3.5 / 3.6 (gated
+DeltaNet hybrids), Gemma 4, DeepSeek-V3-style MLA (DeepSeek V3.x, Kimi K2.x, GLM-4.7-Flash), DeepSeek-V3.2
+and GLM-5 sparse attention, Nemotron 3 (Mamba-2 / attention / MoE), Granite 4.0-H (Mamba-2 / attention),
+SmolLM3, Apertus, Ministral 3 / Mistral 3 and Laguna.
 
 Each reader follows what the vendored converter (convert_hf_to_gguf.py and conversion/*.py) writes for
 the family, so that an estimate from the config.json and one from the converted GGUF agree: the
@@ -36,6 +37,7 @@ RECENT_MODEL_TYPES: dict[str, str] = {
     "qwen3_5_text": "qwen35",
     "qwen3_5_moe": "qwen35moe",
     "qwen3_5_moe_text": "qwen35moe",
+    "qwen3_next": "qwen3next",
     "gemma4": "gemma4",
     "gemma4_text": "gemma4",
     "kimi_k2": "deepseek2",
@@ -47,13 +49,19 @@ RECENT_MODEL_TYPES: dict[str, str] = {
     "smollm3": "smollm3",
     "laguna": "laguna",
     "minimax_m2": "minimax-m2",
+    "granitemoehybrid": "granitehybrid",
+    "apertus": "apertus",
+    "mistral3": "mistral3",
 }
 
 # Model types whose config nests the language model under text_config.
-NESTED = ("qwen3_5", "qwen3_5_moe", "gemma4", "kimi_k25")
+NESTED = ("qwen3_5", "qwen3_5_moe", "gemma4", "kimi_k25", "mistral3")
 
 # transformers' default for tie_word_embeddings where the file leaves it out (SmolLM3Config: True).
-TIED_DEFAULT = {"smollm3": True, "gemma4": True}
+TIED_DEFAULT = {"smollm3": True, "gemma4": True, "granitemoehybrid": True}
+
+# The context length the converter writes for a Granite hybrid without RoPE (GraniteHybridModel).
+GRANITE_HYBRID_CONTEXT = 1 << 20
 
 
 
@@ -68,7 +76,7 @@ def read_recent(c: ConfigKeys, data: Mapping[str, Any], model_type: str) -> dict
         "n_ctx_train": c.int("max_position_embeddings"),
         "tied_embeddings": _tied(c, data, model_type),
     }
-    if arch in ("qwen35", "qwen35moe"):
+    if arch in ("qwen35", "qwen35moe", "qwen3next"):
         return common | _qwen35(c)
     if arch == "gemma4":
         return common | _gemma4(c)
@@ -78,7 +86,16 @@ def read_recent(c: ConfigKeys, data: Mapping[str, Any], model_type: str) -> dict
         return _nemotron_h(c, common)
     if arch == "laguna":
         return common | _laguna(c)
-    # SmolLM3 (Llama's tensors, NoPE on every 4th layer) and MiniMax-M2 (256 experts, full-width q/k norm).
+    if arch == "granitehybrid":
+        return _granite_hybrid(c, common)
+    if arch == "mistral3" and c.raw("model_type", None) == "mistral4":
+        # Mistral3Model.Mistral4Model: DeepSeek-V2-style latent attention with experts (mistral4).
+        raise ModelFileError(
+            f"{c.shown}: a mistral4 language model, whose tensors FitScope cannot lay out without its file."
+        )
+    # SmolLM3 (Llama's tensors, NoPE on every 4th layer), Apertus (Llama's attention with q/k norm, an
+    # ungated xIELU MLP: ApertusModel), Ministral 3 / Mistral 3 (Llama's tensors: Mistral3Model's
+    # Ministral3Model) and MiniMax-M2 (256 experts, full-width q/k norm).
     n_head = c.int("num_attention_heads")
     fields: dict[str, Any] = common | {
         "n_layer": c.int("num_hidden_layers"),
@@ -89,6 +106,8 @@ def read_recent(c: ConfigKeys, data: Mapping[str, Any], model_type: str) -> dict
     head_dim = c.int("head_dim", None)
     if head_dim and head_dim != fields["n_embd"] // n_head:
         fields |= {"head_dim_k": head_dim, "head_dim_v": head_dim}
+    if arch == "apertus":
+        fields["qk_norm"] = c.flag("qk_norm", True)
     if arch == "minimax-m2":
         fields |= {
             "qk_norm": c.flag("use_qk_norm", True),
@@ -120,11 +139,19 @@ def _layer_types(c: ConfigKeys, n_layer: int) -> list[str]:
 
 
 def _qwen35(c: ConfigKeys) -> dict[str, Any]:
-    """Qwen3.5 / 3.6 (Qwen3NextModel.set_gguf_parameters and _QwenMtpMixin): gated DeltaNet layers where
-    layer_types says linear_attention, the MTP block appended as a full-attention layer."""
+    """Qwen3-Next and Qwen3.5 / 3.6 (Qwen3NextModel.set_gguf_parameters and _QwenMtpMixin): gated DeltaNet
+    layers where layer_types says linear_attention (Qwen3-Next: every layer but each full_attention_interval-th),
+    the MTP block appended as a full-attention layer. Qwen3-Next's config.json does not say whether its
+    checkpoint holds an MTP block (the converter counts the mtp.* tensors), so none is counted for it."""
     trunk = c.int("num_hidden_layers")
     n_mtp = c.int("mtp_num_hidden_layers", 0)
-    types = _layer_types(c, trunk)
+    if c.raw("layer_types", None) is None and c.raw("full_attention_interval", None) is not None:
+        if c.raw("mlp_only_layers", None) or c.int("decoder_sparse_step", 1) != 1:
+            raise ModelFileError(f"{c.shown}: dense layers among the experts are not a shape FitScope models.")
+        interval = c.int("full_attention_interval")
+        types = ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(trunk)]
+    else:
+        types = _layer_types(c, trunk)
     n_v_heads = c.int("linear_num_value_heads")
     fields: dict[str, Any] = {
         "n_layer": trunk + n_mtp,
@@ -297,6 +324,54 @@ def _nemotron_h(c: ConfigKeys, common: dict[str, Any]) -> dict[str, Any]:
             shared_expert_ff=c.int("moe_shared_expert_intermediate_size"),
             latent_size=c.int("moe_latent_size", None),
             selection_bias=True,  # e_score_correction_bias, written as exp_probs_b
+        )
+    return fields
+
+
+def _granite_hybrid(c: ConfigKeys, common: dict[str, Any]) -> dict[str, Any]:
+    """Granite 4.0-H (GraniteHybridModel.set_gguf_parameters): Mamba-2 mixers where layer_types says mamba
+    (d_inner = mamba_expand x hidden_size, mamba_n_heads heads) and attention without RoPE on the others
+    (so the converter writes a context length of 2^20), each layer followed by routed experts of
+    intermediate_size with a shared expert of shared_intermediate_size, or, with no experts, a dense FFN
+    (the converter's shared_mlp, loaded at feed_forward_length)."""
+    n_layer = c.int("num_hidden_layers")
+    types = _layer_types(c, n_layer)
+    attention = [i for i, t in enumerate(types) if t == "attention"]
+    if len(attention) == n_layer:
+        raise ModelFileError(f"{c.shown}: every layer is attention; the converter writes it as granite, not read here.")
+    n_kv = c.int("num_key_value_heads")
+    n_ff = c.int("intermediate_size")
+    shared_ff = c.int("shared_intermediate_size", 0)
+    fields = common | {
+        # Mamba2Model.set_vocab pads the vocabulary to a multiple of 8 when there are Mamba layers.
+        "n_vocab": -(common["n_vocab"] // -8) * 8,
+        "n_ctx_train": GRANITE_HYBRID_CONTEXT,
+        "n_layer": n_layer,
+        "n_head": c.int("num_attention_heads"),
+        "n_head_kv": [n_kv if i in attention else 0 for i in range(n_layer)],
+        "n_ff": n_ff,
+        "ssm": SSMSpec(
+            version=2,
+            d_conv=c.int("mamba_d_conv"),
+            d_inner=c.int("mamba_expand") * common["n_embd"],
+            d_state=c.int("mamba_d_state"),
+            n_group=c.int("mamba_n_groups"),
+            n_head=c.int("mamba_n_heads"),
+        ),
+        "attention_layers": attention,
+    }
+    if c.int("num_local_experts", 0) >= 2:
+        fields["moe"] = MoESpec(
+            n_expert=c.int("num_local_experts"),
+            n_expert_used=c.int("num_experts_per_tok"),
+            expert_ff=n_ff,
+            n_shared_expert=1 if shared_ff else 0,
+            shared_expert_ff=shared_ff or None,
+        )
+    elif shared_ff != n_ff:
+        raise ModelFileError(
+            f"{c.shown}: a dense Granite hybrid needs shared_intermediate_size equal to intermediate_size "
+            f"({shared_ff} and {n_ff}), as llama.cpp loads its FFN at feed_forward_length."
         )
     return fields
 

@@ -44,6 +44,7 @@ SUPPORTED_ARCHS: tuple[str, ...] = (
     "glm4moe",
     "llama4",
     "smollm3",
+    "apertus",
     *_FAMILY_BLOCKS,
 )
 

@@ -92,11 +92,14 @@ def mla_attention(arch: Architecture, p: str) -> list[TensorShape]:
 
 
 def dense_ffn(arch: Architecture, i: int, p: str, suffix: str = "") -> list[TensorShape]:
-    """gate / down / up of width ``arch.ff(i)`` (Phi-3: gate and up fused into ffn_up)."""
+    """gate / down / up of width ``arch.ff(i)`` (Phi-3: gate and up fused into ffn_up; Apertus: no gate,
+    its xIELU MLP is up then down, src/models/apertus.cpp load_arch_tensors)."""
     e = arch.n_embd
     ff = arch.ff(i)
     if arch.arch == "phi3":
         return [mat(p + "ffn_up.weight", e, 2 * ff), mat(p + "ffn_down.weight", ff, e)]
+    if arch.arch == "apertus":
+        return [mat(p + f"ffn_down{suffix}.weight", ff, e), mat(p + f"ffn_up{suffix}.weight", e, ff)]
     return [
         mat(p + f"ffn_gate{suffix}.weight", e, ff),
         mat(p + f"ffn_down{suffix}.weight", ff, e),
