@@ -18,31 +18,35 @@ llama-server's unless ``--no-mmproj-offload``), else the CPU — independently o
 
 Supported projector types (their graphs are followed below, and proven against llama.cpp in
 tests/test_projector.py): ``gemma3`` (Gemma 3: SigLIP encoder, 4x4 average pooling, RMS norm and
-a linear projection; ``clip_graph_siglip::build``) and ``pixtral`` (Pixtral, Mistral Small 3.1 and
+a linear projection; ``clip_graph_siglip::build``), ``pixtral`` (Pixtral, Mistral Small 3.1 and
 Ministral 3: a 2D-RoPE encoder with SwiGLU, a patch merger and a GELU MLP;
-``clip_graph_pixtral::build``). A file of another projector type still gets its exact weights;
-its compute buffer follows the generic ViT rule and is labelled approximate.
+``clip_graph_pixtral::build``) and ``qwen3vl_merger`` (Qwen3-VL, Qwen3.5 and Qwen3.6: a two-frame
+patch convolution, interpolated learned positions, fused QKV with M-RoPE, a 2x2 merger MLP;
+``clip_graph_qwen3vl::build``). The tensors each type's file holds are in
+:mod:`app.core.model.projector_layout`; reading a file is :mod:`app.core.model.projector_file`. A file
+of another projector type still gets its exact weights; its compute buffer follows the generic ViT
+rule and is labelled approximate.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
 from pydantic import Field
 
-from app.core.common.errors import ModelFileError
 from app.core.common.units import MIB, Frozen
-from app.core.model.tensors import GGMLType, TensorInfo
+from app.core.model.projector_layout import VisionShape, projector_tensors
+from app.core.model.tensors import GGMLType
 
-if TYPE_CHECKING:
-    from app.core.model.gguf_reader import GgufHeader
-
-SUPPORTED_TYPES: tuple[str, ...] = ("gemma3", "pixtral")
+SUPPORTED_TYPES: tuple[str, ...] = ("gemma3", "pixtral", "qwen3vl_merger")
 """Projector types whose compute graph FitScope follows (clip.projector_type values)."""
 
 F32_BYTES = 4
+
+# How close each supported type's compute buffer came to llama.cpp's reservation (tests/test_projector.py).
+PROOF: dict[str, str] = {
+    "gemma3": "exact for Gemma 3",
+    "pixtral": "within 2% for Pixtral / Mistral 3",
+    "qwen3vl_merger": "exact, to the 0.01 MiB it prints, for Qwen3.5 / Qwen3.6",
+}
 
 
 class ProjectorSpec(Frozen):
@@ -70,18 +74,29 @@ class ProjectorSpec(Frozen):
     has_patch_merger: bool = False
     gated_ffn: bool = False
     has_post_norm: bool = True
+    n_deepstack: int = Field(default=0, ge=0, description="Qwen3-VL deepstack mergers (none in Qwen3.5)")
+
+    @property
+    def shape(self) -> VisionShape:
+        return VisionShape(
+            self.image_size, self.patch_size, self.n_embd, self.n_ff, self.n_layer, self.n_embd_text, self.n_merge
+        )
 
     @property
     def supported(self) -> bool:
-        return self.projector_type in SUPPORTED_TYPES
+        """Whether the compute graph is followed: a supported type, and no Qwen3-VL deepstack
+        mergers (their features stay alive to the end of the graph; not measured)."""
+        return self.projector_type in SUPPORTED_TYPES and self.n_deepstack == 0
 
     @property
     def warmup_image_size(self) -> int:
         """Pixels a side of the dummy image llama.cpp reserves for at load (``load_hparams``):
         ``image_size`` by default; Pixtral calls ``set_warmup_n_tokens(256)``, i.e. 16 merged
-        tokens a side."""
+        tokens a side; Qwen3-VL ``set_warmup_n_tokens(46*46)``, 46 merged tokens a side."""
         if self.projector_type == "pixtral":
             return 16 * self.patch_size * self.n_merge
+        if self.projector_type == "qwen3vl_merger":
+            return 46 * self.patch_size * self.n_merge
         return self.image_size
 
     @property
@@ -89,10 +104,16 @@ class ProjectorSpec(Frozen):
         """Pixels a side of the largest square image the preprocessor hands the encoder.
 
         Gemma 3 resizes every image to ``image_size``. Pixtral's preprocessor allows up to 1024
-        merged tokens (``set_limit_image_tokens(8, 1024)``), i.e. 32 tokens a side."""
+        merged tokens (``set_limit_image_tokens(8, 1024)``), i.e. 32 tokens a side. Qwen3-VL's
+        allows 4096 merged tokens (``set_limit_image_tokens(8, 4096)``) whatever ``image_size`` (its
+        position embeddings are interpolated): ``mtmd_image_preprocessor_dyn_size`` scales an image
+        down to at most that many pixels, so no image has more patches than a square of 64 tokens
+        a side."""
         if self.projector_type == "pixtral":
             side = min(32 * self.patch_size * self.n_merge, self.image_size)
             return side - side % (self.patch_size * self.n_merge)
+        if self.projector_type == "qwen3vl_merger":
+            return 64 * self.patch_size * self.n_merge
         return self.image_size
 
     @property
@@ -120,158 +141,6 @@ class ProjectorEstimate(Frozen):
         return self.weights_bytes + self.compute_bytes
 
 
-# -- the tensors llama.cpp's converter writes --------------------------------------------------
-
-
-def projector_tensors(
-    projector_type: str,
-    *,
-    image_size: int,
-    patch_size: int,
-    n_embd: int,
-    n_ff: int,
-    n_layer: int,
-    n_embd_text: int,
-    n_merge: int,
-) -> tuple[TensorInfo, ...]:
-    """The tensors of an F16 projector file as llama.cpp's converter writes them (shapes in ggml
-    order), named as ``clip_model_loader::load_tensors`` loads them.
-
-    Types follow convert_hf_to_gguf (conversion/base.py ``prepare_tensors``): 1-D tensors and
-    norms F32; Gemma 3 keeps ``.embeddings.`` tensors (patch and position embeddings) in F32 and
-    its input projection in F16 (``Gemma3VisionModel.tensor_force_quant``); Pixtral's patch
-    embedding and patch merger are F16 in an F16 file (``MmprojModel.tensor_force_quant``).
-    Raises ValueError for a projector type FitScope has no layout for.
-    """
-    f16, f32 = GGMLType.F16, GGMLType.F32
-    out: list[TensorInfo] = []
-
-    def add(name: str, ggml_type: GGMLType, *shape: int) -> None:
-        out.append(TensorInfo(name, ggml_type, tuple(shape)))
-
-    if projector_type == "gemma3":
-        n_pos = (image_size // patch_size) ** 2
-        add("v.patch_embd.weight", f32, patch_size, patch_size, 3, n_embd)
-        add("v.patch_embd.bias", f32, n_embd)
-        add("v.position_embd.weight", f32, n_embd, n_pos)
-        for il in range(n_layer):
-            for part in ("attn_q", "attn_k", "attn_v", "attn_out"):
-                add(f"v.blk.{il}.{part}.weight", f16, n_embd, n_embd)
-                add(f"v.blk.{il}.{part}.bias", f32, n_embd)
-            for norm in ("ln1", "ln2"):
-                add(f"v.blk.{il}.{norm}.weight", f32, n_embd)
-                add(f"v.blk.{il}.{norm}.bias", f32, n_embd)
-            add(f"v.blk.{il}.ffn_up.weight", f16, n_embd, n_ff)
-            add(f"v.blk.{il}.ffn_up.bias", f32, n_ff)
-            add(f"v.blk.{il}.ffn_down.weight", f16, n_ff, n_embd)
-            add(f"v.blk.{il}.ffn_down.bias", f32, n_embd)
-        add("v.post_ln.weight", f32, n_embd)
-        add("v.post_ln.bias", f32, n_embd)
-        add("mm.input_projection.weight", f16, n_embd_text, n_embd)
-        add("mm.soft_emb_norm.weight", f32, n_embd)
-    elif projector_type == "pixtral":
-        add("v.patch_embd.weight", f16, patch_size, patch_size, 3, n_embd)
-        add("v.pre_ln.weight", f32, n_embd)
-        for il in range(n_layer):
-            for part in ("attn_q", "attn_k", "attn_v", "attn_out"):
-                add(f"v.blk.{il}.{part}.weight", f16, n_embd, n_embd)
-            add(f"v.blk.{il}.ln1.weight", f32, n_embd)
-            add(f"v.blk.{il}.ln2.weight", f32, n_embd)
-            add(f"v.blk.{il}.ffn_gate.weight", f16, n_embd, n_ff)
-            add(f"v.blk.{il}.ffn_up.weight", f16, n_embd, n_ff)
-            add(f"v.blk.{il}.ffn_down.weight", f16, n_ff, n_embd)
-        if n_merge > 1:
-            add("mm.input_norm.weight", f32, n_embd)
-            add("mm.patch_merger.weight", f16, n_embd * n_merge * n_merge, n_embd)
-        add("mm.1.weight", f16, n_embd, n_embd_text)
-        add("mm.2.weight", f16, n_embd_text, n_embd_text)
-        add("v.token_embd.img_break", f32, n_embd_text)
-    else:
-        raise ValueError(f"no tensor layout for projector type '{projector_type}'")
-    return tuple(out)
-
-
-# -- reading a projector file -------------------------------------------------------------------
-
-
-def _uint(metadata: Mapping[str, Any], key: str, shown: str, default: int | None = None) -> int:
-    value = metadata.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        if value is None:
-            raise ModelFileError(f"{shown} has no '{key}' entry, which a vision projector needs.")
-        raise ModelFileError(f"{shown}: '{key}' is {value!r}, not a whole number.")
-    return value
-
-
-def read_projector(path: str | Path) -> ProjectorSpec:
-    """Read a projector GGUF (``--mmproj``): its encoder's shape and its exact weights.
-
-    Raises ModelFileError when the file cannot be read, is not a vision projector (a text model,
-    an audio-only projector) or misses a key llama.cpp needs.
-    """
-    from app.core.model.gguf_reader import read_gguf_header
-
-    return projector_from_header(read_gguf_header(path))
-
-
-def projector_from_header(header: GgufHeader) -> ProjectorSpec:
-    """The projector a GGUF header (a local file's, or one read over the network) describes.
-    Raises ModelFileError as :func:`read_projector` does."""
-    shown = str(header.path)
-    md = header.metadata
-    if md.get("general.architecture") != "clip":
-        raise ModelFileError(
-            f"{shown} is not a vision projector: its general.architecture is "
-            f"{md.get('general.architecture')!r}, not 'clip' (mmproj files are)."
-        )
-    if md.get("clip.has_vision_encoder") is not True:
-        raise ModelFileError(f"{shown} has no vision encoder (clip.has_vision_encoder), so it cannot read images.")
-    ptype = md.get("clip.projector_type") or md.get("clip.vision.projector_type")
-    if not isinstance(ptype, str) or not ptype:
-        raise ModelFileError(f"{shown} does not say its projector type (clip.projector_type).")
-    tensors = {t.name: t for t in header.tensors}
-
-    def width(name: str, dim: int) -> int | None:
-        t = tensors.get(name)
-        return t.shape[dim] if t is not None and len(t.shape) > dim else None
-
-    n_embd = _uint(md, "clip.vision.embedding_length", shown)
-    if ptype == "gemma3":
-        n_embd_text = width("mm.input_projection.weight", 0)
-        n_merge = _uint(md, "clip.vision.projector.scale_factor", shown, 4)
-    elif ptype == "pixtral":
-        n_embd_text = width("mm.2.weight", 1)
-        n_merge = _uint(md, "clip.vision.spatial_merge_size", shown, 1)
-    else:
-        n_embd_text = None
-        n_merge = 1
-    if n_embd_text is None:
-        n_embd_text = _uint(md, "clip.vision.projection_dim", shown, n_embd)
-    patch = tensors.get("v.patch_embd.weight")
-    proj = tensors.get("mm.input_projection.weight")
-    name = md.get("general.name")
-    return ProjectorSpec(
-        name=name.strip() if isinstance(name, str) and name.strip() else header.path.stem,
-        projector_type=ptype,
-        source=shown,
-        file_name=str(header.path),
-        image_size=_uint(md, "clip.vision.image_size", shown) or 1,
-        patch_size=_uint(md, "clip.vision.patch_size", shown),
-        n_embd=n_embd,
-        n_ff=_uint(md, "clip.vision.feed_forward_length", shown),
-        n_layer=_uint(md, "clip.vision.block_count", shown),
-        n_head=_uint(md, "clip.vision.attention.head_count", shown),
-        n_embd_text=n_embd_text,
-        n_merge=max(1, n_merge),
-        weights_bytes=header.tensors_bytes,
-        patch_embd_type=patch.ggml_type if patch is not None else GGMLType.F16,
-        input_projection_type=proj.ggml_type if proj is not None else GGMLType.F16,
-        has_patch_merger="mm.patch_merger.weight" in tensors,
-        gated_ffn="v.blk.0.ffn_gate.weight" in tensors,
-        has_post_norm="v.post_ln.weight" in tensors,
-    )
-
-
 def spec_from_layout(
     *,
     name: str,
@@ -291,13 +160,7 @@ def spec_from_layout(
     (weights summed from :func:`projector_tensors`). Raises ValueError for an unknown type."""
     tensors = projector_tensors(
         projector_type,
-        image_size=image_size,
-        patch_size=patch_size,
-        n_embd=n_embd,
-        n_ff=n_ff,
-        n_layer=n_layer,
-        n_embd_text=n_embd_text,
-        n_merge=n_merge,
+        VisionShape(image_size, patch_size, n_embd, n_ff, n_layer, n_embd_text, n_merge),
     )
     by_name = {t.name: t for t in tensors}
     return ProjectorSpec(
@@ -348,6 +211,8 @@ def graph_bytes(spec: ProjectorSpec, image_side: int, flash_attn: bool) -> int:
     two activations unused beside the feed-forward block. These counts are measured, not derived
     allocation by allocation: see tests/test_projector.py for how close they come.
     """
+    if spec.projector_type == "qwen3vl_merger":
+        return qwen3vl_graph_bytes(spec, image_side, flash_attn)
     n_pos = (image_side // spec.patch_size) ** 2
     act = n_pos * spec.n_embd * F32_BYTES
     ffn = n_pos * spec.n_ff * F32_BYTES
@@ -362,6 +227,57 @@ def graph_bytes(spec: ProjectorSpec, image_side: int, flash_attn: bool) -> int:
             attention += projection
             feed_forward += projection + 2 * act
     return max(attention, feed_forward)
+
+
+def _fits_below(live: list[int], hole: int) -> int:
+    """Bytes of the ``live`` tensors that fit in a free block of ``hole`` bytes, the largest that
+    still fits first (ggml's allocator takes the best-fitting free block for each tensor)."""
+    used = 0
+    for size in sorted(live, reverse=True):
+        if used + size <= hole:
+            used += size
+    return used
+
+
+def qwen3vl_graph_bytes(spec: ProjectorSpec, image_side: int, flash_attn: bool) -> int:
+    """The compute buffer of ``clip_graph_qwen3vl::build`` for one square image ``image_side`` pixels
+    a side, in bytes: the tensors alive at the graph's peak, placed as ggml's allocator places them.
+
+    ggml's allocator (``ggml_gallocr_alloc_graph``, ggml/src/ggml-alloc.c) places the graph's inputs
+    first: the image (side x side x 3 f32) at the start of the buffer, the M-RoPE positions
+    (4 x P int32, alive to the last layer) after it. The image is freed once both patch
+    convolutions have read it (``build_inp_with_temporal_merge``); the hole it leaves takes only
+    tensors no larger than it, so the peak is the image's size, plus the live tensors at the peak
+    that do not fit in that hole, plus the positions. With P = (side / patch)^2 patches and
+    one activation A = P x E x 4 bytes, the peak is one layer's (every layer is alike):
+
+    - attention (``clip_graph::build_attn``) with flash attention, when K is cast to f16: the
+      residual, the fused QKV (3A, alive until V is cast), Q and K after ``ggml_rope_multi`` and
+      K in f16 (A/2); without it, when the scores K x Q (P x P x heads x 4 bytes) are made: the
+      residual, QKV, roped Q and K and the contiguous V;
+    - feed-forward (``clip_graph::build_ffn``, GELU, no gate): the residual, the normed input and
+      the P x n_ff up-projection.
+
+    The merger at the end (P/4 merged tokens) and the patch convolutions are smaller. Measured
+    against llama.cpp's own reservation for widths 512 to 2048 and 2,116 to 19,044 patches: exact
+    to the 0.01 MiB it prints (tests/test_projector.py). Qwen3-VL's deepstack mergers (none in
+    Qwen3.5) keep their outputs to the end and concatenate them; that is not measured, so they are
+    counted twice over as an allowance and the spec is not ``supported``.
+    """
+    n_pos = (image_side // spec.patch_size) ** 2
+    act = n_pos * spec.n_embd * F32_BYTES
+    image = image_side * image_side * 3 * F32_BYTES
+    positions = 4 * n_pos * 4
+    if flash_attn:
+        attention, scores = [act, 3 * act, act, act, act // 2], 0
+    else:
+        attention, scores = [act, 3 * act, act, act, act], n_pos * n_pos * spec.n_head * F32_BYTES
+    feed_forward = [act, act, n_pos * spec.n_ff * F32_BYTES]
+    deepstack = 2 * spec.n_deepstack * (n_pos // 4) * spec.n_embd_text * F32_BYTES
+    peak = max(
+        image + sum(live) - _fits_below(live, image) + extra for live, extra in ((attention, scores), (feed_forward, 0))
+    )
+    return peak + positions + deepstack
 
 
 def estimate_projector(spec: ProjectorSpec, flash_attn: bool = True) -> ProjectorEstimate:
@@ -387,7 +303,12 @@ def estimate_projector(spec: ProjectorSpec, flash_attn: bool = True) -> Projecto
     if spec.supported:
         notes.append(
             "The projector's compute buffer follows clip.cpp's graph; it is checked against llama.cpp's "
-            "own reservation (exact for Gemma 3, within 2% for Pixtral / Mistral 3)."
+            f"own reservation ({PROOF[spec.projector_type]})."
+        )
+    elif spec.n_deepstack:
+        notes.append(
+            f"Its {spec.n_deepstack} deepstack mergers are not measured: their outputs are counted twice over, "
+            "so the compute buffer is approximate (its weights are exact)."
         )
     else:
         notes.append(
