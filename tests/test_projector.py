@@ -49,7 +49,8 @@ QWEN_VISION = {
 
 def test_catalog_projectors_are_the_vision_models_with_their_published_weights() -> None:
     ids = {p.model_id for p in load_projectors()}
-    assert ids == {"gemma-3-4b", "gemma-3-12b", "gemma-3-27b", "ministral-3-8b"} | QWEN_VISION
+    gemma, others = {"gemma-3-4b", "gemma-3-12b", "gemma-3-27b", "gemma-4-26b-a4b", "gemma-4-31b"}, {"ministral-3-8b"}
+    assert ids == gemma | others | QWEN_VISION | {"kimi-k2.5", "kimi-k2.6"}
     for p in load_projectors():
         assert p.source.startswith("https://huggingface.co/") and p.source.endswith("/config.json")
         assert p.n_embd_text == find_model(p.model_id).n_embd
@@ -60,6 +61,11 @@ def test_catalog_projectors_are_the_vision_models_with_their_published_weights()
     assert find_projector("qwen3.5-27b").spec().weights_bytes == 927_587_264
     assert find_projector("qwen3.5-35b-a3b").spec().weights_bytes == 899_263_424
     assert find_projector("qwen3.5-0.8b").spec().weights_bytes == 204_977_152
+    # Gemma 4: a 2 x 10,240-entry F32 position table (94 MB) beside 27 layers of 1152.
+    assert find_projector("gemma-4-31b").spec().weights_bytes == 1_198_934_208
+    assert find_projector("gemma-4-26b-a4b").spec().weights_bytes == 1_193_035_968
+    # Kimi K2.5 / K2.6: MoonViT's 27 layers with biases, a 64 x 64 F32 position grid, the 2x2 merger into 7168.
+    assert find_projector("kimi-k2.5").spec().weights_bytes == 952_552_384
     assert find_projector("llama-3.1-8b") is None
 
 
@@ -77,8 +83,8 @@ def test_a_catalog_projector_is_what_the_converter_reads_from_its_config(model_i
         assert entry is None
         return
     assert entry is not None, f"{model_id} reads images but has no catalog projector"
-    assert (entry.projector_type, entry.n_head) == (facts.projector_type, facts.n_head)
-    assert entry.spec().shape == facts.shape
+    assert entry.projector_type == facts.projector_type
+    assert entry.spec().shape == facts.shape and entry.image_max_pixels == facts.image_max_pixels
 
 
 def test_a_projector_for_the_wrong_model_is_refused_on_load(tmp_path: Path) -> None:
@@ -105,7 +111,7 @@ def test_gemma3_projector_figures() -> None:
 
 def test_pixtral_counts_the_largest_image_not_only_the_warm_up() -> None:
     p = estimate_projector(find_projector("ministral-3-8b").spec(), flash_attn=True)
-    assert p.spec.warmup_image_size == 448 and p.spec.max_image_size == 896
+    assert p.spec.warmup_image_size == 448 and p.spec.max_image == (896, 896)
     assert p.warmup_compute_bytes < p.compute_bytes
     assert p.compute_bytes == 272_629_760  # 260 MiB for a 1024-token image
     assert any("grows it to 260.0 MiB" in a for a in p.assumptions)
@@ -113,13 +119,41 @@ def test_pixtral_counts_the_largest_image_not_only_the_warm_up() -> None:
 
 def test_qwen3vl_reserves_for_46_tokens_a_side_and_grows_to_4096_tokens() -> None:
     p = estimate_projector(find_projector("qwen3.5-27b").spec(), flash_attn=True)
-    assert p.spec.warmup_image_size == 1472 and p.spec.max_image_size == 2048 and p.spec.image_tokens == 4096
+    assert p.spec.warmup_image_size == 1472 and p.spec.max_image == (2048, 2048) and p.spec.image_tokens == 4096
     assert p.warmup_compute_bytes == 260_149_504  # 248.10 MiB, as llama.cpp reserves at load
     # A 2048 x 2048 image: 16,384 patches, the image, 7 activations and the positions (480.2 MiB).
     assert p.compute_bytes == 503_578_624
     # Without flash attention the 16,384 x 16,384 x 16 scores alone are 16 GiB.
     off = estimate_projector(find_projector("qwen3.5-27b").spec(), flash_attn=False)
     assert off.compute_bytes > 16 * GIB and off.warmup_compute_bytes == 4_884_066_560  # 4657.81 MiB
+
+
+def test_gemma4_reserves_for_256_tokens_and_grows_to_1120() -> None:
+    p = estimate_projector(find_projector("gemma-4-31b").spec(), flash_attn=True)
+    # 16 x 16 tokens of 3 x 3 patches of 16 px at load; at most 1120 tokens, 35 x 32 of them.
+    assert p.spec.warmup_image_size == 768 and p.spec.max_image == (1680, 1536) and p.spec.image_tokens == 1120
+    assert p.warmup_compute_bytes == 157_943_808  # 150.63 MiB, as llama.cpp reserves at load
+    # 10,080 patches: gate, up and their product (3 x 165.5 MiB) beside three activations and the image.
+    assert p.compute_bytes == 691_004_160  # 659.0 MiB
+    off = estimate_projector(find_projector("gemma-4-31b").spec(), flash_attn=False)
+    assert off.warmup_compute_bytes == 399_919_104 and off.compute_bytes > 6 * GIB  # 381.39 MiB; 6.3 GiB
+
+
+def test_kimi_k25_warms_up_with_its_largest_image() -> None:
+    p = estimate_projector(find_projector("kimi-k2.5").spec(), flash_attn=True)
+    # 16,384 patches of 14 px (in_patch_limit): a 1792 x 1792 image, 4096 tokens, at load already.
+    assert p.spec.warmup_image_size == 1792 and p.spec.max_image == (1792, 1792) and p.spec.image_tokens == 4096
+    assert p.compute_bytes == p.warmup_compute_bytes == 491_651_072  # 468.88 MiB, as llama.cpp reserves
+    off = estimate_projector(find_projector("kimi-k2.5").spec(), flash_attn=False)
+    assert off.compute_bytes == off.warmup_compute_bytes > 16 * GIB  # 16,384^2 x 16 heads of scores
+
+
+def test_a_file_with_an_audio_encoder_is_labelled_approximate() -> None:
+    # Gemma 4 E2B / E4B files hold an audio encoder too: mtmd gives it a context and a buffer of its own.
+    spec = find_projector("gemma-4-31b").spec().model_copy(update={"has_audio_encoder": True})
+    p = estimate_projector(spec)
+    assert p.approximate and not estimate_projector(find_projector("gemma-4-31b").spec()).approximate
+    assert any("audio encoder" in a for a in p.assumptions)
 
 
 def _gemma(**update) -> tuple:
@@ -297,6 +331,25 @@ PROOF = [
     # Merge 3 only enlarges the warm-up image (2208 px, 19,044 patches, beyond the 16,384 of the largest
     # image): clip.cpp's graph merges 2x2 whatever the file says, so the file keeps the 2x2 merger.
     ("qwen3vl 19044 patches", "qwen3.5-27b", {"n_merge": 3, "n_layer": 2}, True, PRINT_PRECISION),
+    ("gemma-4-31b fa", "gemma-4-31b", {}, True, PRINT_PRECISION),
+    ("gemma-4-31b no-fa", "gemma-4-31b", {}, False, PRINT_PRECISION),
+    ("gemma-4-26b-a4b fa", "gemma-4-26b-a4b", {}, True, PRINT_PRECISION),
+    # Pooling 6: 9,216 patches, near the 10,080 of Gemma 4's largest image.
+    ("gemma4v 9216 patches", "gemma-4-31b", {"n_merge": 6, "n_layer": 2}, True, PRINT_PRECISION),
+    ("kimi-k2.5 fa", "kimi-k2.5", {}, True, PRINT_PRECISION),
+    # Two heads keep the scores of 16,384 patches to 2 GiB.
+    ("kimi-k2.5 no-fa, 2 heads", "kimi-k2.5", {"n_head": 2, "n_layer": 2}, False, PRINT_PRECISION),
+    # 4,096 patches: the image is the position grid itself, nothing interpolated.
+    ("kimik25 896 px", "kimi-k2.5", {"image_max_pixels": 4096 * 14 * 14, "n_layer": 2}, True, PRINT_PRECISION),
+    ("kimik25 width 512", "kimi-k2.5", {"n_embd": 512, "n_head": 8, "n_ff": 1024, "n_layer": 2}, True, PRINT_PRECISION),
+    # A narrow encoder whose activation fits where the image was, attention larger than the FFN.
+    (
+        "gemma4v width 768, narrow FFN",
+        "gemma-4-31b",
+        {"n_embd": 768, "n_head": 8, "n_ff": 256, "n_layer": 2},
+        True,
+        PRINT_PRECISION,
+    ),
 ]
 
 
@@ -304,9 +357,19 @@ PROOF = [
 def text_models(tmp_path_factory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("text")
     out = {}
-    for model_id in ("gemma-3-4b", "gemma-3-27b", "ministral-3-8b", "qwen3.5-27b", "qwen3.5-0.8b"):
+    for model_id in (
+        "gemma-3-4b",
+        "gemma-3-27b",
+        "ministral-3-8b",
+        "qwen3.5-27b",
+        "qwen3.5-0.8b",
+        "gemma-4-31b",
+        "gemma-4-26b-a4b",
+        "kimi-k2.5",
+    ):
         out[model_id] = folder / f"{model_id}.gguf"
-        write_sparse_gguf(out[model_id], find_model(model_id), "Q4_K_M")
+        # mtmd looks Kimi's image tokens up in the text model's vocabulary: that one needs one.
+        write_sparse_gguf(out[model_id], find_model(model_id), "Q4_K_M", tokenizer=model_id.startswith("kimi"))
     return out
 
 

@@ -30,7 +30,10 @@ def write_sparse_mmproj(
     w.add_name(spec.name)
     w.add_file_type(1)  # MOSTLY_F16
     w.add_clip_has_vision_encoder(True)
-    w.add_clip_projector_type(spec.projector_type)
+    if spec.projector_type == "gemma4v":  # Gemma4VisionAudioModel names the vision type only
+        w.add_clip_vision_projector_type(spec.projector_type)
+    else:
+        w.add_clip_projector_type(spec.projector_type)
     w.add_vision_image_size(spec.image_size)
     w.add_vision_patch_size(spec.patch_size)
     w.add_vision_embedding_length(spec.n_embd)
@@ -50,6 +53,20 @@ def write_sparse_mmproj(
         w.add_vision_use_silu(True)
         if spec.n_merge > 1:
             w.add_vision_spatial_merge_size(spec.n_merge)
+    elif spec.projector_type == "gemma4v":  # Gemma4VisionAudioModel.set_gguf_parameters: eps only
+        w.add_vision_attention_layernorm_eps(1e-6)
+        if spec.n_merge != 3:
+            w.add_vision_projector_scale_factor(spec.n_merge)
+    elif spec.projector_type == "kimik25":  # KimiK25Model.set_gguf_parameters
+        side = spec.image_size // spec.patch_size
+        for key in ("vision.pos_emb_height", "vision.pos_emb_width"):
+            w.add_uint32(key, side)
+        w.add_uint32("vision.pos_emb_time", 4)
+        w.add_vision_use_gelu(True)
+        w.add_vision_attention_layernorm_eps(1e-5)
+        w.add_vision_projector_scale_factor(spec.n_merge)
+        w.add_vision_min_pixels(8 * spec.patch_size**2)
+        w.add_vision_max_pixels(spec.image_max_pixels)
     elif spec.projector_type == "qwen3vl_merger":  # Qwen3VLVisionModel.set_gguf_parameters
         w.add_vision_use_gelu(True)
         w.add_vision_spatial_merge_size(spec.n_merge)

@@ -69,6 +69,12 @@ def projector_from_header(header: GgufHeader) -> ProjectorSpec:
     elif ptype == "qwen3vl_merger":  # clip.cpp load_hparams: spatial merge 2 unless the file says
         n_embd_text = width("mm.2.weight", 1)
         n_merge = _uint(md, "clip.vision.spatial_merge_size", shown, 2)
+    elif ptype == "kimik25":  # the merge kernel is written as the scale factor
+        n_embd_text = width("mm.2.weight", 1)
+        n_merge = _uint(md, "clip.vision.projector.scale_factor", shown, 2)
+    elif ptype == "gemma4v":  # clip.cpp load_hparams: pooling kernel 3 unless the file says
+        n_embd_text = width("mm.input_projection.weight", 1)
+        n_merge = _uint(md, "clip.vision.projector.scale_factor", shown, 3)
     else:
         n_embd_text = None
         n_merge = 1
@@ -96,5 +102,8 @@ def projector_from_header(header: GgufHeader) -> ProjectorSpec:
         has_patch_merger="mm.patch_merger.weight" in tensors,
         gated_ffn="v.blk.0.ffn_gate.weight" in tensors,
         has_post_norm="v.post_ln.weight" in tensors,
+        n_pos_embd=(width("v.position_embd.weight", 1) or 0) if ptype == "gemma4v" else 0,
+        image_max_pixels=_uint(md, "clip.vision.image_max_pixels", shown, 0),
+        has_audio_encoder=md.get("clip.has_audio_encoder") is True,
         n_deepstack=sum(1 for n in tensors if n.startswith("v.deepstack.") and n.endswith(".fc1.weight")),
     )

@@ -27,6 +27,9 @@ class VisionShape(NamedTuple):
     n_layer: int
     n_embd_text: int
     n_merge: int
+    n_head: int = 1
+    n_pos_embd: int = 0
+    """Position-table entries where they are not (image_size / patch_size)^2 (Gemma 4: per axis)."""
 
 
 Add = Callable[..., None]
@@ -112,10 +115,71 @@ def _qwen3vl(add: Add, s: VisionShape) -> None:
     add("mm.2.bias", F32, s.n_embd_text)
 
 
+def _gemma4v(add: Add, s: VisionShape) -> None:
+    """Gemma 4 (``Gemma4VisionAudioModel``, conversion/gemma.py; the vision tower of transformers'
+    modeling_gemma4): the patch projection, a Linear over 3 x patch^2 pixels, reshaped to a Conv2D
+    kernel (F16); one position table per axis, ``n_pos_embd`` entries each (F32); the
+    ``standardize`` bias and scale; per layer separate Q/K/V/O without biases, RMS norms on Q and K
+    per head (``head_dim`` wide; V's has no weight), four RMS norms around attention and the gated
+    GELU feed-forward; the projection into the text model (no norm weight before it). Clamp scalars
+    (``use_clipped_linears``) are not written here: the released 26B-A4B and 31B configs have none."""
+    e, head_dim = s.n_embd, s.n_embd // s.n_head
+    add("v.patch_embd.weight", F16, s.patch_size, s.patch_size, 3, e)
+    add("v.position_embd.weight", F32, e, s.n_pos_embd, 2)
+    add("v.std_bias", F32, e)
+    add("v.std_scale", F32, e)
+    for il in range(s.n_layer):
+        for part in ("attn_q", "attn_k", "attn_v", "attn_out"):
+            add(f"v.blk.{il}.{part}.weight", F16, e, e)
+        add(f"v.blk.{il}.attn_q_norm.weight", F32, head_dim)
+        add(f"v.blk.{il}.attn_k_norm.weight", F32, head_dim)
+        for norm in ("ln1", "attn_post_norm", "ln2", "ffn_post_norm"):
+            add(f"v.blk.{il}.{norm}.weight", F32, e)
+        add(f"v.blk.{il}.ffn_gate.weight", F16, e, s.n_ff)
+        add(f"v.blk.{il}.ffn_up.weight", F16, e, s.n_ff)
+        add(f"v.blk.{il}.ffn_down.weight", F16, s.n_ff, e)
+    add("mm.input_projection.weight", F16, e, s.n_embd_text)
+
+
+def _kimik25(add: Add, s: VisionShape) -> None:
+    """Kimi K2.5 (``KimiK25Model``, conversion/kimivl.py; MoonViT3d): a Conv2D patch embedding with a
+    bias; a learned position grid of ``image_size / patch_size`` a side (F32); fused QKV (Q and K
+    rows permuted for split RoPE, same shapes), every linear and LayerNorm with a bias; the final
+    LayerNorm as ``v.post_ln``; the merger's pre-norm over one patch (``mm.input_norm``) and its two
+    linears over ``n_merge``^2 patches (``mm.1``, ``mm.2``)."""
+    e, p, side = s.n_embd, s.patch_size, s.image_size // s.patch_size
+    merged = e * s.n_merge * s.n_merge
+    add("v.patch_embd.weight", F16, p, p, 3, e)
+    add("v.patch_embd.bias", F32, e)
+    add("v.position_embd.weight", F32, e, side, side)
+    for il in range(s.n_layer):
+        add(f"v.blk.{il}.attn_qkv.weight", F16, e, 3 * e)
+        add(f"v.blk.{il}.attn_qkv.bias", F32, 3 * e)
+        add(f"v.blk.{il}.attn_out.weight", F16, e, e)
+        add(f"v.blk.{il}.attn_out.bias", F32, e)
+        for norm in ("ln1", "ln2"):
+            add(f"v.blk.{il}.{norm}.weight", F32, e)
+            add(f"v.blk.{il}.{norm}.bias", F32, e)
+        add(f"v.blk.{il}.ffn_up.weight", F16, e, s.n_ff)
+        add(f"v.blk.{il}.ffn_up.bias", F32, s.n_ff)
+        add(f"v.blk.{il}.ffn_down.weight", F16, s.n_ff, e)
+        add(f"v.blk.{il}.ffn_down.bias", F32, e)
+    add("v.post_ln.weight", F32, e)
+    add("v.post_ln.bias", F32, e)
+    add("mm.input_norm.weight", F32, e)
+    add("mm.input_norm.bias", F32, e)
+    add("mm.1.weight", F16, merged, merged)
+    add("mm.1.bias", F32, merged)
+    add("mm.2.weight", F16, merged, s.n_embd_text)
+    add("mm.2.bias", F32, s.n_embd_text)
+
+
 LAYOUTS: dict[str, Callable[[Add, VisionShape], None]] = {
     "gemma3": _gemma3,
     "pixtral": _pixtral,
     "qwen3vl_merger": _qwen3vl,
+    "gemma4v": _gemma4v,
+    "kimik25": _kimik25,
 }
 """Projector types (clip.projector_type values) whose file layout FitScope knows."""
 
@@ -140,7 +204,8 @@ class MmprojFacts(NamedTuple):
 
     projector_type: str
     shape: VisionShape
-    n_head: int
+    image_max_pixels: int = 0
+    """clip.vision.image_max_pixels, where the converter writes it (Kimi K2.5)."""
 
 
 # config.json ``architectures`` -> the clip projector type its mmproj gets (conversion/__init__.py's
@@ -162,7 +227,8 @@ def mmproj_facts(config: dict[str, Any]) -> MmprojFacts | None:
     Qwen3-VL / Qwen3.5 (``Qwen3VLVisionModel.__init__`` and ``MmprojModel.set_gguf_parameters``):
     ``image_size`` = sqrt(``num_position_embeddings``) x ``patch_size`` when the config has none,
     heads from ``num_heads``, layers from ``depth``, the output width from the text config's
-    ``hidden_size``, the merge from ``spatial_merge_size``.
+    ``hidden_size``, the merge from ``spatial_merge_size``. Gemma 4 and Kimi K2.5: see
+    :func:`_gemma4_facts` and :func:`_kimik25_facts`.
     """
     vision = config.get("vision_config")
     architectures = config.get("architectures")
@@ -170,6 +236,10 @@ def mmproj_facts(config: dict[str, Any]) -> MmprojFacts | None:
         return None
     text = config.get("text_config")
     text_config = {**config, **text} if isinstance(text, dict) else config
+    if "Gemma4ForConditionalGeneration" in architectures:
+        return _gemma4_facts(vision, config.get("audio_config"), int(text_config["hidden_size"]))
+    if "KimiK25ForConditionalGeneration" in architectures:
+        return _kimik25_facts(vision, int(text_config["hidden_size"]))
     if QWEN3VL_ARCHITECTURES.isdisjoint(architectures):
         return None
     patch = int(vision.get("patch_size", 16))
@@ -182,5 +252,62 @@ def mmproj_facts(config: dict[str, Any]) -> MmprojFacts | None:
         n_layer=int(vision["depth"]),
         n_embd_text=int(text_config["hidden_size"]),
         n_merge=int(vision.get("spatial_merge_size", 2)),
+        n_head=int(vision["num_heads"]),
     )
-    return MmprojFacts("qwen3vl_merger", shape, int(vision["num_heads"]))
+    return MmprojFacts("qwen3vl_merger", shape)
+
+
+def _gemma4_facts(vision: dict[str, Any], audio: object, n_embd_text: int) -> MmprojFacts | None:
+    """Gemma 4 (``Gemma4VisionAudioModel``): ``image_size`` written as 224 (unused); the pooling
+    kernel 3, as clip.cpp fixes it (the converter writes no scale factor); the position table's
+    ``position_embedding_size``. None for a layout not written here: an audio encoder beside the
+    vision one (the small E2B / E4B), clamp scalars (``use_clipped_linears``), no ``standardize``,
+    or heads that do not tile the width."""
+    heads = int(vision["num_attention_heads"])
+    if (
+        audio
+        or vision.get("use_clipped_linears")
+        or not vision.get("standardize")
+        or int(vision.get("head_dim", 0)) * heads != int(vision["hidden_size"])
+        or int(vision.get("num_key_value_heads", heads)) != heads
+    ):
+        return None
+    shape = VisionShape(
+        image_size=224,
+        patch_size=int(vision["patch_size"]),
+        n_embd=int(vision["hidden_size"]),
+        n_ff=int(vision["intermediate_size"]),
+        n_layer=int(vision["num_hidden_layers"]),
+        n_embd_text=n_embd_text,
+        n_merge=3,
+        n_head=heads,
+        n_pos_embd=int(vision["position_embedding_size"]),
+    )
+    return MmprojFacts("gemma4v", shape)
+
+
+KIMI_IN_PATCH_LIMIT = 16384
+"""``KimiK25Model``'s patch budget when the preprocessor config names none (``in_patch_limit``)."""
+
+
+def _kimik25_facts(vision: dict[str, Any], n_embd_text: int) -> MmprojFacts | None:
+    """Kimi K2.5 (``KimiK25Model``): the ``vt_*`` widths, ``image_size`` = ``init_pos_emb_height`` x
+    ``patch_size``, the merge from ``merge_kernel_size``, and the pixel budget the converter writes,
+    ``in_patch_limit`` x patch^2 (its default, since config.json does not carry the preprocessor's
+    value). None for another projector (``patchmergerv2``: Kimi K3) or a grid that is not square."""
+    merge = vision.get("merge_kernel_size", [2, 2])
+    height, width = vision.get("init_pos_emb_height", 64), vision.get("init_pos_emb_width", 64)
+    if vision.get("mm_projector_type", "patchmerger") != "patchmerger" or height != width or merge[0] != merge[1]:
+        return None
+    patch = int(vision.get("patch_size", 14))
+    shape = VisionShape(
+        image_size=int(height) * patch,
+        patch_size=patch,
+        n_embd=int(vision["vt_hidden_size"]),
+        n_ff=int(vision["vt_intermediate_size"]),
+        n_layer=int(vision["vt_num_hidden_layers"]),
+        n_embd_text=n_embd_text,
+        n_merge=int(merge[0]),
+        n_head=int(vision["vt_num_attention_heads"]),
+    )
+    return MmprojFacts("kimik25", shape, KIMI_IN_PATCH_LIMIT * patch * patch)
