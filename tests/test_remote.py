@@ -21,7 +21,7 @@ from app.cli import main
 from app.core.common.errors import FitScopeError, ModelFileError
 from app.core.model.catalog import find_model, find_projector
 from app.core.model.gguf_reader import HeaderIncompleteError, header_from_buffer, read_gguf_header
-from app.core.model.projector import read_projector
+from app.core.model.projector_file import read_projector
 from app.core.model.remote import choose_file, group_gguf_files, parse_hf_ref, parse_ollama_ref, quant_label
 from app.core.model.source import model_from_gguf
 from app.core.report.choices import Controls, ModelChoice, load_model

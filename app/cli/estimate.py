@@ -110,7 +110,7 @@ def _projector(args: argparse.Namespace):
     if getattr(args, "remote_projector", None) is not None:
         return args.remote_projector
     if args.mmproj:
-        from app.core.model.projector import read_projector
+        from app.core.model.projector_file import read_projector
 
         return read_projector(args.mmproj)
     if not args.projector:

@@ -38,7 +38,8 @@ from app.core.common.errors import FitScopeError, ModelFileError
 from app.core.model.gguf_model import model_from_header as gguf_model_from_header
 from app.core.model.gguf_reader import GgufHeader, HeaderIncompleteError, header_from_buffer
 from app.core.model.gguf_split import check_first_part, merge_split_headers, split_part_names
-from app.core.model.projector import ProjectorSpec, projector_from_header
+from app.core.model.projector import ProjectorSpec
+from app.core.model.projector_file import projector_from_header
 from app.core.model.quant import preset_for_ftype
 from app.core.model.remote import (
     RemoteFile,

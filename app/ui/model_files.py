@@ -19,7 +19,8 @@ from app.core.common.errors import FitScopeError
 from app.core.memory.records import SpeculativeSpec
 from app.core.memory.speculative import supports_mtp
 from app.core.model.catalog import find_model
-from app.core.model.projector import ProjectorSpec, read_projector
+from app.core.model.projector import ProjectorSpec
+from app.core.model.projector_file import read_projector
 from app.core.model.source import model_from_gguf
 from app.core.report.choices import Controls, HardwareChoice, ModelChoice, catalog_projector
 from app.core.report.prefs import Preferences

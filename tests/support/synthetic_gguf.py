@@ -16,6 +16,7 @@ from gguf import GGMLQuantizationType, GGUFWriter
 from app.core.model.architecture import GEMMA3N_ALTUP, Architecture
 from app.core.model.quant import QuantPreset, find_preset, quantize_layout
 from app.core.model.tensors import TensorInfo
+from tests.support.tiny_gguf import tiny_vocab
 
 ALIGNMENT = 32
 
@@ -253,14 +254,19 @@ def write_sparse_gguf(
     arch: Architecture,
     preset: QuantPreset | str = "Q4_K_M",
     tensors: list[TensorInfo] | None = None,
+    tokenizer: bool = False,
 ) -> list[TensorInfo]:
     """Write ``arch`` quantized with ``preset`` as a sparse GGUF at ``path``; return its tensors.
 
-    The file's apparent size is the real model's; its disk usage is a few hundred KiB.
+    The file's apparent size is the real model's; its disk usage is a few hundred KiB. With
+    ``tokenizer`` the file carries the tiny SentencePiece vocabulary of tests/support/tiny_gguf.py
+    (and a vocabulary that size) instead of none, for code that looks tokens up (mtmd does).
     """
+    if tokenizer:
+        arch = arch.model_copy(update={"n_vocab": len(tiny_vocab()[0])})
     p = find_preset(preset) if isinstance(preset, str) else preset
     infos = tensors if tensors is not None else quantize_layout(arch, p)
-    _write_part(path, arch, p, infos, {})
+    _write_part(path, arch, p, infos, {}, tokenizer=tokenizer)
     return infos
 
 
@@ -290,6 +296,7 @@ def _write_part(
     infos: list[TensorInfo],
     split: dict[str, tuple[int, str]],
     metadata: bool = True,
+    tokenizer: bool = False,
 ) -> None:
     writer = GGUFWriter(path, arch.arch)
     if metadata:
@@ -298,7 +305,14 @@ def _write_part(
         writer.add_quantization_version(2)
         for key, value in _metadata(arch).items():
             _add(writer, key, value)
-        writer.add_string("tokenizer.ggml.model", "no_vocab")
+        if tokenizer:
+            tokens, scores, types = tiny_vocab()
+            writer.add_tokenizer_model("llama")
+            writer.add_token_list(tokens)
+            writer.add_token_scores(scores)
+            writer.add_token_types(types)
+        else:
+            writer.add_string("tokenizer.ggml.model", "no_vocab")
     for key, (value, kind) in split.items():
         (writer.add_uint16 if kind == "u16" else writer.add_int32)(key, value)
     for t in infos:

@@ -7,36 +7,33 @@ reserves at warm-up can be measured without the weights.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFWriter
 
-from app.core.model.projector import ProjectorSpec, projector_tensors
+from app.core.model.projector import ProjectorSpec
+from app.core.model.projector_layout import projector_tensors
 from app.core.model.tensors import TensorInfo
 
 ALIGNMENT = 32
 
 
-def write_sparse_mmproj(path: Path, spec: ProjectorSpec) -> list[TensorInfo]:
-    """Write ``spec`` as a sparse F16 projector GGUF at ``path``; return its tensors."""
-    tensors = list(
-        projector_tensors(
-            spec.projector_type,
-            image_size=spec.image_size,
-            patch_size=spec.patch_size,
-            n_embd=spec.n_embd,
-            n_ff=spec.n_ff,
-            n_layer=spec.n_layer,
-            n_embd_text=spec.n_embd_text,
-            n_merge=spec.n_merge,
-        )
-    )
+def write_sparse_mmproj(
+    path: Path, spec: ProjectorSpec, tensors: Sequence[TensorInfo] | None = None
+) -> list[TensorInfo]:
+    """Write ``spec`` as a sparse F16 projector GGUF at ``path``; return its tensors (the converter's
+    layout of ``spec`` unless ``tensors`` gives others)."""
+    tensors = list(projector_tensors(spec.projector_type, spec.shape) if tensors is None else tensors)
     w = GGUFWriter(path, "clip")
     w.add_name(spec.name)
     w.add_file_type(1)  # MOSTLY_F16
     w.add_clip_has_vision_encoder(True)
-    w.add_clip_projector_type(spec.projector_type)
+    if spec.projector_type == "gemma4v":  # Gemma4VisionAudioModel names the vision type only
+        w.add_clip_vision_projector_type(spec.projector_type)
+    else:
+        w.add_clip_projector_type(spec.projector_type)
     w.add_vision_image_size(spec.image_size)
     w.add_vision_patch_size(spec.patch_size)
     w.add_vision_embedding_length(spec.n_embd)
@@ -56,6 +53,25 @@ def write_sparse_mmproj(path: Path, spec: ProjectorSpec) -> list[TensorInfo]:
         w.add_vision_use_silu(True)
         if spec.n_merge > 1:
             w.add_vision_spatial_merge_size(spec.n_merge)
+    elif spec.projector_type == "gemma4v":  # Gemma4VisionAudioModel.set_gguf_parameters: eps only
+        w.add_vision_attention_layernorm_eps(1e-6)
+        if spec.n_merge != 3:
+            w.add_vision_projector_scale_factor(spec.n_merge)
+    elif spec.projector_type == "kimik25":  # KimiK25Model.set_gguf_parameters
+        side = spec.image_size // spec.patch_size
+        for key in ("vision.pos_emb_height", "vision.pos_emb_width"):
+            w.add_uint32(key, side)
+        w.add_uint32("vision.pos_emb_time", 4)
+        w.add_vision_use_gelu(True)
+        w.add_vision_attention_layernorm_eps(1e-5)
+        w.add_vision_projector_scale_factor(spec.n_merge)
+        w.add_vision_min_pixels(8 * spec.patch_size**2)
+        w.add_vision_max_pixels(spec.image_max_pixels)
+    elif spec.projector_type == "qwen3vl_merger":  # Qwen3VLVisionModel.set_gguf_parameters
+        w.add_vision_use_gelu(True)
+        w.add_vision_spatial_merge_size(spec.n_merge)
+        w.add_vision_attention_layernorm_eps(1e-6)  # the text model's rms_norm_eps
+        w.add_vision_is_deepstack_layers([False] * spec.n_layer)
     for t in tensors:
         w.add_tensor_info(
             t.name,

@@ -150,6 +150,8 @@ class ProjectorEntry(Frozen):
     n_head: int = Field(ge=1, le=1024)
     n_embd_text: int = Field(ge=1, le=1 << 20)
     n_merge: int = Field(ge=1, le=64)
+    n_pos_embd: int = Field(default=0, ge=0, le=1 << 20)
+    image_max_pixels: int = Field(default=0, ge=0, le=1 << 28)
     notes: str = ""
 
     @property
@@ -170,6 +172,8 @@ class ProjectorEntry(Frozen):
             n_head=self.n_head,
             n_embd_text=self.n_embd_text,
             n_merge=self.n_merge,
+            n_pos_embd=self.n_pos_embd,
+            image_max_pixels=self.image_max_pixels,
         )
 
 
