@@ -5,7 +5,8 @@ by app.core.memory.graphs.ALLOWANCE).
     .venv/bin/python scripts/fit_compute_allowance.py [--dry] --from-rows rows.txt ...
 
 For every model given (by default every model the proof cases use, tests/support/proof.py), a sparse
-synthetic GGUF is dry-run by the vendored llama.cpp over a grid of cache sizes (graphs.ALLOWANCE_CELLS),
+synthetic GGUF is dry-run by the vendored llama.cpp over a grid of cache sizes (graphs.ALLOWANCE_CELLS,
+and the model's trained context where it lies between two of them: model_cells),
 ubatches (graphs.ALLOWANCE_UBATCHES), f16 and q8_0 caches, one and four sequences, flash attention on
 and off and both --swa-full modes; the estimator's modelled compute buffer (without any allowance) is
 compared with llama.cpp's. The allowance at each (row of graphs.ALLOWANCE_ROWS, ubatch, cache size) is
@@ -49,7 +50,7 @@ from app.core.memory.graphs import (  # noqa: E402
     allowance_key,
     allowance_row,
 )
-from app.core.memory.kv import context_cells  # noqa: E402
+from app.core.memory.kv import context_cells, pad_to  # noqa: E402
 from app.core.model.quant import quantize_layout  # noqa: E402
 from tests.support.proof import CASES, CPU_HOST, Case, architecture_for, measure  # noqa: E402
 from tests.support.synthetic_gguf import write_sparse_gguf  # noqa: E402
@@ -75,11 +76,24 @@ class Measured:
         return (self.real_bytes - self.model_bytes) / (self.n_ub * 4)
 
 
+def model_cells(model_id: str) -> tuple[int, ...]:
+    """The cache sizes a model is measured at: ALLOWANCE_CELLS, and its trained context (in cells) where
+    that lies between two of them, since people use it whole. A size between two measured ones takes the
+    larger allowance of the two, which can be far from what llama.cpp needs there: LFM2 350M leaves its
+    last feed-forward rows below the logits (+14,855 floats per token on the output head) at 65,536 and
+    at 128,000 cells alike, but at 128,000 its modelled layers' peak, grown with the mask, is the larger
+    part, and that allowance added to it was 17% high."""
+    trained = pad_to(architecture_for(model_id).n_ctx_train, 256)
+    if ALLOWANCE_CELLS[0] < trained < ALLOWANCE_CELLS[-1] and trained not in ALLOWANCE_CELLS:
+        return tuple(sorted((*ALLOWANCE_CELLS, trained)))
+    return ALLOWANCE_CELLS
+
+
 def grid(model_id: str, swa: bool, ubatches: tuple[int, ...] = ALLOWANCE_UBATCHES) -> list[Case]:
     cases = []
     for fa in (True, False):
         for ub in ubatches:
-            for ctx in ALLOWANCE_CELLS:
+            for ctx in model_cells(model_id):
                 if not fa and ctx * ub > NO_FA_LIMIT:
                     continue
                 cases.append(Case(model_id, context=ctx, ubatch=ub, flash_attn=fa))
@@ -110,7 +124,7 @@ def server_grid(model_id: str, swa: bool) -> list[Case]:
     cases = []
     for fa in (True, False):
         for ub in (512, 2048):
-            for ctx in ALLOWANCE_CELLS:
+            for ctx in model_cells(model_id):
                 if not fa and ctx * ub > NO_FA_LIMIT:
                     continue
                 cases.append(Case(model_id, context=ctx, ubatch=ub, flash_attn=fa, swa_full=False, consumer=SERVER))
@@ -137,7 +151,7 @@ def extra_grid(model_id: str) -> list[Case]:
     q8_0 caches at ubatch 2048 and without flash attention, f16 caches with four sequences, q8_0 on
     llama-server."""
     cases = []
-    for ctx in ALLOWANCE_CELLS:
+    for ctx in model_cells(model_id):
         cases.append(Case(model_id, context=ctx, ubatch=2048, cache_k="q8_0", cache_v="q8_0"))
         if ctx * 512 <= NO_FA_LIMIT:
             cases.append(Case(model_id, context=ctx, flash_attn=False, cache_k="q8_0", cache_v="f16"))
@@ -253,14 +267,15 @@ _BORROW = sorted(
 )
 
 
-def table_of(measured: list[Measured]) -> graphs.Table:
-    """All ALLOWANCE_ROWS (a row measured at no ubatch borrows another's: see _BORROW)."""
+def table_of(measured: list[Measured], sizes: tuple[int, ...] = ALLOWANCE_CELLS) -> graphs.Table:
+    """All ALLOWANCE_ROWS at the cache sizes ``sizes`` (a row measured at no ubatch borrows another's:
+    see _BORROW)."""
     n_rows = len(graphs.ALLOWANCE_ROWS)
     cells: list[list[list[float | None]]] = [
-        [[None] * len(ALLOWANCE_CELLS) for _ in ALLOWANCE_UBATCHES] for _ in range(n_rows)
+        [[None] * len(sizes) for _ in ALLOWANCE_UBATCHES] for _ in range(n_rows)
     ]
     for m in measured:
-        u, c = _slot(ALLOWANCE_UBATCHES, m.n_ub), _slot(ALLOWANCE_CELLS, m.n_kv)
+        u, c = _slot(ALLOWANCE_UBATCHES, m.n_ub), _slot(sizes, m.n_kv)
         old = cells[m.row][u][c]
         cells[m.row][u][c] = m.short if old is None else max(old, m.short)
     own: dict[int, tuple[tuple[int, ...], ...]] = {}
@@ -274,7 +289,7 @@ def table_of(measured: list[Measured]) -> graphs.Table:
         own[r] = tuple(
             tuple(int(-(-(v if v is not None else w) // 1)) for v, w in zip(f, widest, strict=True)) for f in filled
         )
-    zero = tuple(tuple(0 for _ in ALLOWANCE_CELLS) for _ in ALLOWANCE_UBATCHES)
+    zero = tuple(tuple(0 for _ in sizes) for _ in ALLOWANCE_UBATCHES)
     return tuple(
         own.get(r) or next((own[r ^ mask] for mask in _BORROW if r ^ mask in own), zero) for r in range(n_rows)
     )
@@ -299,9 +314,10 @@ def _dump(raw: dict[str, object]) -> str:
     models = raw["models"]
     assert isinstance(models, dict)
     for i, (model_id, entry) in enumerate(models.items()):
+        cells = f'"cells": {json.dumps(entry["cells"])}, ' if "cells" in entry else ""
         lines.append(
             f'  {json.dumps(model_id)}: {{"key": {json.dumps(entry["key"])}, "n_embd": {entry["n_embd"]}, '
-            f'"n_vocab": {entry["n_vocab"]}, "floats_per_token": ['
+            f'"n_vocab": {entry["n_vocab"]}, {cells}"floats_per_token": ['
         )
         rows = entry["floats_per_token"]
         last = len(rows) - 1
@@ -332,14 +348,14 @@ def main(argv: list[str]) -> int:
         by_model[m.model_id].append(m)
     for model_id, rows in by_model.items():
         arch = architecture_for(model_id)
-        table = table_of(rows)
-        raw["models"][model_id] = {
-            "key": allowance_key(arch),
-            "n_embd": arch.n_embd,
-            "n_vocab": arch.n_vocab,
-            "floats_per_token": table,
-        }
-        own = graphs.MeasuredAllowance(allowance_key(arch), arch.n_embd, arch.n_vocab, table)
+        # the trained context's cells where rows were measured there
+        sizes = tuple(c for c in model_cells(model_id) if c in ALLOWANCE_CELLS or any(m.n_kv == c for m in rows))
+        table = table_of(rows, sizes)
+        entry: dict[str, object] = {"key": allowance_key(arch), "n_embd": arch.n_embd, "n_vocab": arch.n_vocab}
+        if sizes != ALLOWANCE_CELLS:
+            entry["cells"] = list(sizes)
+        raw["models"][model_id] = entry | {"floats_per_token": table}
+        own = graphs.MeasuredAllowance(allowance_key(arch), arch.n_embd, arch.n_vocab, table, sizes)
         graphs.MODEL_ALLOWANCE[model_id] = own
     graphs.ALLOWANCE.clear()
     graphs.ALLOWANCE.update(graphs.by_architecture(graphs.MODEL_ALLOWANCE))

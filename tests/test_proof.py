@@ -86,6 +86,14 @@ def test_cases_cover_the_required_shapes() -> None:
     # attention, the indexer's scores) beside a feed-forward row (negative: a correction where the
     # modelled peak was measured high).
     assert {c.model_id for c in CASES} <= set(MODEL_ALLOWANCE)
+    # A model measured at its trained context too (between two grid sizes: LFM2's 128,000, Qwen3's 40,960)
+    # has one value more per ubatch, there; a model's other sizes are the grid's.
+    for model_id, measured in MODEL_ALLOWANCE.items():
+        extra = set(measured.cells) - set(ALLOWANCE_CELLS)
+        assert set(ALLOWANCE_CELLS) <= set(measured.cells) and list(measured.cells) == sorted(measured.cells)
+        assert extra <= {architecture_for(model_id).n_ctx_train}
+        assert all(len(per_ub) == len(measured.cells) for row in measured.table for per_ub in row)
+    assert MODEL_ALLOWANCE["lfm2-350m"].cells[-2] == 128000 and MODEL_ALLOWANCE["qwen3-8b"].cells[-3] == 40960
     for table in ALLOWANCE.values():
         assert len(table) == len(ALLOWANCE_ROWS)
         assert all(len(row) == len(ALLOWANCE_UBATCHES) for row in table)

@@ -113,6 +113,10 @@ def _modelled_parts(
         # Nemotron 3 Super / Ultra run the experts in their latent width (moe_latent_size).
         width = moe.latent_size or e
         p_moe_down = n_ub * f32 * (moe.n_expert_used * (moe.expert_ff + 2 * width) + 3 * e)
+        if arch.arch == "granitehybrid":
+            # The shared expert runs after the routed ones (see _granite_moe_floats).
+            ff = dense
+            p_moe_down = n_ub * f32 * _granite_moe_floats(arch)
     mask = 2 if settings.flash_attn else 4
     # Gated FFNs keep gate, up and their product; Nemotron's ReLU-squared experts have no gate.
     n_rows = 2 if arch.arch == "nemotron_h_moe" else 3
@@ -198,6 +202,32 @@ def _gemma3n_layer_floats(arch: Architecture, ff: int) -> int:
     allowance's part."""
     e = arch.n_embd
     return arch.n_embd_per_layer * arch.n_layer + max(3 * ff + 6 * e, 3 * GEMMA3N_ALTUP * e)
+
+
+def _granite_moe_floats(arch: Architecture) -> int:
+    """Floats per token at the peak of Granite 4.0-H's mixture-of-experts block
+    (llama_model_granite_hybrid::graph::build_layer_ffn).
+
+    build_moe_ffn makes the experts' up, gate and SwiGLU rows (n_used x ff_exp each, in that order),
+    then their down projection (n_used x n_embd). Two embedding rows freed before the block, less the
+    router's logits and their argsort (n_expert each) placed there, leave a hole the up rows take when
+    they fit; the gate and SwiGLU rows then go above, else all three do. The down projection takes the
+    hole the rows freed below the SwiGLU product leave when it fits there; when it is wider, as on
+    Granite 4.0-H-Small's size (10 x 4096 against 10 x 768), it lands above it. The shared expert runs
+    once the routed output is summed, so its three rows (ff_shexp each) are never alive beside them.
+    Five embedding rows stay below either: the block's input, its normed copy (kept for the shared
+    expert), that hole and one more row the allocator leaves. Exact on no-alloc dry runs with n_embd
+    2048-4096, 8-16 of 64 or 72 experts 512-3072 wide (the up rows fit below 2 x 4096 - 2 x 72 = 8,048
+    floats: 8,040 did, 8,050 did not) and shared experts 0-32,768 wide, and on the 64-expert test
+    shape."""
+    moe = arch.moe
+    assert moe is not None
+    e = arch.n_embd
+    routed = moe.n_expert_used * moe.expert_ff
+    down = moe.n_expert_used * e
+    rows = 2 if routed <= 2 * e - 2 * moe.n_expert else 3
+    routed_peak = rows * routed + (down if down > (rows - 1) * routed else 0)
+    return max(routed_peak, 3 * moe.shared_ff) + 5 * e
 
 
 def _mamba2_layer_bytes(arch: Architecture, settings: Settings, n_ub: int) -> int:

@@ -36,7 +36,8 @@ F32 = 4
 MLA_ARCHS = frozenset({"deepseek2", "deepseek32", "glm-dsa", "kimi-linear"})
 
 ALLOWANCE_PATH = RESOURCES_DIR / "compute_allowance.json"
-# The cache sizes (cells per stream of the full-attention cache) and ubatches the allowance is measured at.
+# The cache sizes (cells per stream of the full-attention cache) and ubatches the allowance is measured at;
+# a model whose trained context lies between two of these sizes is measured there too (its own cells).
 ALLOWANCE_CELLS = (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 ALLOWANCE_UBATCHES = (128, 512, 2048)
 # Its rows: flash attention or not, with one stream or with several sequences in streams of their
@@ -57,12 +58,19 @@ Table = tuple[tuple[tuple[int, ...], ...], ...]
 
 @dataclass(frozen=True)
 class MeasuredAllowance:
-    """One model's measured table, with what identifies its shapes."""
+    """One model's measured table, with what identifies its shapes and the cache sizes its values are
+    at: ALLOWANCE_CELLS, with the model's trained context among them where it lies between two."""
 
     key: str
     n_embd: int
     n_vocab: int
     table: Table
+    cells: tuple[int, ...] = ALLOWANCE_CELLS
+
+    def on_grid(self) -> Table:
+        """The table at ALLOWANCE_CELLS only."""
+        keep = [self.cells.index(c) for c in ALLOWANCE_CELLS]
+        return tuple(tuple(tuple(per_ub[i] for i in keep) for per_ub in row) for row in self.table)
 
 
 def load_allowance(path: Path = ALLOWANCE_PATH) -> dict[str, MeasuredAllowance]:
@@ -77,6 +85,7 @@ def load_allowance(path: Path = ALLOWANCE_PATH) -> dict[str, MeasuredAllowance]:
             _complete(
                 tuple(tuple(tuple(int(v) for v in cells) for cells in row) for row in entry["floats_per_token"])
             ),
+            tuple(int(c) for c in entry.get("cells", ALLOWANCE_CELLS)),
         )
         for model_id, entry in raw["models"].items()
     }
@@ -102,7 +111,7 @@ def by_architecture(models: dict[str, MeasuredAllowance]) -> dict[str, Table]:
     not measured keeps its modelled peak at least."""
     keys: dict[str, list[Table]] = {}
     for m in models.values():
-        keys.setdefault(m.key, []).append(m.table)
+        keys.setdefault(m.key, []).append(m.on_grid())
     return {
         key: tuple(tuple(tuple(max(v, 0) for v in per_ub) for per_ub in row) for row in widest(tables))
         for key, tables in keys.items()
@@ -118,14 +127,14 @@ def allowance_key(arch: Architecture) -> str:
     return arch.arch
 
 
-def measured_tables(arch: Architecture) -> list[Table]:
+def measured_tables(arch: Architecture) -> list[MeasuredAllowance]:
     """The tables measured on ``arch`` itself: its catalog model's, or, for a file of a measured model
     under another name (its GGUF's general.name), those of the models with its shapes."""
     shape = (allowance_key(arch), arch.n_embd, arch.n_vocab)
     own = MODEL_ALLOWANCE.get(arch.id)
     if own is not None and (own.key, own.n_embd, own.n_vocab) == shape:
-        return [own.table]
-    return [m.table for m in MODEL_ALLOWANCE.values() if (m.key, m.n_embd, m.n_vocab) == shape]
+        return [own]
+    return [m for m in MODEL_ALLOWANCE.values() if (m.key, m.n_embd, m.n_vocab) == shape]
 
 
 def allowance_row(
@@ -169,16 +178,18 @@ def allowance_per_token(
     quantized: bool = False,
 ) -> float:
     """The measured allowance (floats per ubatch token) at ``n_kv`` cells per stream and ``n_ub`` tokens
-    per ubatch: the value measured at those sizes, or the largest of the measured sizes around them.
+    per ubatch: the value measured at those sizes, or the largest of the measured sizes around them
+    (the model's own sizes: its trained context is one where it lies between two of ALLOWANCE_CELLS).
     Negative where the modelled peak was measured above llama.cpp's everywhere around."""
     key = allowance_key(arch)
-    tables = measured_tables(arch) or ([ALLOWANCE[key]] if key in ALLOWANCE else [])
+    measured = [(m.cells, m.table) for m in measured_tables(arch)]
+    tables = measured or ([(ALLOWANCE_CELLS, ALLOWANCE[key])] if key in ALLOWANCE else [])
     if not tables:
         return 0.0
     r = allowance_row(flash_attn, streams, window, few_logits, quantized)
     # The largest over the tables (several models of these shapes) and the measured sizes around.
-    ubs, sizes = _neighbours(ALLOWANCE_UBATCHES, n_ub), _neighbours(ALLOWANCE_CELLS, n_kv)
-    value = max(t[r][u][c] for t in tables for u in ubs for c in sizes)
+    ubs = _neighbours(ALLOWANCE_UBATCHES, n_ub)
+    value = max(t[r][u][c] for cells, t in tables for u in ubs for c in _neighbours(cells, n_kv))
     # Beyond the largest cache measured a positive allowance (a mask kept below the logits) grows with
     # the cache; a negative one (a modelled term measured high) does not.
     return value * n_kv / ALLOWANCE_CELLS[-1] if value > 0 and n_kv > ALLOWANCE_CELLS[-1] else float(value)
