@@ -93,6 +93,11 @@ HOSTS: dict[str, str] = {
     "ryzen 5 3500": "AMD Ryzen 5 3500",
     "ryzen 9 7950x": "AMD Ryzen 9 7950X",
     "i7-8550u": "Intel(R) Core(TM) i7-8550U CPU @ 1.80GHz",
+    "hx 370": "AMD Ryzen AI 9 HX 370 (GPD Pocket 4)",
+    "oracle cloud a1": "Ampere Altra (Oracle Cloud A1 VM)",
+    "graviton4": "AWS Graviton4 (c8g.4xlarge, 16 vCPU)",
+    "epyc 9554": "AMD EPYC 9554 64-Core Processor",
+    "i3-14100": "Intel(R) Core(TM) i3-14100",
 }
 
 # Model shapes by llama-bench's model string: layers, f16 KV bytes per token of depth, active share.
@@ -120,8 +125,10 @@ _SHAPES: list[tuple[str, int, int, float]] = [
     (r"llama (2 )?7b", 32, 32 * 32 * 128 * 4, 1.0),
     (r"llama 13b", 40, 40 * 40 * 128 * 4, 1.0),
     (r"llama (3\.\d )?70b", 80, 80 * 8 * 128 * 4, 1.0),
+    (r"qwen2(\.5)? 1\.5b", 28, 28 * 2 * 128 * 4, 1.0),
+    (r"qwen2(\.5)? 3b", 36, 36 * 2 * 128 * 4, 1.0),
     (r"qwen2(\.5)?(-coder)? 7b", 28, 28 * 4 * 128 * 4, 1.0),
-    (r"qwen2\.5 14b", 48, 48 * 8 * 128 * 4, 1.0),
+    (r"qwen2(\.5)? 14b", 48, 48 * 8 * 128 * 4, 1.0),
     (r"qwen2(\.5)? 32b", 64, 64 * 8 * 128 * 4, 1.0),
     (r"qwen3 32b", 64, 64 * 8 * 128 * 4, 1.0),
     (r"qwen3 8b", 36, 36 * 8 * 128 * 4, 1.0),
@@ -149,6 +156,8 @@ _GQA: list[tuple[str, float]] = [
     (r"llama (3\.\d )?1b", 4),
     (r"llama (3\.\d )?3b", 3),
     (r"qwen2(\.5)?(-coder)? 7b", 7),
+    (r"qwen2(\.5)? 1\.5b", 6),
+    (r"qwen2(\.5)? 3b", 8),
     (r"qwen2(\.5)?[ -](coder-)?(14|32)b|qwen3-14b", 5),
 ]
 
@@ -595,6 +604,9 @@ EXCLUDED_SOURCES: dict[str, str] = {
     "box with 775 GiB of page cache in use: 70B decode at a tenth of the memory's bandwidth, varying run to run",
     "AlexsJones/llmfit": "not llama-bench: llama-server generation speeds after a chat prompt, averaged by a "
     "third-party harness, with the offload taken from each pull request's text rather than a run log (the rows' notes)",
+    "ArmDeveloperEcosystem/arm-learning-paths": "a llama-bench table that is not the output of the command printed "
+    "above it (other model, threads and prompt sizes), so its host (the learning path's Graviton4 instance) is "
+    "inferred, not stated",
 }
 
 
