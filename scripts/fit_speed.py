@@ -9,8 +9,9 @@ every row names its source) cover discrete GPUs, Apple M-series, CPUs, unified-m
 GPUs and GPUs with weights in system memory. Cross-validation holds rows out twice over: whole
 sources (a repository, a thread, a page: rows of one source share a build, settings and a
 methodology, and a new machine is a new source) and whole devices; their rows are predicted from
-constants fitted on the rest (5 folds; each fold's range comes from an inner cross-validation of the
-other four, grouped the same way). Targets, folds grouped by source: decode median error <= 10%
+constants fitted on the rest (by source, each source left out in turn; by device, 5 folds of whole
+devices; each prediction's range comes from an inner 5-fold cross-validation of its training rows,
+grouped the same way). Targets, grouped by source: decode median error <= 10%
 with >= 80% inside the range; prefill median <= 20%; rows with weights in system memory <= 20% for
 both; x86 CPUs <= 15%.
 """
@@ -93,7 +94,8 @@ def main() -> int:
         print(f"left out: {source}: {why}")
     print()
     for by in ("source", "device"):
-        print(f"5-fold cross-validation, folds grouped by {by}:\n")
+        how = "each source left out in turn" if by == "source" else "5 folds of whole devices"
+        print(f"Cross-validation grouped by {by} ({how}):\n")
         print("\n".join(table(cross_validate(rows, by=by), args.markdown)))
         print()
     model = fit_model(rows)

@@ -21,6 +21,7 @@ import functools
 import json
 import math
 import re
+import zlib
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -1231,11 +1232,11 @@ FOLD_KEYS = {"device": lambda r: r.device, "source": lambda r: source_key(r.sour
 
 
 def _folds(rows: list[BenchRow], folds: int = FOLDS, by: str = "device") -> list[list[BenchRow]]:
-    """Rows split into ``folds`` groups by device or by source (every row of one in one group), in a
-    fixed order: keys sorted by name, dealt round-robin."""
+    """Rows split into ``folds`` groups by device or by source (every row of one in one group): each
+    key's group is a checksum of its name, so a source or device added to the data leaves every other
+    one in its group (a deal of the sorted names would reshuffle them all)."""
     key = FOLD_KEYS[by]
-    keys = sorted({key(r) for r in rows})
-    which = {k: i % folds for i, k in enumerate(keys)}
+    which = {k: zlib.crc32(k.encode()) % folds for k in {key(r) for r in rows}}
     out: list[list[BenchRow]] = [[] for _ in range(folds)]
     for r in rows:
         out[which[key(r)]].append(r)
@@ -1260,27 +1261,36 @@ def held_out_intervals(
     grouped ``by`` source or device; "hybrid" from the rows with weights in system memory alone.
     (Ranges per device group were tried and held fewer held-out results: Apple's tight residuals
     narrowed its range below what new chips do.)"""
+    return _intervals(_inner_held(rows, folds, by), by)[test]
+
+
+def _inner_held(rows: list[BenchRow], folds: int, by: str) -> list[tuple[BenchRow, float]]:
+    """Every row of ``rows`` predicted by a ``folds``-fold cross-validation grouped ``by`` source or device."""
     groups = _folds(rows, folds, by)
-    key = FOLD_KEYS[by]
-    held: list[tuple[str, float, bool]] = []
+    held: list[tuple[BenchRow, float]] = []
     for k in range(folds):
         train = [r for i, g in enumerate(groups) if i != k for r in g]
-        held += [
-            (key(r), r.tokens_per_s / p, r.group == "hybrid")
-            for r, p in _predict_held(train, groups[k])
-            if r.test == test
-        ]
-    out = {"all": (0.6, 1.4), "hybrid": (0.6, 1.4)}
-    for name, chosen in (("all", [x for x in held if not x[2]]), ("hybrid", [x for x in held if x[2]])):
-        if len(chosen) < 20:
-            continue
-        # Each device (or source) weighs the same: the range is for one the fit has not seen, and one
-        # board benchmarked on forty models says less about the next than forty boards do.
-        per_key = Counter(k for k, _, _ in chosen)
-        logs = np.log([ratio for _, ratio, _ in chosen])
-        weights = np.array([1.0 / per_key[k] for k, _, _ in chosen])
-        lo, hi = weighted_percentiles(logs, weights, (0.10, 0.90))
-        out[name] = (float(math.exp(lo)), float(math.exp(hi)))
+        held += _predict_held(train, groups[k])
+    return held
+
+
+def _intervals(held: list[tuple[BenchRow, float]], by: str) -> dict[str, dict[str, tuple[float, float]]]:
+    """``held_out_intervals`` for decode and prefill from one cross-validation's predictions."""
+    key = FOLD_KEYS[by]
+    out: dict[str, dict[str, tuple[float, float]]] = {}
+    for test in ("tg", "pp"):
+        ratios = [(key(r), r.tokens_per_s / p, r.group == "hybrid") for r, p in held if r.test == test]
+        out[test] = {"all": (0.6, 1.4), "hybrid": (0.6, 1.4)}
+        for name, chosen in (("all", [x for x in ratios if not x[2]]), ("hybrid", [x for x in ratios if x[2]])):
+            if len(chosen) < 20:
+                continue
+            # Each device (or source) weighs the same: the range is for one the fit has not seen, and one
+            # board benchmarked on forty models says less about the next than forty boards do.
+            per_key = Counter(k for k, _, _ in chosen)
+            logs = np.log([ratio for _, ratio, _ in chosen])
+            weights = np.array([1.0 / per_key[k] for k, _, _ in chosen])
+            lo, hi = weighted_percentiles(logs, weights, (0.10, 0.90))
+            out[test][name] = (float(math.exp(lo)), float(math.exp(hi)))
     return out
 
 
@@ -1294,17 +1304,23 @@ def weighted_percentiles(values: np.ndarray, weights: np.ndarray, qs: tuple[floa
 
 
 def cross_validate(rows: list[BenchRow], by: str = "device") -> list[Held]:
-    """5-fold cross-validation grouped ``by`` device or source: each fold's rows are predicted from
-    constants fitted on the other folds, with a range from those folds' own held-out residuals (an
-    inner cross-validation grouped the same way), so neither the constants nor the range ever saw
-    the predicted device (or source)."""
-    groups = _folds(rows, by=by)
+    """Cross-validation grouped ``by`` source or device: by source, each source's rows are predicted
+    from constants fitted on every other source (leave one source out: a figure that does not depend on
+    which sources happen to share a fold, and a source is what a new buyer's machine is); by device, 5
+    folds of whole devices. Each prediction's range comes from the training rows' own held-out
+    residuals (an inner 5-fold cross-validation grouped the same way), so neither the constants nor the
+    range ever saw the predicted source (or device)."""
+    if by == "source":
+        keys = sorted({source_key(r.source) for r in rows})
+        groups = [[r for r in rows if source_key(r.source) == k] for k in keys]
+    else:
+        groups = _folds(rows, by=by)
     held: list[Held] = []
-    for k in range(FOLDS):
+    for k, test_rows in enumerate(groups):
         train = [r for i, g in enumerate(groups) if i != k for r in g]
-        bands = {t: held_out_intervals(train, t, FOLDS - 1, by) for t in ("tg", "pp")}
+        bands = _intervals(_inner_held(train, FOLDS, by), by)
         model = fit_model(train)
-        for r, p in _predict_held(train, groups[k]):
+        for r, p in _predict_held(train, test_rows):
             lo, hi = bands[r.test]["hybrid" if r.group == "hybrid" else "all"]
             p_lo, p_hi = p, p
             if r.group == "hybrid" and not (r.host_stated and r.mmap_stated):

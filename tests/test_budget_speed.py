@@ -54,18 +54,19 @@ def test_pcie_links_parse_and_default_as_the_cards_are_sold():
     assert default_pcie(find_device("m4-max-128gb")) is None
 
 
-def test_gpt_oss_120b_on_an_rtx_4070_with_experts_in_ram_matches_what_people_publish(capsys):
+def test_gpt_oss_120b_on_an_rtx_4070_with_experts_in_ram_is_near_what_people_publish(capsys):
     """gpt-oss-120b on an RTX 4070 with --n-cpu-moe 31: published 82-86 tok/s prefill (pp512) and
     9.7 tok/s decode on a dual-channel DDR4 desktop (a run not in tests/data). Before the host's share
-    and the PCIe copies were modelled FitScope said 1,181-3,637 and 21-35; now the decode range holds
-    9.7 and the prefill range holds 86, its low end (84) 2.6% above the lower published figure: the
-    hybrid prefill range narrowed as its held-out error fell, while this run is still predicted at
-    about 1.8x its speed (README, "How fast")."""
+    and the PCIe copies were modelled FitScope said 1,181-3,637 and 21-35. Since the hybrid rows whose
+    source does not say whether the file was memory-mapped stopped setting the PCIe efficiency, the
+    held-out hybrid prefill error fell to 9% and its range narrowed: this run, about half as fast as the
+    collected RTX 4070 rows with experts in RAM, now lies below both ranges (decode 10.4-27.3, its low
+    end 7% above 9.7; prefill 130-306, its low end 1.5x 86). These bounds hold that distance so that it
+    cannot silently grow (README, "How fast")."""
     out = _json(capsys, GPT_OSS + DDR4_DESKTOP)
     decode, prefill = out["decode_tokens_per_s"], out["prefill_tokens_per_s"]
-    assert decode["low"] <= 9.7 <= decode["high"]
-    assert prefill["low"] <= 86 <= prefill["high"]
-    assert prefill["low"] <= 82 * 1.03
+    assert decode["high"] >= 9.7 and decode["low"] <= 9.7 * 1.08
+    assert prefill["high"] >= 86 and prefill["low"] <= 86 * 1.6
     text = "\n".join(out["assumptions"])
     assert "PCIe 4.0 x16" in text and "host-resident weights" in text
 
