@@ -308,6 +308,46 @@ def _gemma3n_shape(model_id: str, name: str, n_layer: int, n_ff: int) -> Archite
     )
 
 
+def _mistral4_shape(
+    model_id: str,
+    name: str,
+    n_embd: int,
+    n_layer: int,
+    n_head: int,
+    mla: tuple[int, int, int, int, int],
+    moe: dict[str, object],
+    **rest: object,
+) -> Architecture:
+    """A mistral4 shape: DeepSeek-V3's multi-head latent attention with a low-rank query (the converter
+    writes Mistral 4 as llama_model_deepseek2 reads it), routed experts whose gate and up are one stacked
+    tensor, a shared expert; Mistral's 131,072-token vocabulary. ``mla``: the query's and the latent's
+    ranks, the RoPE, no-RoPE and value widths per head."""
+    q_lora, kv_lora, rope, nope, v = mla
+    return Architecture.model_validate(
+        {
+            "id": model_id,
+            "name": name,
+            "arch": "mistral4",
+            "source": "synthetic shape of the architecture, chosen for the proof (not a released model's config)",
+            "n_layer": n_layer,
+            "n_embd": n_embd,
+            "n_head": n_head,
+            "n_head_kv": n_head,
+            "n_vocab": 131072,
+            "n_ctx_train": 262144,
+            "mla": {
+                "q_lora_rank": q_lora,
+                "kv_lora_rank": kv_lora,
+                "qk_rope_head_dim": rope,
+                "qk_nope_head_dim": nope,
+                "v_head_dim": v,
+            },
+            "moe": moe,
+            **rest,
+        }
+    )
+
+
 # Shapes of architectures the proof covers whose released models' config.json text is not reachable
 # here, so they have no catalog entry: synthetic shapes of the architecture, chosen for the proof, not
 # any released model's published configuration. The first is of Granite 4.0-H's mixture-of-experts kind
@@ -318,7 +358,10 @@ def _gemma3n_shape(model_id: str, name: str, n_layer: int, n_ff: int) -> Archite
 # kimi-linear ones are of Kimi Linear 48B-A3B's kind (n_embd 2304, 27 layers, 32 heads, 256 experts with
 # 8 used) and a smaller one (n_embd 1024, 12 layers, 16 heads, 64 experts with 4 used). The gemma3n ones
 # are of Gemma 3n's two sizes (35 layers with 15 sharing KV and a 16,384-wide FFN; 30 layers with 10
-# sharing KV and an 8,192-wide FFN).
+# sharing KV and an 8,192-wide FFN). The mistral4 ones are of Mistral Small 4's kind as far as its name
+# and third-party test fixtures tell (36 layers, 32 heads, a 256-wide latent, 128 experts; no published
+# config.json text was at hand) and a smaller one with a dense first layer, two shared experts, a
+# selection bias and tied embeddings.
 TEST_SHAPES: dict[str, Architecture] = {
     a.id: a
     for a in (
@@ -369,6 +412,35 @@ TEST_SHAPES: dict[str, Architecture] = {
         ),
         _gemma3n_shape("gemma3n-35l-shape", "gemma3n 35L shape", 35, 16384),
         _gemma3n_shape("gemma3n-30l-shape", "gemma3n 30L shape", 30, 8192),
+        _mistral4_shape(
+            "mistral4-shape",
+            "mistral4 test shape",
+            4096,
+            36,
+            32,
+            (1024, 256, 64, 64, 128),
+            {"n_expert": 128, "n_expert_used": 4, "expert_ff": 2048, "n_shared_expert": 1},
+            n_ff=12288,
+            tied_embeddings=False,
+        ),
+        _mistral4_shape(
+            "mistral4-small-shape",
+            "mistral4 small test shape",
+            2048,
+            20,
+            16,
+            (768, 512, 64, 128, 128),
+            {
+                "n_expert": 64,
+                "n_expert_used": 6,
+                "expert_ff": 1024,
+                "n_shared_expert": 2,
+                "n_dense_lead_layers": 1,
+                "selection_bias": True,
+            },
+            n_ff=8192,
+            tied_embeddings=True,
+        ),
     )
 }
 
@@ -555,6 +627,17 @@ CASES: tuple[Case, ...] = (
     Case("gemma3n-30l-shape", context=16384, ubatch=2048),
     Case("gemma3n-30l-shape", context=8192, flash_attn=False, swa_full=False),
     Case("gemma3n-35l-shape", context=32768, swa_full=False, consumer="llama-server"),
+    # Mistral 4 (mistral4): DeepSeek's latent attention with a low-rank query, experts with gate and up in one
+    # tensor, shared experts, a dense first layer and a selection bias on the small one; synthetic shapes of
+    # the architecture (TEST_SHAPES)
+    Case("mistral4-shape", context=8192),
+    Case("mistral4-shape", context=32768, parallel=4, cache_k="q8_0", cache_v="q8_0"),
+    Case("mistral4-shape", context=8192, ubatch=2048, flash_attn=False),
+    Case("mistral4-small-shape", context=8192),
+    Case("mistral4-small-shape", context=32768, parallel=4, cache_k="q8_0", cache_v="q8_0"),
+    Case("mistral4-small-shape", context=16384, ubatch=2048),
+    Case("mistral4-small-shape", context=8192, flash_attn=False),
+    Case("mistral4-shape", context=65536, consumer="llama-server"),
     # SmolLM3 (NoPE every 4th layer) and Laguna (per-layer heads, full attention first in each period of 4)
     Case("smollm3-3b", context=8192),
     Case("smollm3-3b", context=32768, parallel=4, cache_k="q8_0", cache_v="q8_0"),

@@ -1,7 +1,8 @@
 """Compute-buffer terms of the graphs with their own structure, and the measured allowance for ggml's
 allocator placement.
 
-Multi-head latent attention (DeepSeek-V2/V3, Kimi K2, GLM-4.7-Flash: ``llama_model_deepseek2::graph``)
+Multi-head latent attention (DeepSeek-V2/V3, Kimi K2, GLM-4.7-Flash: ``llama_model_deepseek2::graph``;
+Mistral 4, whose ``llama_model_mistral4`` reuses that graph and its tensors, src/models/models.h)
 and DeepSeek sparse attention (DeepSeek-V3.2, GLM-5: ``llama_model_deepseek32::graph``,
 ``llama_model_glm_dsa::graph``) keep their own set of tensors alive at the peak: the query before and
 after absorption into the latent space, the attention scores over every head without flash attention,
@@ -32,8 +33,8 @@ from app.core.model.tensors import GGMLType, is_quantized, row_bytes
 
 F32 = 4
 
-# Architectures whose attention is DeepSeek's multi-head latent attention.
-MLA_ARCHS = frozenset({"deepseek2", "deepseek32", "glm-dsa", "kimi-linear"})
+# Architectures whose attention is DeepSeek's multi-head latent attention (mistral4: deepseek2's graph).
+MLA_ARCHS = frozenset({"deepseek2", "mistral4", "deepseek32", "glm-dsa", "kimi-linear"})
 
 ALLOWANCE_PATH = RESOURCES_DIR / "compute_allowance.json"
 # The cache sizes (cells per stream of the full-attention cache) and ubatches the allowance is measured at;

@@ -57,6 +57,7 @@ PROVEN: dict[str, str] = {
     "laguna": "Laguna XS.2: per-layer heads, full attention first in each period of 4, gated output",
     "gemma3n": "Gemma 3n: AltUp streams, LAuReL, per-layer inputs, KV cache on the first 20 layers only",
     "apertus": "Apertus: Llama attention with per-head q/k norms, an ungated xIELU MLP",
+    "mistral4": "Mistral Small 4: DeepSeek's latent attention, experts with gate and up in one tensor, shared experts",
 }
 
 Status = Literal["exact", "approximate", "unknown"]
