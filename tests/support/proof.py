@@ -68,6 +68,8 @@ class Case:
             parts.append(f"np={self.parallel}")
         if not self.swa_full:
             parts.append("no-swa-full")
+        if self.kv_unified:
+            parts.append("kv-unified")
         if self.speculative:
             parts.append("+MTP head" if self.speculative == "mtp" else f"+draft {self.speculative}")
         if self.consumer == "llama-server":
@@ -348,6 +350,41 @@ def _mistral4_shape(
     )
 
 
+def _minimax_m3_shape(
+    model_id: str,
+    name: str,
+    n_embd: int,
+    n_layer: int,
+    n_head: int,
+    n_head_kv: int,
+    moe: dict[str, object],
+    **rest: object,
+) -> Architecture:
+    """A minimax-m3 shape: grouped-query attention with heads of 128 and per-head q/k norms, a dense FFN on
+    the leading layers, then sigmoid-routed experts with a selection bias and shared experts, MiniMax
+    sparse attention with one indexer head per KV head; MiniMax's 200,064-token vocabulary."""
+    return Architecture.model_validate(
+        {
+            "id": model_id,
+            "name": name,
+            "arch": "minimax-m3",
+            "source": "synthetic shape of the architecture, chosen for the proof (not a released model's config)",
+            "n_layer": n_layer,
+            "n_embd": n_embd,
+            "n_head": n_head,
+            "n_head_kv": n_head_kv,
+            "head_dim_k": 128,
+            "head_dim_v": 128,
+            "n_vocab": 200064,
+            "tied_embeddings": False,
+            "n_ctx_train": 196608,
+            "qk_norm": True,
+            "moe": {**moe, "selection_bias": True},
+            **rest,
+        }
+    )
+
+
 # Shapes of architectures the proof covers whose released models' config.json text is not reachable
 # here, so they have no catalog entry: synthetic shapes of the architecture, chosen for the proof, not
 # any released model's published configuration. The first is of Granite 4.0-H's mixture-of-experts kind
@@ -361,7 +398,10 @@ def _mistral4_shape(
 # sharing KV and an 8,192-wide FFN). The mistral4 ones are of Mistral Small 4's kind as far as its name
 # and third-party test fixtures tell (36 layers, 32 heads, a 256-wide latent, 128 experts; no published
 # config.json text was at hand) and a smaller one with a dense first layer, two shared experts, a
-# selection bias and tied embeddings.
+# selection bias and tied embeddings. The minimax-m3 ones are of MiniMax-M3's kind (its published name
+# says 428B-A23B; only an edited config copy was found): 32 layers of n_embd 3072 with 48 query and 8 KV
+# heads, two dense lead layers, 128 experts with 8 used, an indexer of 8 heads of 128 ranking blocks of
+# 128 positions; and a smaller one (16 layers, 4 KV heads, blocks of 64, two shared experts).
 TEST_SHAPES: dict[str, Architecture] = {
     a.id: a
     for a in (
@@ -440,6 +480,28 @@ TEST_SHAPES: dict[str, Architecture] = {
             },
             n_ff=8192,
             tied_embeddings=True,
+        ),
+        _minimax_m3_shape(
+            "minimax-m3-shape",
+            "minimax-m3 test shape",
+            3072,
+            32,
+            48,
+            8,
+            {"n_expert": 128, "n_expert_used": 8, "expert_ff": 1536, "n_shared_expert": 1, "n_dense_lead_layers": 2},
+            n_ff=9216,
+            indexer={"n_head": 8, "head_dim": 128, "top_k": 16, "block_size": 128, "local_blocks": 1},
+        ),
+        _minimax_m3_shape(
+            "minimax-m3-small-shape",
+            "minimax-m3 small test shape",
+            2048,
+            16,
+            32,
+            4,
+            {"n_expert": 64, "n_expert_used": 4, "expert_ff": 768, "n_shared_expert": 2, "n_dense_lead_layers": 1},
+            n_ff=6144,
+            indexer={"n_head": 4, "head_dim": 64, "top_k": 8, "block_size": 64, "local_blocks": 2},
         ),
     )
 }
@@ -638,6 +700,19 @@ CASES: tuple[Case, ...] = (
     Case("mistral4-small-shape", context=16384, ubatch=2048),
     Case("mistral4-small-shape", context=8192, flash_attn=False),
     Case("mistral4-shape", context=65536, consumer="llama-server"),
+    # MiniMax-M3 (minimax-m3): MiniMax sparse attention (block-ranking indexer with its own key/value cache,
+    # flash attention only) after dense lead layers, experts with a selection bias and shared experts;
+    # synthetic shapes of the architecture (TEST_SHAPES)
+    Case("minimax-m3-shape", context=8192),
+    Case("minimax-m3-shape", context=32768, parallel=4, cache_k="q8_0", cache_v="q8_0"),
+    Case("minimax-m3-shape", context=8192, ubatch=2048, flash_attn=False),
+    Case("minimax-m3-small-shape", context=8192),
+    Case("minimax-m3-small-shape", context=32768, parallel=4, cache_k="q8_0", cache_v="q8_0"),
+    Case("minimax-m3-small-shape", context=16384, ubatch=2048),
+    Case("minimax-m3-small-shape", context=8192, flash_attn=False),
+    Case("minimax-m3-shape", context=65536, consumer="llama-server"),
+    # a unified cache over several sequences (llama-server's -np auto), where MiniMax-M3 attends densely
+    Case("minimax-m3-shape", context=32768, parallel=4, kv_unified=True),
     # SmolLM3 (NoPE every 4th layer) and Laguna (per-layer heads, full attention first in each period of 4)
     Case("smollm3-3b", context=8192),
     Case("smollm3-3b", context=32768, parallel=4, cache_k="q8_0", cache_v="q8_0"),

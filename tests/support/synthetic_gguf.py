@@ -140,6 +140,14 @@ def _metadata(arch: Architecture) -> dict[str, object]:
         kv[f"{a}.attention.indexer.key_length"] = ix.head_dim
         kv[f"{a}.attention.indexer.top_k"] = ix.top_k
         kv[f"{a}.expert_gating_func"] = 2
+        if ix.block_size is not None:
+            # MiniMaxM3Model.set_gguf_parameters: sparse_block_size and sparse_local_block, the shared experts'
+            # count, partial rotary (rotary_dim: half the head here).
+            kv[f"{a}.attention.indexer.block_size"] = ix.block_size
+            kv[f"{a}.attention.indexer.local_blocks"] = ix.local_blocks
+            kv[f"{a}.rope.dimension_count"] = arch.head_dim_k_eff // 2
+            kv[f"{a}.expert_shared_count"] = arch.moe.n_shared_expert if arch.moe is not None else 0
+            kv[f"{a}.expert_weights_norm"] = True
         if ix.full_layers is not None:
             trunk = arch.n_layer - arch.n_nextn_layers
             kv[f"{a}.attention.indexer.types"] = [i in ix.full_layers for i in range(trunk)]

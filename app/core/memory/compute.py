@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from app.core.memory import backends
-from app.core.memory.graphs import MLA_ARCHS, allowance_bytes, mla_parts
+from app.core.memory.graphs import MLA_ARCHS, allowance_bytes, mla_parts, msa_layer_bytes, msa_runs
 from app.core.memory.kv import cache_type, context_cells, kv_widths, memo_per_arch, pad_to
 from app.core.memory.layers import TensorTotals
 from app.core.memory.records import KVCacheDetail, Settings
@@ -143,6 +143,9 @@ def _modelled_parts(
         p_ffn = max(p_ffn, n_ub * (f32 * (4 * e + 3 * conv_dim) + mask * n_kv))
     if arch.arch == "granitehybrid" and arch.ssm is not None:
         p_ffn = max(p_ffn, _mamba2_layer_bytes(arch, settings, n_ub) + n_ub * mask * n_kv)
+    if msa_runs(arch, settings):
+        _, streams = context_cells(settings)
+        p_ffn = max(p_ffn, msa_layer_bytes(arch, n_ub, n_kv, streams))
     if arch.mla is not None and arch.arch in MLA_ARCHS:
         mla_out, mla_layer = mla_parts(
             arch, n_ub, n_out, n_kv, settings.flash_attn, cache_type(settings.cache_type_k)

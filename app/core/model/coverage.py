@@ -58,6 +58,7 @@ PROVEN: dict[str, str] = {
     "gemma3n": "Gemma 3n: AltUp streams, LAuReL, per-layer inputs, KV cache on the first 20 layers only",
     "apertus": "Apertus: Llama attention with per-head q/k norms, an ungated xIELU MLP",
     "mistral4": "Mistral Small 4: DeepSeek's latent attention, experts with gate and up in one tensor, shared experts",
+    "minimax-m3": "MiniMax-M3: sparse attention's block indexer and its key/value cache, experts with shared experts",
 }
 
 Status = Literal["exact", "approximate", "unknown"]

@@ -487,7 +487,8 @@ def architecture_from_metadata(
 
 def _indexer(m: _Meta, n_layer: int, n_ctx_train: int) -> IndexerSpec | None:
     """DeepSeek sparse attention's indexer (attention.indexer.*), with the layers that own one
-    (attention.indexer.types; GLM-5.2's default layout for glm-dsa files without it)."""
+    (attention.indexer.types; GLM-5.2's default layout for glm-dsa files without it), or MiniMax
+    sparse attention's with its block size."""
     if not m.has("attention.indexer.head_count"):
         return None
     trunk = n_layer - _nextn_layers(m, n_layer)
@@ -502,6 +503,9 @@ def _indexer(m: _Meta, n_layer: int, n_ctx_train: int) -> IndexerSpec | None:
         head_dim=m.req("attention.indexer.key_length"),
         top_k=m.req("attention.indexer.top_k"),
         full_layers=full,
+        # MiniMax sparse attention ranks blocks of positions (llama_model_minimax_m3::load_arch_hparams).
+        block_size=m.maybe("attention.indexer.block_size") or None,
+        local_blocks=m.get("attention.indexer.local_blocks", 0),
     )
 
 

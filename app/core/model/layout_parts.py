@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from app.core.model.architecture import Architecture
 
 # Architectures whose routed experts carry a selection bias (``exp_probs_b``): llama.cpp requires it
-# for MiniMax-M2 (src/models/minimax-m2.cpp load_arch_tensors); ERNIE 4.5's and GLM's converters
-# write it from ``e_score_correction_bias``.
-EXPERT_BIAS = ("minimax-m2", "ernie4_5-moe", "glm4moe")
+# for MiniMax-M2 and M3 (src/models/minimax-m2.cpp, minimax-m3.cpp load_arch_tensors); ERNIE 4.5's
+# and GLM's converters write it from ``e_score_correction_bias``.
+EXPERT_BIAS = ("minimax-m2", "minimax-m3", "ernie4_5-moe", "glm4moe")
 
 # Architectures whose converter writes the routed experts' gate and up as one stacked tensor
 # (``ffn_gate_up_exps``): Mistral 4's checkpoint stores them fused and Mistral4Model keeps them so
