@@ -20,6 +20,10 @@ from app.core.model.tensors import is_quantized
 _KEEPS_NEXTN_HIDDEN = frozenset(
     {"gemma4", "gpt-oss", "glm4moe", "nemotron_h", "nemotron_h_moe", "qwen3next", "qwen35", "qwen35moe"}
 )
+# Those that set it before the output rows are selected (inp_out_ids after h_nextn): a row per ubatch
+# token stays beside the logits (llama_model_hy_v3::graph: the normed state; llama_model_step35::graph:
+# the last layer's output).
+_KEEPS_WHOLE_NEXTN_HIDDEN = frozenset({"hy_v3", "step35"})
 
 
 def compute_bytes(arch: Architecture, settings: Settings, kv_cells: int, swa_cells: int | None) -> int:
@@ -76,6 +80,8 @@ def _modelled_parts(
             # token) is what stays below them instead: exact on GLM-4.5 dry runs at ubatch 128-2048.
             kept = max(kept, n_ub * arch.max_heads() * arch.head_dim_k_eff)
         p_out += kept * f32
+    if arch.arch in _KEEPS_WHOLE_NEXTN_HIDDEN:
+        p_out += n_ub * e * f32
     if arch.arch == "granitehybrid":
         # Granite 4.0-H's last feed-forward block leaves its output rows below the logits: the dense
         # FFN's one embedding row per output, the routed and the shared experts' two (measured on dry
