@@ -68,6 +68,8 @@ class Case:
             parts.append(f"np={self.parallel}")
         if not self.swa_full:
             parts.append("no-swa-full")
+        if self.kv_unified:
+            parts.append("kv-unified")
         if self.speculative:
             parts.append("+MTP head" if self.speculative == "mtp" else f"+draft {self.speculative}")
         if self.consumer == "llama-server":
@@ -308,6 +310,159 @@ def _gemma3n_shape(model_id: str, name: str, n_layer: int, n_ff: int) -> Archite
     )
 
 
+def _mistral4_shape(
+    model_id: str,
+    name: str,
+    n_embd: int,
+    n_layer: int,
+    n_head: int,
+    mla: tuple[int, int, int, int, int],
+    moe: dict[str, object],
+    **rest: object,
+) -> Architecture:
+    """A mistral4 shape: DeepSeek-V3's multi-head latent attention with a low-rank query (the converter
+    writes Mistral 4 as llama_model_deepseek2 reads it), routed experts whose gate and up are one stacked
+    tensor, a shared expert; Mistral's 131,072-token vocabulary. ``mla``: the query's and the latent's
+    ranks, the RoPE, no-RoPE and value widths per head."""
+    q_lora, kv_lora, rope, nope, v = mla
+    return Architecture.model_validate(
+        {
+            "id": model_id,
+            "name": name,
+            "arch": "mistral4",
+            "source": "synthetic shape of the architecture, chosen for the proof (not a released model's config)",
+            "n_layer": n_layer,
+            "n_embd": n_embd,
+            "n_head": n_head,
+            "n_head_kv": n_head,
+            "n_vocab": 131072,
+            "n_ctx_train": 262144,
+            "mla": {
+                "q_lora_rank": q_lora,
+                "kv_lora_rank": kv_lora,
+                "qk_rope_head_dim": rope,
+                "qk_nope_head_dim": nope,
+                "v_head_dim": v,
+            },
+            "moe": moe,
+            **rest,
+        }
+    )
+
+
+def _minimax_m3_shape(
+    model_id: str,
+    name: str,
+    n_embd: int,
+    n_layer: int,
+    n_head: int,
+    n_head_kv: int,
+    moe: dict[str, object],
+    **rest: object,
+) -> Architecture:
+    """A minimax-m3 shape: grouped-query attention with heads of 128 and per-head q/k norms, a dense FFN on
+    the leading layers, then sigmoid-routed experts with a selection bias and shared experts, MiniMax
+    sparse attention with one indexer head per KV head; MiniMax's 200,064-token vocabulary."""
+    return Architecture.model_validate(
+        {
+            "id": model_id,
+            "name": name,
+            "arch": "minimax-m3",
+            "source": "synthetic shape of the architecture, chosen for the proof (not a released model's config)",
+            "n_layer": n_layer,
+            "n_embd": n_embd,
+            "n_head": n_head,
+            "n_head_kv": n_head_kv,
+            "head_dim_k": 128,
+            "head_dim_v": 128,
+            "n_vocab": 200064,
+            "tied_embeddings": False,
+            "n_ctx_train": 196608,
+            "qk_norm": True,
+            "moe": {**moe, "selection_bias": True},
+            **rest,
+        }
+    )
+
+
+def _hy_v3_shape(
+    model_id: str,
+    name: str,
+    n_embd: int,
+    n_layer: int,
+    n_head: int,
+    n_head_kv: int,
+    moe: dict[str, object],
+    **rest: object,
+) -> Architecture:
+    """A hy_v3 shape: grouped-query attention with per-head q/k norms, a dense FFN on the leading layers (found
+    by their missing router: the converter writes no count), then sigmoid-routed experts with a selection
+    bias and a shared expert; HY's 120,832-token vocabulary."""
+    return Architecture.model_validate(
+        {
+            "id": model_id,
+            "name": name,
+            "arch": "hy_v3",
+            "source": "synthetic shape of the architecture, chosen for the proof (not a released model's config)",
+            "n_layer": n_layer,
+            "n_embd": n_embd,
+            "n_head": n_head,
+            "n_head_kv": n_head_kv,
+            "n_vocab": 120832,
+            "n_ctx_train": 262144,
+            "qk_norm": True,
+            "moe": {**moe, "selection_bias": True},
+            **rest,
+        }
+    )
+
+
+def _step35_shape(
+    model_id: str,
+    name: str,
+    n_embd: int,
+    n_layer: int,
+    heads: tuple[int, int, int, int],
+    window: tuple[int, int, bool],
+    moe: dict[str, object],
+    n_nextn_layers: int = 0,
+    **rest: object,
+) -> Architecture:
+    """A step35 shape: sliding-window layers with their own head and KV-head counts (``heads``: full layers'
+    heads and KV heads, then the sliding ones'), heads of 128 with q/k norms and a per-head output gate,
+    ``window``: the window, the period and whether it starts with the full layer; a dense FFN on the leading
+    layers, then sigmoid-routed experts with a selection bias and a shared expert, SwiGLU clamps on every
+    third layer; Step's 128,896-token vocabulary. The MTP blocks (``n_nextn_layers``) are full-attention
+    layers as the converter pads them."""
+    size, period, dense_first = window
+    trunk = n_layer - n_nextn_layers
+    swa = [i < trunk and ((i % period != 0) if dense_first else (i % period < period - 1)) for i in range(n_layer)]
+    return Architecture.model_validate(
+        {
+            "id": model_id,
+            "name": name,
+            "arch": "step35",
+            "source": "synthetic shape of the architecture, chosen for the proof (not a released model's config)",
+            "n_layer": n_layer,
+            "n_embd": n_embd,
+            "n_head": [heads[2] if f else heads[0] for f in swa],
+            "n_head_kv": [heads[3] if f else heads[1] for f in swa],
+            "head_dim_k": 128,
+            "head_dim_v": 128,
+            "n_vocab": 128896,
+            "tied_embeddings": False,
+            "n_ctx_train": 262144,
+            "sliding_window": size,
+            "sliding_window_pattern": period,
+            "swa_dense_first": dense_first,
+            "qk_norm": True,
+            "moe": {**moe, "n_shared_expert": 1, "selection_bias": True},
+            "n_nextn_layers": n_nextn_layers,
+            **rest,
+        }
+    )
+
+
 # Shapes of architectures the proof covers whose released models' config.json text is not reachable
 # here, so they have no catalog entry: synthetic shapes of the architecture, chosen for the proof, not
 # any released model's published configuration. The first is of Granite 4.0-H's mixture-of-experts kind
@@ -318,7 +473,20 @@ def _gemma3n_shape(model_id: str, name: str, n_layer: int, n_ff: int) -> Archite
 # kimi-linear ones are of Kimi Linear 48B-A3B's kind (n_embd 2304, 27 layers, 32 heads, 256 experts with
 # 8 used) and a smaller one (n_embd 1024, 12 layers, 16 heads, 64 experts with 4 used). The gemma3n ones
 # are of Gemma 3n's two sizes (35 layers with 15 sharing KV and a 16,384-wide FFN; 30 layers with 10
-# sharing KV and an 8,192-wide FFN).
+# sharing KV and an 8,192-wide FFN). The mistral4 ones are of Mistral Small 4's kind as far as its name
+# and third-party test fixtures tell (36 layers, 32 heads, a 256-wide latent, 128 experts; no published
+# config.json text was at hand) and a smaller one with a dense first layer, two shared experts, a
+# selection bias and tied embeddings. The minimax-m3 ones are of MiniMax-M3's kind (its published name
+# says 428B-A23B; only an edited config copy was found): 32 layers of n_embd 3072 with 48 query and 8 KV
+# heads, two dense lead layers, 128 experts with 8 used, an indexer of 8 heads of 128 ranking blocks of
+# 128 positions; and a smaller one (16 layers, 4 KV heads, blocks of 64, two shared experts). The step35
+# ones are of Step-3.5-Flash's kind (its name says 196B-A11B; llama.cpp types 45 trunk layers so, chaining
+# 3 MTP heads; only an edited subset of a later release's config was found): 45 layers of n_embd 4096 and
+# 3 MTP blocks, 64 heads on full-attention layers and 96 on the sliding ones (a 512-token window, full
+# attention first in each period of 4), 288 experts with 8 used after 3 dense layers; and a smaller one
+# (20 layers, a 1,024-token window on every other layer, no MTP). The hy_v3 ones are of HY V3's kind
+# (llama.cpp types 48 layers as 30B-A3B; no config text was found): 32 layers and an MTP block, 128
+# experts with 8 used after a dense first layer; and a smaller one with tied embeddings and no MTP.
 TEST_SHAPES: dict[str, Architecture] = {
     a.id: a
     for a in (
@@ -369,6 +537,109 @@ TEST_SHAPES: dict[str, Architecture] = {
         ),
         _gemma3n_shape("gemma3n-35l-shape", "gemma3n 35L shape", 35, 16384),
         _gemma3n_shape("gemma3n-30l-shape", "gemma3n 30L shape", 30, 8192),
+        _mistral4_shape(
+            "mistral4-shape",
+            "mistral4 test shape",
+            4096,
+            36,
+            32,
+            (1024, 256, 64, 64, 128),
+            {"n_expert": 128, "n_expert_used": 4, "expert_ff": 2048, "n_shared_expert": 1},
+            n_ff=12288,
+            tied_embeddings=False,
+        ),
+        _mistral4_shape(
+            "mistral4-small-shape",
+            "mistral4 small test shape",
+            2048,
+            20,
+            16,
+            (768, 512, 64, 128, 128),
+            {
+                "n_expert": 64,
+                "n_expert_used": 6,
+                "expert_ff": 1024,
+                "n_shared_expert": 2,
+                "n_dense_lead_layers": 1,
+                "selection_bias": True,
+            },
+            n_ff=8192,
+            tied_embeddings=True,
+        ),
+        _minimax_m3_shape(
+            "minimax-m3-shape",
+            "minimax-m3 test shape",
+            3072,
+            32,
+            48,
+            8,
+            {"n_expert": 128, "n_expert_used": 8, "expert_ff": 1536, "n_shared_expert": 1, "n_dense_lead_layers": 2},
+            n_ff=9216,
+            indexer={"n_head": 8, "head_dim": 128, "top_k": 16, "block_size": 128, "local_blocks": 1},
+        ),
+        _minimax_m3_shape(
+            "minimax-m3-small-shape",
+            "minimax-m3 small test shape",
+            2048,
+            16,
+            32,
+            4,
+            {"n_expert": 64, "n_expert_used": 4, "expert_ff": 768, "n_shared_expert": 2, "n_dense_lead_layers": 1},
+            n_ff=6144,
+            indexer={"n_head": 4, "head_dim": 64, "top_k": 8, "block_size": 64, "local_blocks": 2},
+        ),
+        _hy_v3_shape(
+            "hy-v3-shape",
+            "hy_v3 test shape",
+            2048,
+            33,
+            32,
+            4,
+            {"n_expert": 128, "n_expert_used": 8, "expert_ff": 768, "n_shared_expert": 1, "n_dense_lead_layers": 1},
+            n_ff=6144,
+            head_dim_k=128,
+            head_dim_v=128,
+            tied_embeddings=False,
+            n_nextn_layers=1,
+        ),
+        _hy_v3_shape(
+            "hy-v3-small-shape",
+            "hy_v3 small test shape",
+            1536,
+            16,
+            24,
+            8,
+            {"n_expert": 64, "n_expert_used": 4, "expert_ff": 512, "n_shared_expert": 2, "shared_expert_ff": 1024},
+            n_ff=4096,
+            tied_embeddings=True,
+        ),
+        _step35_shape(
+            "step35-shape",
+            "step35 test shape",
+            4096,
+            48,
+            (64, 8, 96, 16),
+            (512, 4, True),
+            {
+                "n_expert": 288,
+                "n_expert_used": 8,
+                "expert_ff": 1280,
+                "shared_expert_ff": 1280,
+                "n_dense_lead_layers": 3,
+            },
+            n_ff=11264,
+            n_nextn_layers=3,
+        ),
+        _step35_shape(
+            "step35-small-shape",
+            "step35 small test shape",
+            2048,
+            20,
+            (16, 4, 32, 4),
+            (1024, 2, False),
+            {"n_expert": 64, "n_expert_used": 4, "expert_ff": 704, "shared_expert_ff": 704, "n_dense_lead_layers": 1},
+            n_ff=5632,
+        ),
     )
 }
 
@@ -555,6 +826,51 @@ CASES: tuple[Case, ...] = (
     Case("gemma3n-30l-shape", context=16384, ubatch=2048),
     Case("gemma3n-30l-shape", context=8192, flash_attn=False, swa_full=False),
     Case("gemma3n-35l-shape", context=32768, swa_full=False, consumer="llama-server"),
+    # Mistral 4 (mistral4): DeepSeek's latent attention with a low-rank query, experts with gate and up in one
+    # tensor, shared experts, a dense first layer and a selection bias on the small one; synthetic shapes of
+    # the architecture (TEST_SHAPES)
+    Case("mistral4-shape", context=8192),
+    Case("mistral4-shape", context=32768, parallel=4, cache_k="q8_0", cache_v="q8_0"),
+    Case("mistral4-shape", context=8192, ubatch=2048, flash_attn=False),
+    Case("mistral4-small-shape", context=8192),
+    Case("mistral4-small-shape", context=32768, parallel=4, cache_k="q8_0", cache_v="q8_0"),
+    Case("mistral4-small-shape", context=16384, ubatch=2048),
+    Case("mistral4-small-shape", context=8192, flash_attn=False),
+    Case("mistral4-shape", context=65536, consumer="llama-server"),
+    # MiniMax-M3 (minimax-m3): MiniMax sparse attention (block-ranking indexer with its own key/value cache,
+    # flash attention only) after dense lead layers, experts with a selection bias and shared experts;
+    # synthetic shapes of the architecture (TEST_SHAPES)
+    Case("minimax-m3-shape", context=8192),
+    Case("minimax-m3-shape", context=32768, parallel=4, cache_k="q8_0", cache_v="q8_0"),
+    Case("minimax-m3-shape", context=8192, ubatch=2048, flash_attn=False),
+    Case("minimax-m3-small-shape", context=8192),
+    Case("minimax-m3-small-shape", context=32768, parallel=4, cache_k="q8_0", cache_v="q8_0"),
+    Case("minimax-m3-small-shape", context=16384, ubatch=2048),
+    Case("minimax-m3-small-shape", context=8192, flash_attn=False),
+    Case("minimax-m3-shape", context=65536, consumer="llama-server"),
+    # a unified cache over several sequences (llama-server's -np auto), where MiniMax-M3 attends densely
+    Case("minimax-m3-shape", context=32768, parallel=4, kv_unified=True),
+    # Step 3.5 (step35): sliding-window layers with their own head counts, per-head output gates, experts with
+    # a shared expert and SwiGLU clamps, three MTP blocks whose feed-forward part llama.cpp loads anyway;
+    # HY V3 (hy_v3): dense layers found by their missing router, experts with a shared expert, an MTP block;
+    # synthetic shapes of the architectures (TEST_SHAPES)
+    Case("step35-shape", context=8192),
+    Case("step35-shape", context=32768, parallel=4, cache_k="q8_0", cache_v="q8_0"),
+    Case("step35-shape", context=8192, ubatch=2048, flash_attn=False),
+    Case("step35-shape", context=32768, swa_full=False),
+    Case("step35-small-shape", context=8192),
+    Case("step35-small-shape", context=32768, parallel=4, cache_k="q8_0", cache_v="q8_0", swa_full=False),
+    Case("step35-small-shape", context=16384, ubatch=2048),
+    Case("step35-small-shape", context=8192, flash_attn=False, swa_full=False),
+    Case("step35-shape", context=65536, swa_full=False, consumer="llama-server"),
+    Case("hy-v3-shape", context=8192),
+    Case("hy-v3-shape", context=32768, parallel=4, cache_k="q8_0", cache_v="q8_0"),
+    Case("hy-v3-shape", context=8192, ubatch=2048, flash_attn=False),
+    Case("hy-v3-small-shape", context=8192),
+    Case("hy-v3-small-shape", context=32768, parallel=4, cache_k="q8_0", cache_v="q8_0"),
+    Case("hy-v3-small-shape", context=16384, ubatch=2048),
+    Case("hy-v3-small-shape", context=8192, flash_attn=False),
+    Case("hy-v3-shape", context=32768, consumer="llama-server"),
     # SmolLM3 (NoPE every 4th layer) and Laguna (per-layer heads, full attention first in each period of 4)
     Case("smollm3-3b", context=8192),
     Case("smollm3-3b", context=32768, parallel=4, cache_k="q8_0", cache_v="q8_0"),

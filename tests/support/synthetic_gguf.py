@@ -115,6 +115,8 @@ def _metadata(arch: Architecture) -> dict[str, object]:
         kv.update(_gemma4_metadata(arch))
     if a == "gemma3n":
         kv.update(_gemma3n_metadata(arch))
+    if a in ("hy_v3", "step35"):
+        kv.update(_hy_v3_step35_metadata(arch))
     if a == "laguna":
         # Per-layer head counts, the shared expert's width, a sigmoid router (LagunaModel.set_gguf_parameters).
         kv[f"{a}.attention.head_count"] = [arch.heads(i) for i in range(arch.n_layer)]
@@ -140,6 +142,14 @@ def _metadata(arch: Architecture) -> dict[str, object]:
         kv[f"{a}.attention.indexer.key_length"] = ix.head_dim
         kv[f"{a}.attention.indexer.top_k"] = ix.top_k
         kv[f"{a}.expert_gating_func"] = 2
+        if ix.block_size is not None:
+            # MiniMaxM3Model.set_gguf_parameters: sparse_block_size and sparse_local_block, the shared experts'
+            # count, partial rotary (rotary_dim: half the head here).
+            kv[f"{a}.attention.indexer.block_size"] = ix.block_size
+            kv[f"{a}.attention.indexer.local_blocks"] = ix.local_blocks
+            kv[f"{a}.rope.dimension_count"] = arch.head_dim_k_eff // 2
+            kv[f"{a}.expert_shared_count"] = arch.moe.n_shared_expert if arch.moe is not None else 0
+            kv[f"{a}.expert_weights_norm"] = True
         if ix.full_layers is not None:
             trunk = arch.n_layer - arch.n_nextn_layers
             kv[f"{a}.attention.indexer.types"] = [i in ix.full_layers for i in range(trunk)]
@@ -190,6 +200,9 @@ def _moe_metadata(arch: Architecture) -> dict[str, object]:
         kv.pop(f"{a}.expert_shared_count", None)
         kv[f"{a}.feed_forward_length"] = moe.expert_ff
         kv[f"{a}.expert_shared_feed_forward_length"] = moe.shared_ff
+    if a == "hy_v3":
+        kv.pop(f"{a}.leading_dense_block_count", None)
+        kv.pop(f"{a}.expert_shared_count", None)
     if a == "nemotron_h_moe":
         kv[f"{a}.expert_shared_feed_forward_length"] = moe.shared_ff
         kv[f"{a}.expert_weights_norm"] = True
@@ -234,6 +247,38 @@ def _gemma3n_metadata(arch: Architecture) -> dict[str, object]:
         f"{a}.final_logit_softcapping": 30.0,
         f"{a}.rope.freq_base_swa": 10000.0,
     }
+
+
+def _hy_v3_step35_metadata(arch: Architecture) -> dict[str, object]:
+    """HY V3 (HYV3Model.set_gguf_parameters): the shared expert's width, a sigmoid router with normalised
+    weights, no leading-dense or shared-expert count (llama.cpp finds the dense layers by their missing
+    router). Step 3.5 (Step35Model.set_gguf_parameters): per-layer SWA flags over every block (the MTP
+    blocks' padded as full attention), the shared expert's width, the MoE period, per-layer SwiGLU clamps
+    on the routed and shared experts (0 on the MTP blocks), which add clamp and activation tensors."""
+    a = arch.arch
+    moe = arch.moe
+    assert moe is not None
+    kv: dict[str, object] = {
+        f"{a}.expert_shared_feed_forward_length": moe.shared_ff,
+        f"{a}.expert_weights_norm": True,
+        f"{a}.expert_weights_scale": 2.5,
+    }
+    if a == "hy_v3":
+        kv[f"{a}.expert_gating_func"] = 2
+        return kv
+    trunk = arch.n_layer - arch.n_nextn_layers
+    swa = [arch.is_swa_layer(i) for i in range(trunk)] + [False] * arch.n_nextn_layers
+    clamp = [7.0 if i % 3 == 0 else 0.0 for i in range(trunk)] + [0.0] * arch.n_nextn_layers
+    kv.update(
+        {
+            f"{a}.attention.sliding_window_pattern": swa,
+            f"{a}.moe_every_n_layers": 1,
+            f"{a}.swiglu_clamp_exp": clamp,
+            f"{a}.swiglu_clamp_shexp": clamp,
+            f"{a}.rope.freq_base_swa": 10000.0,
+        }
+    )
+    return kv
 
 
 def _add(writer: GGUFWriter, key: str, value: object) -> None:

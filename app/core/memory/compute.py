@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from app.core.memory import backends
-from app.core.memory.graphs import MLA_ARCHS, allowance_bytes, mla_parts
+from app.core.memory.graphs import MLA_ARCHS, allowance_bytes, mla_parts, msa_layer_bytes, msa_runs
 from app.core.memory.kv import cache_type, context_cells, kv_widths, memo_per_arch, pad_to
 from app.core.memory.layers import TensorTotals
 from app.core.memory.records import KVCacheDetail, Settings
@@ -20,6 +20,10 @@ from app.core.model.tensors import is_quantized
 _KEEPS_NEXTN_HIDDEN = frozenset(
     {"gemma4", "gpt-oss", "glm4moe", "nemotron_h", "nemotron_h_moe", "qwen3next", "qwen35", "qwen35moe"}
 )
+# Those that set it before the output rows are selected (inp_out_ids after h_nextn): a row per ubatch
+# token stays beside the logits (llama_model_hy_v3::graph: the normed state; llama_model_step35::graph:
+# the last layer's output).
+_KEEPS_WHOLE_NEXTN_HIDDEN = frozenset({"hy_v3", "step35"})
 
 
 def compute_bytes(arch: Architecture, settings: Settings, kv_cells: int, swa_cells: int | None) -> int:
@@ -76,6 +80,8 @@ def _modelled_parts(
             # token) is what stays below them instead: exact on GLM-4.5 dry runs at ubatch 128-2048.
             kept = max(kept, n_ub * arch.max_heads() * arch.head_dim_k_eff)
         p_out += kept * f32
+    if arch.arch in _KEEPS_WHOLE_NEXTN_HIDDEN:
+        p_out += n_ub * e * f32
     if arch.arch == "granitehybrid":
         # Granite 4.0-H's last feed-forward block leaves its output rows below the logits: the dense
         # FFN's one embedding row per output, the routed and the shared experts' two (measured on dry
@@ -143,6 +149,9 @@ def _modelled_parts(
         p_ffn = max(p_ffn, n_ub * (f32 * (4 * e + 3 * conv_dim) + mask * n_kv))
     if arch.arch == "granitehybrid" and arch.ssm is not None:
         p_ffn = max(p_ffn, _mamba2_layer_bytes(arch, settings, n_ub) + n_ub * mask * n_kv)
+    if msa_runs(arch, settings):
+        _, streams = context_cells(settings)
+        p_ffn = max(p_ffn, msa_layer_bytes(arch, n_ub, n_kv, streams))
     if arch.mla is not None and arch.arch in MLA_ARCHS:
         mla_out, mla_layer = mla_parts(
             arch, n_ub, n_out, n_kv, settings.flash_attn, cache_type(settings.cache_type_k)

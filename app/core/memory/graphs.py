@@ -1,7 +1,8 @@
 """Compute-buffer terms of the graphs with their own structure, and the measured allowance for ggml's
 allocator placement.
 
-Multi-head latent attention (DeepSeek-V2/V3, Kimi K2, GLM-4.7-Flash: ``llama_model_deepseek2::graph``)
+Multi-head latent attention (DeepSeek-V2/V3, Kimi K2, GLM-4.7-Flash: ``llama_model_deepseek2::graph``;
+Mistral 4, whose ``llama_model_mistral4`` reuses that graph and its tensors, src/models/models.h)
 and DeepSeek sparse attention (DeepSeek-V3.2, GLM-5: ``llama_model_deepseek32::graph``,
 ``llama_model_glm_dsa::graph``) keep their own set of tensors alive at the peak: the query before and
 after absorption into the latent space, the attention scores over every head without flash attention,
@@ -32,8 +33,8 @@ from app.core.model.tensors import GGMLType, is_quantized, row_bytes
 
 F32 = 4
 
-# Architectures whose attention is DeepSeek's multi-head latent attention.
-MLA_ARCHS = frozenset({"deepseek2", "deepseek32", "glm-dsa", "kimi-linear"})
+# Architectures whose attention is DeepSeek's multi-head latent attention (mistral4: deepseek2's graph).
+MLA_ARCHS = frozenset({"deepseek2", "mistral4", "deepseek32", "glm-dsa", "kimi-linear"})
 
 ALLOWANCE_PATH = RESOURCES_DIR / "compute_allowance.json"
 # The cache sizes (cells per stream of the full-attention cache) and ubatches the allowance is measured at;
@@ -176,11 +177,13 @@ def allowance_per_token(
     window: bool = False,
     few_logits: bool = False,
     quantized: bool = False,
+    smallest_cache: bool = False,
 ) -> float:
     """The measured allowance (floats per ubatch token) at ``n_kv`` cells per stream and ``n_ub`` tokens
     per ubatch: the value measured at those sizes, or the largest of the measured sizes around them
-    (the model's own sizes: its trained context is one where it lies between two of ALLOWANCE_CELLS).
-    Negative where the modelled peak was measured above llama.cpp's everywhere around."""
+    (the model's own sizes: its trained context is one where it lies between two of ALLOWANCE_CELLS;
+    ``smallest_cache``: the one measured at the smallest cache, whatever ``n_kv``). Negative where the
+    modelled peak was measured above llama.cpp's everywhere around."""
     key = allowance_key(arch)
     measured = [(m.cells, m.table) for m in measured_tables(arch)]
     tables = measured or ([(ALLOWANCE_CELLS, ALLOWANCE[key])] if key in ALLOWANCE else [])
@@ -189,7 +192,12 @@ def allowance_per_token(
     r = allowance_row(flash_attn, streams, window, few_logits, quantized)
     # The largest over the tables (several models of these shapes) and the measured sizes around.
     ubs = _neighbours(ALLOWANCE_UBATCHES, n_ub)
-    value = max(t[r][u][c] for cells, t in tables for u in ubs for c in _neighbours(cells, n_kv))
+    value = max(
+        t[r][u][c]
+        for cells, t in tables
+        for u in ubs
+        for c in ((0,) if smallest_cache else _neighbours(cells, n_kv))
+    )
     # Beyond the largest cache measured a positive allowance (a mask kept below the logits) grows with
     # the cache; a negative one (a modelled term measured high) does not.
     return value * n_kv / ALLOWANCE_CELLS[-1] if value > 0 and n_kv > ALLOWANCE_CELLS[-1] else float(value)
@@ -203,9 +211,27 @@ def allowance_bytes(arch: Architecture, settings: Settings, n_kv: int) -> int:
     window = arch.uses_swa and not settings.swa_full
     few = settings.n_outputs_max < n_ub
     quantized = is_quantized(cache_type(settings.cache_type_k))
+    # MiniMax-M3 with a unified cache over several sequences attends densely (flash attention on, one
+    # stream), as no measured row does beyond the smallest cache, where sparse attention's terms are a
+    # few MiB: the allowance measured there stands for the dense graph's, without its negative
+    # corrections (they were up to 3% too deep at 32k-128k cells on dry runs).
+    if is_msa(arch) and settings.flash_attn and not msa_runs(arch, settings):
+        value = allowance_per_token(arch, n_kv, n_ub, True, streams, window, few, quantized, smallest_cache=True)
+        return int(n_ub * F32 * max(value, 0.0))
     return int(
         n_ub * F32 * allowance_per_token(arch, n_kv, n_ub, settings.flash_attn, streams, window, few, quantized)
     )
+
+
+def is_msa(arch: Architecture) -> bool:
+    """MiniMax sparse attention (MiniMax-M3): an indexer that ranks blocks of positions."""
+    return arch.indexer is not None and arch.indexer.block_size is not None
+
+
+def msa_runs(arch: Architecture, settings: Settings) -> bool:
+    """Whether MiniMax sparse attention runs: only with flash attention and a stream per sequence
+    (msa_enabled in llama_model_minimax_m3::graph); otherwise its layers attend densely."""
+    return is_msa(arch) and settings.flash_attn and (settings.parallel_sequences == 1 or not settings.kv_unified)
 
 
 # Floats per ubatch token added to the modelled peak. Where the last hidden state and the logits land
@@ -254,3 +280,21 @@ def mla_parts(
         trunk = arch.n_layer - arch.n_nextn_layers
         layer += n_ub * F32 * (mla.q_lora_rank + trunk * min(ix.top_k, n_kv)) + n_ub * n_kv * 2
     return p_out, layer
+
+
+def msa_layer_bytes(arch: Architecture, n_ub: int, n_kv: int, streams: int) -> int:
+    """A MiniMax sparse attention layer's peak with flash attention (``llama_model_minimax_m3::graph``,
+    batch path, one stream at a time), bytes. Per cell and token: the block mask expanded to cells for
+    every indexer head (``ggml_get_rows`` of the block mask, F32) beside its contiguous transpose (F32),
+    with the f32 copy of the attention mask (``msa_mf``) and the f16 mask itself over every stream; per
+    cell and stream the cell -> block map (I32); per token the residual, the normed input and the
+    projected K/V rows (three embedding rows) and the query twice (Q and its normed, roped copy). Exact
+    to a few hundred floats per token on dry runs of two minimax-m3 shapes at 16k-256k cells, one to four
+    streams, ubatch 128-2048; the rest (where the allocator's holes put the block tensors) is the
+    measured allowance's part."""
+    ix = arch.indexer
+    assert ix is not None
+    n_tps = n_ub // max(1, streams)
+    q_width = arch.max_heads() * arch.head_dim_k_eff
+    per_cell = n_tps * ix.n_head * 2 * F32 + n_ub * (F32 + 2) + streams * 4
+    return n_kv * per_cell + n_ub * F32 * (3 * arch.n_embd + 2 * q_width)

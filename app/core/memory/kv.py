@@ -136,7 +136,7 @@ def _kv_caches(arch: Architecture, settings: Settings) -> list[tuple[KVCacheDeta
 
     swa_layers = [i for i in layers if arch.is_swa_layer(i)]
     if not swa_layers:
-        return [build("full", layers, cells), *_indexer_cache(arch, cells, streams, type_k)]
+        return [build("full", layers, cells), *_indexer_cache(arch, cells, streams, type_k, type_v)]
     full_layers = [i for i in layers if not arch.is_swa_layer(i)]
     assert arch.sliding_window is not None
     n_seq = settings.parallel_sequences
@@ -152,18 +152,32 @@ def _kv_caches(arch: Architecture, settings: Settings) -> list[tuple[KVCacheDeta
 
 
 def _indexer_cache(
-    arch: Architecture, cells: int, streams: int, type_k: GGMLType
+    arch: Architecture, cells: int, streams: int, type_k: GGMLType, type_v: GGMLType
 ) -> list[tuple[KVCacheDetail, list[int]]]:
     """DeepSeek sparse attention's indexer key cache: one key of indexer.head_dim per token and layer, in
     the K cache type, no V, on the trunk layers that own an indexer (llama_kv_cache_dsa's kv_lid, built
-    with one KV head of indexer_head_size; filter_lid in llama_model::create_memory)."""
+    with one KV head of indexer_head_size; filter_lid in llama_model::create_memory).
+
+    MiniMax sparse attention's (MiniMax-M3) is a whole second llama_kv_cache over the layers after the
+    dense lead (filter_idx in llama_model::create_memory): the model's hyper-parameters with one KV head
+    and a key of indexer.head_dim, so beside each indexer key it holds a one-head value of the model's
+    value width, in the V cache type (llama_kv_cache_msa's constructor; the model is not MLA, so the
+    cache has V)."""
     ix = arch.indexer
     if ix is None:
         return []
-    trunk = arch.n_layer - arch.n_nextn_layers
-    group = [i for i in range(trunk) if ix.full_layers is None or i in ix.full_layers]
+    if ix.block_size is not None:
+        lead = arch.moe.n_dense_lead_layers if arch.moe is not None else 0
+        group = list(range(lead, arch.n_layer - arch.n_nextn_layers))
+        v_bytes = row_bytes(type_v, arch.head_dim_v_eff) * cells * streams * len(group)
+    else:
+        trunk = arch.n_layer - arch.n_nextn_layers
+        group = [i for i in range(trunk) if ix.full_layers is None or i in ix.full_layers]
+        v_bytes = 0
     k_bytes = row_bytes(type_k, ix.head_dim) * cells * streams * len(group)
-    detail = KVCacheDetail(kind="indexer", cells=cells, streams=streams, layers=len(group), k_bytes=k_bytes, v_bytes=0)
+    detail = KVCacheDetail(
+        kind="indexer", cells=cells, streams=streams, layers=len(group), k_bytes=k_bytes, v_bytes=v_bytes
+    )
     return [(detail, group)]
 
 

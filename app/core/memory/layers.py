@@ -19,8 +19,38 @@ _EXPERT_TENSOR = re.compile(r"\.ffn_(up|down|gate_up|gate)_(ch|)exps\.")
 
 # Tensors of a NextN/MTP layer that llama.cpp loads even while load_mtp is off, because their
 # create_tensor call does not pass the layer's skip flag (the expert selection bias in
-# llama_model_deepseek32 / llama_model_glm_dsa::load_arch_tensors).
-_LOADED_IN_NEXTN = {"deepseek32": (".exp_probs_b.bias",), "glm-dsa": (".exp_probs_b.bias",)}
+# llama_model_deepseek32 / llama_model_glm_dsa::load_arch_tensors; HY V3's and Step 3.5's whole
+# feed-forward block and shared head, created TENSOR_NOT_REQUIRED only, with Step 3.5's q/k norms and
+# output gate: llama_model_hy_v3 / llama_model_step35::load_arch_tensors).
+_FFN_AND_HEAD = (
+    ".ffn_gate.weight",
+    ".ffn_down.weight",
+    ".ffn_up.weight",
+    ".ffn_gate_inp.weight",
+    ".ffn_gate_exps.weight",
+    ".ffn_down_exps.weight",
+    ".ffn_up_exps.weight",
+    ".ffn_gate_up_exps.weight",
+    ".ffn_gate_shexp.weight",
+    ".ffn_down_shexp.weight",
+    ".ffn_up_shexp.weight",
+    ".nextn.embed_tokens.weight",
+    ".nextn.shared_head_head.weight",
+    ".nextn.shared_head_norm.weight",
+)
+_LOADED_IN_NEXTN = {
+    "deepseek32": (".exp_probs_b.bias",),
+    "glm-dsa": (".exp_probs_b.bias",),
+    "hy_v3": (*_FFN_AND_HEAD, ".exp_probs_b"),
+    "step35": (
+        *_FFN_AND_HEAD,
+        ".exp_probs_b.bias",
+        ".attn_q_norm.weight",
+        ".attn_k_norm.weight",
+        ".attn_gate.weight",
+        "rope_freqs.weight",
+    ),
+}
 
 
 def is_expert_tensor(name: str) -> bool:

@@ -229,7 +229,8 @@ class DeviceBreakdown(Frozen):
 
 class KVCacheDetail(Frozen):
     """One llama.cpp KV cache: sliding-window models have a full and a sliding-window one, sparse-attention
-    models (DeepSeek-V3.2, GLM-5) a K-only cache of indexer keys beside the main one."""
+    models (DeepSeek-V3.2, GLM-5) a K-only cache of indexer keys beside the main one (MiniMax-M3: indexer
+    keys with a one-head value each)."""
 
     kind: Literal["full", "swa", "indexer"]
     cells: int

@@ -73,7 +73,8 @@ class MLASpec(Frozen):
 
 class IndexerSpec(Frozen):
     """DeepSeek sparse attention's lightning indexer (DeepSeek-V3.2, GLM-5): a small attention that picks
-    the top-k cached tokens each query attends to, with its own per-token key cache."""
+    the top-k cached tokens each query attends to, with its own per-token key cache; or MiniMax sparse
+    attention's (MiniMax-M3), which picks blocks of positions with one indexer head per KV head."""
 
     n_head: int = Field(ge=1, description="indexer heads (index_n_heads)")
     head_dim: int = Field(ge=1, description="indexer key width per head (index_head_dim)")
@@ -83,6 +84,14 @@ class IndexerSpec(Frozen):
         description="layers with their own indexer and indexer cache (GLM-5: the others reuse the previous "
         "full layer's choice); None: every attention layer",
     )
+    block_size: int | None = Field(
+        default=None,
+        ge=1,
+        description="MiniMax sparse attention (MiniMax-M3): the indexer ranks blocks of this many positions and "
+        "top_k counts blocks; its cache holds a key and a one-head value per token on the layers after the "
+        "dense lead. None: DeepSeek's per-token indexer",
+    )
+    local_blocks: int = Field(default=0, ge=0, description="MiniMax sparse attention: recent blocks always kept")
 
 
 class SSMSpec(Frozen):

@@ -57,6 +57,10 @@ PROVEN: dict[str, str] = {
     "laguna": "Laguna XS.2: per-layer heads, full attention first in each period of 4, gated output",
     "gemma3n": "Gemma 3n: AltUp streams, LAuReL, per-layer inputs, KV cache on the first 20 layers only",
     "apertus": "Apertus: Llama attention with per-head q/k norms, an ungated xIELU MLP",
+    "mistral4": "Mistral Small 4: DeepSeek's latent attention, experts with gate and up in one tensor, shared experts",
+    "minimax-m3": "MiniMax-M3: sparse attention's block indexer and its key/value cache, experts with shared experts",
+    "step35": "Step 3.5: window layers with their own heads, gated heads, experts and a shared expert, MTP blocks",
+    "hy_v3": "HY V3: dense lead layers, experts with a shared expert, an MTP block whose experts stay loaded",
 }
 
 Status = Literal["exact", "approximate", "unknown"]

@@ -232,30 +232,35 @@ def _first_tensor(tensors: tuple[TensorInfo, ...], *suffixes: str) -> TensorInfo
     return None
 
 
-def _swa_pattern(meta: _Meta, n_layer: int) -> int | None:
-    """attention.sliding_window_pattern in the project's terms (1 = every layer SWA)."""
+def _swa_pattern(meta: _Meta, n_layer: int) -> tuple[int | None, bool]:
+    """attention.sliding_window_pattern in the project's terms (1 = every layer SWA), and whether its
+    period starts with the full-attention layer. A per-layer list is read over the trunk layers only
+    (a NextN layer holds no cache in the main context, and Step-3.5's converter pads the MTP layers'
+    entries with full attention), in the architecture's own convention first, then the other."""
     key = meta.key("attention.sliding_window_pattern")
+    preferred = meta.arch in ARCH_SWA_DENSE_FIRST
     if key not in meta.md:
-        return ARCH_SWA_PATTERN.get(meta.arch)
+        return ARCH_SWA_PATTERN.get(meta.arch), preferred
     value = meta.md[key]
     if isinstance(value, bool):
         value = [value] * n_layer
     if isinstance(value, int):
         # llama.cpp: layer il is SWA when n == 0 or il % n < n - 1 (so 0 = all, 1 = none)
         if value == 0:
-            return 1
-        return None if value == 1 else value
+            return 1, preferred
+        return (None if value == 1 else value), preferred
     if isinstance(value, list) and len(value) == n_layer:
-        flags = [bool(v) for v in value]
+        trunk = n_layer - _nextn_layers(meta, n_layer)
+        flags = [bool(v) for v in value[:trunk]]
         if all(flags):
-            return 1
+            return 1, preferred
         if not any(flags):
-            return None
-        dense_first = meta.arch in ARCH_SWA_DENSE_FIRST
-        for n in range(2, n_layer + 1):
-            if all(flags[i] == ((i % n != 0) if dense_first else (i % n < n - 1)) for i in range(n_layer)):
-                return n
-        return None  # a layout the model cannot express: count every layer as full attention
+            return None, preferred
+        for dense_first in (preferred, not preferred):
+            for n in range(2, trunk + 1):
+                if all(flags[i] == ((i % n != 0) if dense_first else (i % n < n - 1)) for i in range(trunk)):
+                    return n, dense_first
+        return None, preferred  # a layout the model cannot express: count every layer as full attention
     raise ModelFileError(f"{meta.shown}: '{key}' is {value!r}, which FitScope cannot interpret.")
 
 
@@ -324,7 +329,7 @@ def architecture_from_metadata(
         # Chunked attention of 8192 tokens unless the file says 0, whatever window it gives
         # (llama_model_llama4::load_arch_hparams).
         sliding_window = 8192
-    pattern = _swa_pattern(m, n_layer) if sliding_window else None
+    pattern, dense_first = _swa_pattern(m, n_layer) if sliding_window else (None, False)
 
     moe = None
     if is_moe:
@@ -355,10 +360,10 @@ def architecture_from_metadata(
             expert_ff=expert_ff,
             n_shared_expert=n_shared,
             shared_expert_ff=shared_ff if n_shared else None,
-            n_dense_lead_layers=m.get("leading_dense_block_count", 0),
+            n_dense_lead_layers=m.get("leading_dense_block_count", _routerless_lead(arch, n_layer, names)),
             layer_step=max(1, m.get("interleave_moe_layer_step", 1)) if arch == "llama4" else 1,
             latent_size=m.maybe("moe_latent_size") or None,
-            selection_bias=any(n.endswith(".exp_probs_b.bias") for n in names),
+            selection_bias=any(n.endswith((".exp_probs_b.bias", ".exp_probs_b")) for n in names),
         )
 
     mla = None
@@ -465,7 +470,7 @@ def architecture_from_metadata(
         full_attention_k_is_v=k_is_v,
         n_kv_shared_layers=n_kv_shared,
         n_embd_per_layer=n_embd_per_layer,
-        swa_dense_first=arch in ARCH_SWA_DENSE_FIRST and pattern is not None,
+        swa_dense_first=dense_first and pattern is not None,
         indexer=indexer,
         n_ff=n_ff,
         n_vocab=n_vocab,
@@ -485,9 +490,23 @@ def architecture_from_metadata(
     )
 
 
+# Architectures whose graph runs a layer's experts where its file has a router (ffn_gate_inp) and a dense
+# FFN elsewhere, whatever the metadata says (llama_model_hy_v3 / llama_model_step35::graph); HY V3's
+# converter writes no leading_dense_block_count.
+ROUTER_BY_TENSOR = frozenset({"hy_v3", "step35"})
+
+
+def _routerless_lead(arch: str, n_layer: int, names: set[str]) -> int:
+    """The leading layers without a router, for ROUTER_BY_TENSOR architectures (0 for the others)."""
+    if arch not in ROUTER_BY_TENSOR:
+        return 0
+    return next((i for i in range(n_layer) if f"blk.{i}.ffn_gate_inp.weight" in names), n_layer)
+
+
 def _indexer(m: _Meta, n_layer: int, n_ctx_train: int) -> IndexerSpec | None:
     """DeepSeek sparse attention's indexer (attention.indexer.*), with the layers that own one
-    (attention.indexer.types; GLM-5.2's default layout for glm-dsa files without it)."""
+    (attention.indexer.types; GLM-5.2's default layout for glm-dsa files without it), or MiniMax
+    sparse attention's with its block size."""
     if not m.has("attention.indexer.head_count"):
         return None
     trunk = n_layer - _nextn_layers(m, n_layer)
@@ -502,6 +521,9 @@ def _indexer(m: _Meta, n_layer: int, n_ctx_train: int) -> IndexerSpec | None:
         head_dim=m.req("attention.indexer.key_length"),
         top_k=m.req("attention.indexer.top_k"),
         full_layers=full,
+        # MiniMax sparse attention ranks blocks of positions (llama_model_minimax_m3::load_arch_hparams).
+        block_size=m.maybe("attention.indexer.block_size") or None,
+        local_blocks=m.get("attention.indexer.local_blocks", 0),
     )
 
 

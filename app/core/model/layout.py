@@ -35,6 +35,7 @@ SUPPORTED_ARCHS: tuple[str, ...] = (
     "gemma3",
     "phi3",
     "deepseek2",
+    "mistral4",
     "gpt-oss",
     "mamba",
     "mistral3",

@@ -13,9 +13,14 @@ from dataclasses import dataclass
 from app.core.model.architecture import Architecture
 
 # Architectures whose routed experts carry a selection bias (``exp_probs_b``): llama.cpp requires it
-# for MiniMax-M2 (src/models/minimax-m2.cpp load_arch_tensors); ERNIE 4.5's and GLM's converters
-# write it from ``e_score_correction_bias``.
-EXPERT_BIAS = ("minimax-m2", "ernie4_5-moe", "glm4moe")
+# for MiniMax-M2 and M3 (src/models/minimax-m2.cpp, minimax-m3.cpp load_arch_tensors); ERNIE 4.5's
+# and GLM's converters write it from ``e_score_correction_bias``.
+EXPERT_BIAS = ("minimax-m2", "minimax-m3", "ernie4_5-moe", "glm4moe")
+
+# Architectures whose converter writes the routed experts' gate and up as one stacked tensor
+# (``ffn_gate_up_exps``): Mistral 4's checkpoint stores them fused and Mistral4Model keeps them so
+# (conversion/mistral3.py, merge_expert = False); llama.cpp takes either (create_tensor_gate_up_exps).
+FUSED_GATE_UP = ("mistral4",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +119,8 @@ def routed_experts(arch: Architecture, p: str, gate: bool = True) -> list[Tensor
     e = arch.n_embd
     n, ff = moe.n_expert, moe.expert_ff
     out = [TensorShape(p + "ffn_gate_inp.weight", (e, n), keep_f32=True)]
+    if gate and arch.arch in FUSED_GATE_UP:
+        return out + [mat(p + "ffn_gate_up_exps.weight", e, 2 * ff, n), mat(p + "ffn_down_exps.weight", ff, e, n)]
     if gate:
         out.append(mat(p + "ffn_gate_exps.weight", e, ff, n))
     out += [mat(p + "ffn_down_exps.weight", ff, e, n), mat(p + "ffn_up_exps.weight", e, ff, n)]

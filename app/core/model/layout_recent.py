@@ -1,6 +1,8 @@
 """Tensor layouts of the 2025-2026 families with their own block structure: Gemma 4 (sliding and
 full attention of different head widths, a dense MLP beside the experts, per-layer embeddings on the
-E sizes), Gemma 3n (AltUp streams, LAuReL, per-layer embeddings), each following
+E sizes), Gemma 3n (AltUp streams, LAuReL, per-layer embeddings), MiniMax-M3 (experts with the
+sparse-attention indexer's projections), HY V3 and Step 3.5 (experts with a shared expert and whole
+decoder layers as multi-token-prediction blocks), each following
 ``load_arch_tensors`` in src/models/*.cpp of the vendored llama.cpp."""
 
 from __future__ import annotations
@@ -8,7 +10,17 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from app.core.model.architecture import GEMMA3N_ALTUP, GEMMA3N_LAUREL_RANK, Architecture
-from app.core.model.layout_parts import TensorShape, attention, dense_ffn, ffn, mat, mla_attention, nextn_head, vec
+from app.core.model.layout_parts import (
+    TensorShape,
+    attention,
+    dense_ffn,
+    ffn,
+    mat,
+    mla_attention,
+    nextn_head,
+    routed_experts,
+    vec,
+)
 
 
 def _per_layer_embedding(arch: Architecture) -> list[TensorShape]:
@@ -166,8 +178,76 @@ def _laguna_block(arch: Architecture, i: int) -> list[TensorShape]:
     ]
 
 
+def _minimax_m3_block(arch: Architecture, i: int) -> list[TensorShape]:
+    """MiniMax-M3: grouped-query attention with per-head q/k norms, a dense FFN on the leading layers,
+    then experts with a selection bias and shared experts, and the sparse-attention indexer's q/k
+    projections and norms (kept F32: the converter forces them and llama.cpp's quantizer leaves them,
+    llama_tensor_get_type) on the layers after the dense lead (llama_model_minimax_m3::load_arch_tensors)."""
+    p = f"blk.{i}."
+    e = arch.n_embd
+    ix = arch.indexer
+    assert ix is not None
+    out = [vec(p + "attn_norm.weight", e), *attention(arch, i, p), vec(p + "ffn_norm.weight", e), *ffn(arch, i, p)]
+    if arch.is_moe_layer(i):
+        out += [
+            TensorShape(p + "indexer.q_proj.weight", (e, ix.n_head * ix.head_dim), keep_f32=True),
+            TensorShape(p + "indexer.k_proj.weight", (e, ix.head_dim), keep_f32=True),
+            vec(p + "indexer.q_norm.weight", ix.head_dim),
+            vec(p + "indexer.k_norm.weight", ix.head_dim),
+        ]
+    return out
+
+
+def _hy_v3_block(arch: Architecture, i: int) -> list[TensorShape]:
+    """HY V3: grouped-query attention with per-head q/k norms, a dense FFN on the leading layers, then
+    sigmoid-routed experts with a selection bias (``exp_probs_b``, no suffix) and a shared expert; the
+    trailing multi-token-prediction block is a whole decoder layer with the NextN projections and its
+    final norm (llama_model_hy_v3::load_arch_tensors, HYV3Model.filter_tensors)."""
+    p = f"blk.{i}."
+    e = arch.n_embd
+    out = [vec(p + "attn_norm.weight", e), *attention(arch, i, p), vec(p + "ffn_norm.weight", e)]
+    moe = arch.moe
+    if moe is None or not arch.is_moe_layer(i):
+        out += dense_ffn(arch, i, p)
+    else:
+        sff = moe.shared_ff
+        out += [
+            *routed_experts(arch, p),
+            vec(p + "exp_probs_b", moe.n_expert),
+            mat(p + "ffn_gate_shexp.weight", e, sff),
+            mat(p + "ffn_down_shexp.weight", sff, e),
+            mat(p + "ffn_up_shexp.weight", e, sff),
+        ]
+    if arch.is_nextn_layer(i):
+        out += nextn_head(arch, p)
+    return out
+
+
+def _step35_block(arch: Architecture, i: int) -> list[TensorShape]:
+    """Step 3.5: attention with per-layer head counts (its sliding-window layers have their own), per-head
+    q/k norms and a per-head output gate, a dense FFN on the leading layers, then sigmoid-routed experts
+    with a selection bias and a shared expert; each trailing multi-token-prediction block is a whole
+    decoder layer with the NextN projections and its own shared head (llama_model_step35::load_arch_tensors,
+    Step35Model.filter_tensors)."""
+    p = f"blk.{i}."
+    e = arch.n_embd
+    out = [
+        vec(p + "attn_norm.weight", e),
+        *attention(arch, i, p),
+        mat(p + "attn_gate.weight", e, arch.heads(i)),
+        vec(p + "ffn_norm.weight", e),
+        *ffn(arch, i, p),
+    ]
+    if arch.is_nextn_layer(i):
+        out += [*nextn_head(arch, p), mat(p + "nextn.shared_head_head.weight", e, arch.n_vocab)]
+    return out
+
+
 BLOCKS: dict[str, Callable[[Architecture, int], list[TensorShape]]] = {
+    "hy_v3": _hy_v3_block,
+    "step35": _step35_block,
     "laguna": _laguna_block,
+    "minimax-m3": _minimax_m3_block,
     "gemma4": _gemma4_block,
     "gemma3n": _gemma3n_block,
     "deepseek32": _dsa_block,
