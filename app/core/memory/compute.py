@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from app.core.memory import backends
-from app.core.memory.graphs import MLA_ARCHS, allowance_bytes, mla_parts, msa_layer_bytes, msa_runs
+from app.core.memory.graphs import MLA_ARCHS, allowance_bytes, measured_at, mla_parts, msa_layer_bytes, msa_runs
 from app.core.memory.kv import cache_type, context_cells, kv_widths, memo_per_arch, pad_to
 from app.core.memory.layers import TensorTotals
 from app.core.memory.records import KVCacheDetail, Settings
@@ -46,7 +46,14 @@ def compute_parts(arch: Architecture, settings: Settings, kv_cells: int, swa_cel
     # A negative allowance (the modelled layers' peak measured high, as with llama-server's few
     # logits on MoE graphs) corrects the layers only: the larger part plus it is still at or above
     # llama.cpp wherever it was measured.
-    return p_out + max(extra, 0), p_layers + extra
+    out = p_out + max(extra, 0)
+    n_ub = min(settings.effective_ubatch, pad_to(settings.context_tokens, 256))
+    if settings.n_outputs_max >= n_ub and not measured_at(arch, kv_cells):
+        # Logits for the whole ubatch at a cache size between two measured ones: ggml may place them
+        # above holes neither measured size had (Gemma 4 31B at 110,000 tokens needs 21% more than the
+        # allowance of 65,536 or 131,072 cells gives), so they are taken above the layers' whole peak.
+        out = max(out, p_layers + n_ub * arch.n_vocab * 4)
+    return out, p_layers + extra
 
 
 def _modelled_parts(

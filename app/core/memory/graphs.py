@@ -168,6 +168,14 @@ def _neighbours(grid: tuple[int, ...], n: int) -> tuple[int, ...]:
     return (len(grid) - 1,)
 
 
+def measured_at(arch: Architecture, n_kv: int) -> bool:
+    """Whether ``arch``'s allowance was measured at ``n_kv`` cells (or beyond the grid, where it scales):
+    its own sizes where its model was measured, else ALLOWANCE_CELLS."""
+    tables = measured_tables(arch)
+    cells = set(ALLOWANCE_CELLS).union(*(m.cells for m in tables))
+    return n_kv in cells or n_kv <= ALLOWANCE_CELLS[0] or n_kv >= ALLOWANCE_CELLS[-1]
+
+
 def allowance_per_token(
     arch: Architecture,
     n_kv: int,
