@@ -81,20 +81,11 @@ def _pixtral(add: Add, s: VisionShape) -> None:
     add("v.token_embd.img_break", F32, s.n_embd_text)
 
 
-def _qwen3vl(add: Add, s: VisionShape) -> None:
-    """Qwen3-VL and Qwen3.5 / Qwen3.6 (``Qwen3VLVisionModel``, conversion/qwen3vl.py): the Conv3D patch
-    embedding split into two F16 Conv2D kernels (``v.patch_embd.weight`` and ``.weight.1``, the
-    second kept F16 by the patch-embedding rule although its name does not end in ``.weight``) with
-    one bias; learned position embeddings over ``num_position_embeddings`` (F32); fused QKV and every
-    linear with a bias; the merger's norm as ``v.post_ln`` and its two linears as ``mm.0`` / ``mm.2``
-    over ``n_merge``^2 merged patches. Deepstack mergers (Qwen3-VL only; Qwen3.5's
-    ``deepstack_visual_indexes`` is empty) are not written here."""
-    e, p, n_pos = s.n_embd, s.patch_size, (s.image_size // s.patch_size) ** 2
-    merged = e * s.n_merge * s.n_merge
-    add("v.patch_embd.weight", F16, p, p, 3, e)
-    add("v.patch_embd.weight.1", F16, p, p, 3, e)
-    add("v.patch_embd.bias", F32, e)
-    add("v.position_embd.weight", F32, e, n_pos)
+def _biased_vit_layers(add: Add, s: VisionShape) -> None:
+    """The ViT layers Qwen3-VL's and MoonViT's converters write alike: fused QKV, the output projection,
+    two LayerNorms and a two-matrix feed-forward, every one with a bias, then the final LayerNorm as
+    ``v.post_ln``."""
+    e = s.n_embd
     for il in range(s.n_layer):
         add(f"v.blk.{il}.attn_qkv.weight", F16, e, 3 * e)
         add(f"v.blk.{il}.attn_qkv.bias", F32, 3 * e)
@@ -109,6 +100,23 @@ def _qwen3vl(add: Add, s: VisionShape) -> None:
         add(f"v.blk.{il}.ffn_down.bias", F32, e)
     add("v.post_ln.weight", F32, e)
     add("v.post_ln.bias", F32, e)
+
+
+def _qwen3vl(add: Add, s: VisionShape) -> None:
+    """Qwen3-VL and Qwen3.5 / Qwen3.6 (``Qwen3VLVisionModel``, conversion/qwen3vl.py): the Conv3D patch
+    embedding split into two F16 Conv2D kernels (``v.patch_embd.weight`` and ``.weight.1``, the
+    second kept F16 by the patch-embedding rule although its name does not end in ``.weight``) with
+    one bias; learned position embeddings over ``num_position_embeddings`` (F32); fused QKV and every
+    linear with a bias; the merger's norm as ``v.post_ln`` and its two linears as ``mm.0`` / ``mm.2``
+    over ``n_merge``^2 merged patches. Deepstack mergers (Qwen3-VL only; Qwen3.5's
+    ``deepstack_visual_indexes`` is empty) are not written here."""
+    e, p, n_pos = s.n_embd, s.patch_size, (s.image_size // s.patch_size) ** 2
+    merged = e * s.n_merge * s.n_merge
+    add("v.patch_embd.weight", F16, p, p, 3, e)
+    add("v.patch_embd.weight.1", F16, p, p, 3, e)
+    add("v.patch_embd.bias", F32, e)
+    add("v.position_embd.weight", F32, e, n_pos)
+    _biased_vit_layers(add, s)
     add("mm.0.weight", F16, merged, merged)
     add("mm.0.bias", F32, merged)
     add("mm.2.weight", F16, merged, s.n_embd_text)
@@ -152,20 +160,7 @@ def _kimik25(add: Add, s: VisionShape) -> None:
     add("v.patch_embd.weight", F16, p, p, 3, e)
     add("v.patch_embd.bias", F32, e)
     add("v.position_embd.weight", F32, e, side, side)
-    for il in range(s.n_layer):
-        add(f"v.blk.{il}.attn_qkv.weight", F16, e, 3 * e)
-        add(f"v.blk.{il}.attn_qkv.bias", F32, 3 * e)
-        add(f"v.blk.{il}.attn_out.weight", F16, e, e)
-        add(f"v.blk.{il}.attn_out.bias", F32, e)
-        for norm in ("ln1", "ln2"):
-            add(f"v.blk.{il}.{norm}.weight", F32, e)
-            add(f"v.blk.{il}.{norm}.bias", F32, e)
-        add(f"v.blk.{il}.ffn_up.weight", F16, e, s.n_ff)
-        add(f"v.blk.{il}.ffn_up.bias", F32, s.n_ff)
-        add(f"v.blk.{il}.ffn_down.weight", F16, s.n_ff, e)
-        add(f"v.blk.{il}.ffn_down.bias", F32, e)
-    add("v.post_ln.weight", F32, e)
-    add("v.post_ln.bias", F32, e)
+    _biased_vit_layers(add, s)
     add("mm.input_norm.weight", F32, e)
     add("mm.input_norm.bias", F32, e)
     add("mm.1.weight", F16, merged, merged)
