@@ -111,6 +111,7 @@ def main() -> int:
         f"PCIe at {h.pcie_pinned:.2f} of the link (pinned, --no-mmap) and {h.pcie_pageable:.2f} (memory-mapped)."
     )
     if args.write:
+        bands = held_out_intervals(rows)  # one inner cross-validation for both tests
         model = {
             "source": "fitted by scripts/fit_speed.py on tests/data/llama_bench_gpu.json, llama_bench_apple_cpu.json "
             "and llama_bench_budget.json (published llama-bench results, each row with its source)",
@@ -119,8 +120,8 @@ def main() -> int:
             "prefill_half_tokens": g.half_tokens,
             "routing_exponent": g.routing_exponent,
             "fallback": GROUP_FALLBACK,
-            "decode_interval": held_out_intervals(rows, "tg"),
-            "prefill_interval": held_out_intervals(rows, "pp"),
+            "decode_interval": bands["tg"],
+            "prefill_interval": bands["pp"],
         }
         SPEED_MODEL_PATH.write_text(json.dumps(model, indent=2) + "\n", encoding="utf-8")
         print(f"\nwrote {SPEED_MODEL_PATH.relative_to(ROOT)}")

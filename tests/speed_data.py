@@ -1254,14 +1254,14 @@ def _predict_held(train: list[BenchRow], test_rows: list[BenchRow]) -> list[tupl
 
 
 def held_out_intervals(
-    rows: list[BenchRow], test: str, folds: int = FOLDS, by: str = "source"
-) -> dict[str, tuple[float, float]]:
-    """{"all": (low, high), "hybrid": (low, high)}: multipliers from residuals on rows the fit did not
-    see, the 10th and 90th percentiles of measured / predicted over a cross-validation of ``rows``
-    grouped ``by`` source or device; "hybrid" from the rows with weights in system memory alone.
+    rows: list[BenchRow], folds: int = FOLDS, by: str = "source"
+) -> dict[str, dict[str, tuple[float, float]]]:
+    """{"tg" | "pp": {"all": (low, high), "hybrid": (low, high)}}: multipliers from residuals on rows the
+    fit did not see, the 10th and 90th percentiles of measured / predicted over one cross-validation of
+    ``rows`` grouped ``by`` source or device; "hybrid" from the rows with weights in system memory alone.
     (Ranges per device group were tried and held fewer held-out results: Apple's tight residuals
     narrowed its range below what new chips do.)"""
-    return _intervals(_inner_held(rows, folds, by), by)[test]
+    return _intervals(_inner_held(rows, folds, by), by)
 
 
 def _inner_held(rows: list[BenchRow], folds: int, by: str) -> list[tuple[BenchRow, float]]:
@@ -1275,7 +1275,7 @@ def _inner_held(rows: list[BenchRow], folds: int, by: str) -> list[tuple[BenchRo
 
 
 def _intervals(held: list[tuple[BenchRow, float]], by: str) -> dict[str, dict[str, tuple[float, float]]]:
-    """``held_out_intervals`` for decode and prefill from one cross-validation's predictions."""
+    """``held_out_intervals`` from one cross-validation's predictions."""
     key = FOLD_KEYS[by]
     out: dict[str, dict[str, tuple[float, float]]] = {}
     for test in ("tg", "pp"):
@@ -1318,7 +1318,7 @@ def cross_validate(rows: list[BenchRow], by: str = "device") -> list[Held]:
     held: list[Held] = []
     for k, test_rows in enumerate(groups):
         train = [r for i, g in enumerate(groups) if i != k for r in g]
-        bands = _intervals(_inner_held(train, FOLDS, by), by)
+        bands = held_out_intervals(train, FOLDS, by)
         model = fit_model(train)
         for r, p in _predict_held(train, test_rows):
             lo, hi = bands[r.test]["hybrid" if r.group == "hybrid" else "all"]
