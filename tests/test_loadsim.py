@@ -244,10 +244,13 @@ def test_measured_batching_on_a_tiny_model_is_plausible_and_the_simulation_repro
     assert profile.parallel == (1, 2) and profile.llama_cpp_version == "0.3.36" and profile.n_threads == 1
     assert profile.prefill_tokens_per_s > 0 and profile.load_s > 0
     assert all(s > 0 for s in profile.decode_step_s.values())
-    # Two sequences in one decoding step give at least about as many tokens per second as one
-    # (measured here: 1.18-1.22x on one thread, 1.25-1.55x on two). How much more is a speed
-    # figure, checked by scripts/bench_load_model.py; here with room for a machine busy elsewhere.
-    assert profile.decode_tokens_per_s[2] > 0.9 * profile.decode_tokens_per_s[1]
+    # A step advancing two sequences costs more than one advancing one, and less than three times as
+    # much. Whether it gives more tokens per second is a property of the CPU, not of the probe: this
+    # model measured 1.14-1.22x here on one thread and 0.89x on another machine; q8_0 and f16 models
+    # of 512 wide measured 0.6-0.75x here. scripts/bench_load_model.py prints the figure.
+    steps = profile.decode_step_s
+    assert 0.9 * steps[1] < steps[2] < 3 * steps[1]
+    assert profile.decode_tokens_per_s[2] == pytest.approx(2 / steps[2])
     assert len(profile.runs) == 6
     for run in profile.runs:
         assert len(run.ttft_s) == len(run.e2e_s) == run.parallel

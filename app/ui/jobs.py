@@ -173,7 +173,9 @@ class JobRunner(QObject):
 
     def _notify(self, job_id: int, _future: Future) -> None:
         """Called on the worker's thread: hand the job id over to the GUI thread."""
-        self._completed.emit(job_id)
+        # A job that outlives its window (closed without waiting) has nobody left to tell.
+        with contextlib.suppress(RuntimeError):
+            self._completed.emit(job_id)
 
     def _drain(self) -> None:
         while True:
