@@ -228,6 +228,10 @@ def test_keep_unsaved_writes_a_readable_file(tmp_path, monkeypatch):
     assert payload["reason"] == "disk full" and payload["result"]["settings"]["gguf_path"]
 
 
+def _sigint_as_from_a_terminal() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.llamacpp
 def test_sigint_to_fitscope_run_ends_it_and_its_child(tmp_path, demo_gguf):
     # (3) SIGINT to the parent alone deadlocked: the child blocked on a full pipe.
@@ -238,6 +242,9 @@ def test_sigint_to_fitscope_run_ends_it_and_its_child(tmp_path, demo_gguf):
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        # As started from a terminal: a test run started in the background by a shell without job
+        # control inherits SIGINT ignored, and so would the run, which Ctrl+C then cannot reach.
+        preexec_fn=_sigint_as_from_a_terminal,
     )
     try:
         parent = psutil.Process(proc.pid)
@@ -309,13 +316,14 @@ def test_a_run_whose_model_file_is_deleted_meanwhile_still_reports(tmp_path):
 def test_an_interrupt_after_the_last_token_waits_until_the_run_is_saved():
     # SIGINT or SIGTERM while a finished run is being reported: the report and the save finish first.
     done = []
+    before = signal.getsignal(signal.SIGINT)  # Python's handler, or ignored when started in the background
     with pytest.raises(KeyboardInterrupt), cli._signals_deferred():
         os.kill(os.getpid(), signal.SIGTERM)
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(0.05)
         done.append("saved")
     assert done == ["saved"]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is before
 
 
 def test_sigterm_closes_the_window_and_leaves_no_process(tmp_path, demo_gguf):
