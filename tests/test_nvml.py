@@ -459,7 +459,8 @@ def test_pcie_link_is_what_card_and_slot_allow_not_the_idle_step_down():
     assert (gpu.pcie_gen_current, gpu.pcie_gen_max, gpu.pcie_width_max) == (1, 4, 16)
     assert gpu.pcie_link == (4, 16)
     target = target_from_gpu(gpu)
-    assert (target.pcie_gen, target.pcie_lanes) == (4, 16)
+    # Read from the driver: the slot is known, and a hybrid prefill range need not allow for a narrower one.
+    assert (target.pcie_gen, target.pcie_lanes, target.pcie_stated) == (4, 16, True)
     narrow = replace(rtx_4090(), pcie_current=(3, 4), pcie_max=(3, 4))
     assert NvmlMonitor(api=FakeNvml([narrow])).status().gpus[0].pcie_link == (3, 4)
     unsupported = FakeNvml(

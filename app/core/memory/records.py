@@ -163,6 +163,11 @@ class Target(Frozen):
     overhead_bytes: int | None = Field(default=None, ge=0, description="None: the documented default")
     pcie_gen: int | None = Field(default=None, ge=1, le=6, description="a GPU's link to the host: PCIe generation")
     pcie_lanes: int | None = Field(default=None, ge=1, le=32, description="a GPU's link to the host: lanes")
+    pcie_stated: bool = Field(
+        default=False,
+        description="the link was reported by the driver or set by the user; otherwise it is the card's as sold, "
+        "and the board's slot may give it fewer lanes or an older generation",
+    )
     cpu_cores: int | None = Field(
         default=None,
         ge=1,

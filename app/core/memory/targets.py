@@ -31,6 +31,7 @@ def target_from_device(device: DeviceSpec, pcie: tuple[int, int] | None = None) 
         efficiency_class=cls,  # type: ignore[arg-type]
         pcie_gen=link[0] if link else None,
         pcie_lanes=link[1] if link else None,
+        pcie_stated=pcie is not None,
     )
 
 
@@ -51,6 +52,7 @@ def target_from_gpu(gpu: GpuSnapshot, fallback: DeviceSpec | None = None, backen
         efficiency_class=gpu.vendor,
         pcie_gen=link[0] if link else None,
         pcie_lanes=link[1] if link else None,
+        pcie_stated=gpu.pcie_link is not None,
     )
 
 

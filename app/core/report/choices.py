@@ -281,7 +281,9 @@ def resolve_targets(choice: HardwareChoice, machine: Machine, backend: str = "au
         ram = max(0, ram - sum(g.taken_from_ram_bytes(backend) for g in machine.gpus))
         link = _link(choice)
         if link:
-            gpus = [g.model_copy(update={"pcie_gen": link[0], "pcie_lanes": link[1]}) for g in gpus]
+            gpus = [
+                g.model_copy(update={"pcie_gen": link[0], "pcie_lanes": link[1], "pcie_stated": True}) for g in gpus
+            ]
         return [*gpus, host_ram_target(ram, host.measured_read_bandwidth_gb_s if host else None, host=host)]
     device = find_device(choice.device_id or "")
     base = target_from_device(device, _link(choice))

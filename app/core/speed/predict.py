@@ -362,11 +362,11 @@ def estimate_speed(
     # The range of the device doing most of the work.
     (d_lo, d_hi), (p_lo, p_hi), _ = max(bands, key=lambda b: b[2]) if bands else ((1.0, 1.0), (1.0, 1.0), 0)
     ubatch_s = n_ub * flops_per_token * prefill_s_per_flop + read_s
-    copy_s = 0.0
+    copy_s = slow_copy_s = 0.0
     if where.hybrid and offloaded and gpu0 is not None:
         gen, lanes = (gpu0.pcie_gen, gpu0.pcie_lanes) if gpu0.pcie_gen and gpu0.pcie_lanes else DEFAULT_PCIE
         pinned = not settings.mmap
-        copy_s = offload_copy_seconds(where.copy_bytes, pcie_gb_s(gen, lanes), pinned, h)
+        copy_s = slow_copy_s = offload_copy_seconds(where.copy_bytes, pcie_gb_s(gen, lanes), pinned, h)
         assumptions.append(
             f"Prompt: the CPU-held weights' matrix products run on {gpu0.name}, which copies "
             f"{where.copy_bytes / 1e9:.1f} GB of them per ubatch of {n_ub} tokens over {pcie_label(gen, lanes)} "
@@ -374,8 +374,19 @@ def estimate_speed(
             + ("pinned memory with --no-mmap" if pinned else "memory-mapped pages; --no-mmap pins them")
             + "): a larger -ub copies them fewer times."
         )
-    rate = n_ub / (ubatch_s + copy_s) if (ubatch_s + copy_s) > 0 and bands else 0.0
-    prefill = Range(rate * p_lo, rate * p_hi)
+        if not gpu0.pcie_stated and lanes > 1:
+            # The card's link as sold; the board may give it half (a second slot wired x8, or a board
+            # one generation older): the low end copies at that, as the fit judges hosts it is not told.
+            slow_copy_s = offload_copy_seconds(where.copy_bytes, pcie_gb_s(gen, lanes // 2), pinned, h)
+            assumptions.append(
+                f"The slot's link is not known: the low end of the prefill range copies over "
+                f"{pcie_label(gen, lanes // 2)} (a slot wired x{lanes // 2}, or a board one PCIe generation older); "
+                "setting the PCIe link narrows it."
+            )
+    busy = ubatch_s + copy_s
+    rate = n_ub / busy if busy > 0 and bands else 0.0
+    slow_rate = n_ub / (ubatch_s + slow_copy_s) if busy > 0 and bands else 0.0
+    prefill = Range(slow_rate * p_lo, rate * p_hi)
     if prefill.high and decode.high:
         # Prefill can never be slower per token than decoding the same tokens one by one.
         prefill = Range(max(prefill.low, decode.low), max(prefill.high, decode.high))
