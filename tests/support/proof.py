@@ -30,7 +30,12 @@ OVER_FRACTION = 0.05  # an estimate may exceed llama.cpp by 5% or the tolerance,
 # larger neighbour's allowance says: label -> why. Such a case may be above llama.cpp by more than 5%,
 # never below it. None is left: LFM2 350M's trained 128,000 tokens, +17% when its allowance was
 # measured at 65,536 and 131,072 cells only, is now measured itself (fit_compute_allowance.model_cells).
-KNOWN_OVER: dict[str, str] = {}
+KNOWN_OVER: dict[str, str] = {
+    "gpt-oss-20b Q4_K_M c=12288 ub=512 fa np=3": "three sequences do not divide a ubatch of 512, so llama.cpp "
+    "reserves a graph of 513 tokens that no measurement covers; with llama-cpp-python's logits for the whole "
+    "ubatch these are taken above the layers' whole peak (llama.cpp needs 3% more than the 4-sequence "
+    "allowance gives): +13% on the compute buffer. With llama-server's logits the graph is exact.",
+}
 
 COMPONENTS = ("weights", "kv_cache", "recurrent_state", "compute", "output")
 
@@ -692,6 +697,11 @@ CASES: tuple[Case, ...] = (
     Case("llama-3.1-8b", context=131072, ubatch=2048),
     Case("llama-3.1-8b", context=512, ubatch=128, cache_k="q8_0", cache_v="q8_0"),
     Case("llama-3.1-8b", context=16384, parallel=4, cache_k="q4_0", cache_v="q4_0"),
+    # three sequences: llama.cpp rounds the reserved ubatch up to a multiple of them (513 tokens)
+    Case("llama-3.1-8b", context=24576, parallel=3, consumer="llama-server"),
+    Case("gemma-3-4b", context=12288, parallel=3, consumer="llama-server"),
+    Case("qwen3-30b-a3b", context=24576, parallel=3, consumer="llama-server"),
+    Case("gpt-oss-20b", context=12288, parallel=3),
     Case("llama-3.1-8b", context=4096, flash_attn=False, cache_k="q8_0"),
     Case("qwen2.5-7b", quant="Q8_0", context=32768),
     Case("qwen2.5-7b", context=16384, flash_attn=False, ubatch=2048),

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from app.core.memory import backends
 from app.core.memory.graphs import MLA_ARCHS, allowance_bytes, measured_at, mla_parts, msa_layer_bytes, msa_runs
-from app.core.memory.kv import cache_type, context_cells, kv_widths, memo_per_arch, pad_to
+from app.core.memory.kv import cache_type, context_cells, kv_widths, memo_per_arch
 from app.core.memory.layers import TensorTotals
 from app.core.memory.records import KVCacheDetail, Settings
 from app.core.model.architecture import GEMMA3N_ALTUP, Architecture
@@ -47,11 +47,14 @@ def compute_parts(arch: Architecture, settings: Settings, kv_cells: int, swa_cel
     # logits on MoE graphs) corrects the layers only: the larger part plus it is still at or above
     # llama.cpp wherever it was measured.
     out = p_out + max(extra, 0)
-    n_ub = min(settings.effective_ubatch, pad_to(settings.context_tokens, 256))
-    if settings.n_outputs_max >= n_ub and not measured_at(arch, kv_cells):
-        # Logits for the whole ubatch at a cache size between two measured ones: ggml may place them
-        # above holes neither measured size had (Gemma 4 31B at 110,000 tokens needs 21% more than the
-        # allowance of 65,536 or 131,072 cells gives), so they are taken above the layers' whole peak.
+    n_ub = settings.reserve_ubatch
+    off_grid = not measured_at(arch, kv_cells) or settings.graph_tokens != n_ub
+    if settings.n_outputs_max >= n_ub and off_grid:
+        # Logits for the whole ubatch at a cache size between two measured ones, or in a graph whose
+        # tokens were rounded up to the sequences (513 for -ub 512 -np 3, never measured): ggml may
+        # place them above holes no measured graph had (Gemma 4 31B at 110,000 tokens needs 21% more
+        # than the allowance of 65,536 or 131,072 cells gives; gpt-oss-20b with 3 sequences 3% more
+        # than that of 4), so they are taken above the layers' whole peak.
         out = max(out, p_layers + n_ub * arch.n_vocab * 4)
     return out, p_layers + extra
 
@@ -59,11 +62,10 @@ def compute_parts(arch: Architecture, settings: Settings, kv_cells: int, swa_cel
 def _modelled_parts(
     arch: Architecture, settings: Settings, kv_cells: int, swa_cells: int | None
 ) -> tuple[int, int]:
-    n_ctx_total = pad_to(settings.context_tokens, 256)
-    n_ub = min(settings.effective_ubatch, n_ctx_total)
+    n_ub = settings.graph_tokens
     # Logits are reserved for n_outputs_max rows only (llama_context::sched_reserve); the last
     # layer selects those rows (inp_out_ids) before the output norm and head.
-    n_out = min(n_ub, settings.n_outputs_max)
+    n_out = settings.graph_outputs
     e = arch.n_embd
     vocab = arch.n_vocab
     f32 = 4
@@ -275,8 +277,8 @@ def offload_peak(
     weight is copied into the buffer for its own split (ggml_backend_sched_split_graph), beside the
     product's input and output and the residual stream; with layers on the GPU, the attention
     masks' copies live there too."""
-    n_ub = min(settings.effective_ubatch, pad_to(settings.context_tokens, 256))
-    n_out = min(n_ub, settings.n_outputs_max)
+    n_ub = settings.graph_tokens
+    n_out = settings.graph_outputs
     f32 = 4
     n_used = arch.moe.n_expert_used if arch.moe is not None else 1
     n_layer = arch.n_layer
@@ -303,7 +305,7 @@ def host_attention_bytes(arch: Architecture, settings: Settings, n_kv: int) -> i
     """With layers left on the CPU, their attention runs there (its matrix products are offloaded,
     the attention itself has no weight): q and the attention output, or without flash attention
     the scores over the whole KV window."""
-    n_ub = min(settings.effective_ubatch, pad_to(settings.context_tokens, 256))
+    n_ub = settings.graph_tokens
     q_width = arch.max_heads() * arch.head_dim_k_eff
     if settings.flash_attn:
         return 2 * n_ub * q_width * 4
@@ -327,5 +329,5 @@ def fa_scratch_bytes(arch: Architecture, settings: Settings, caches: Sequence[KV
 
 
 def host_staging_bytes(arch: Architecture, settings: Settings) -> int:
-    n_ub = min(settings.effective_ubatch, pad_to(settings.context_tokens, 256))
+    n_ub = settings.graph_tokens
     return n_ub * arch.n_embd * 4 + n_ub * 16

@@ -41,7 +41,6 @@ from app.core.memory.kv import (
     kv_caches,
     mask_bytes,
     memo_per_arch,
-    pad_to,
     recurrent_state_bytes_per_layer,
 )
 from app.core.memory.layers import TensorTotals, breakdown_indices, layer_devices, tensor_totals
@@ -156,7 +155,7 @@ def estimate(
     swa_cells = next((d.cells for d in details if d.kind == "swa"), None)
     full_cells = next((d.cells for d in details if d.kind == "full"), cells)
     p_out, p_layers = compute_parts(arch, settings, full_cells if caches else cells, swa_cells)
-    n_ub = min(settings.effective_ubatch, pad_to(settings.context_tokens, 256))
+    n_ub = settings.graph_tokens
     allowance = allowance_bytes(arch, settings, full_cells if caches else cells)
     peak = max(p_out, p_layers)
     compute = [0] * (n_dev + 1)

@@ -25,7 +25,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.core.memory.kv import cache_type, context_cells, pad_to
+from app.core.memory.kv import cache_type, context_cells
 from app.core.memory.records import Settings
 from app.core.model.architecture import Architecture
 from app.core.model.catalog import RESOURCES_DIR
@@ -214,7 +214,8 @@ def allowance_per_token(
 def allowance_bytes(arch: Architecture, settings: Settings, n_kv: int) -> int:
     """The measured placement allowance for ``arch`` under ``settings`` against ``n_kv`` cells per stream
     of its full-attention cache (bytes)."""
-    n_ub = min(settings.effective_ubatch, pad_to(settings.context_tokens, 256))
+    n_ub = settings.reserve_ubatch  # the measured ubatch; the graph's tokens (rounded to the sequences) scale it
+    n_tokens = settings.graph_tokens
     _, streams = context_cells(settings)
     window = arch.uses_swa and not settings.swa_full
     few = settings.n_outputs_max < n_ub
@@ -225,9 +226,9 @@ def allowance_bytes(arch: Architecture, settings: Settings, n_kv: int) -> int:
     # corrections (they were up to 3% too deep at 32k-128k cells on dry runs).
     if is_msa(arch) and settings.flash_attn and not msa_runs(arch, settings):
         value = allowance_per_token(arch, n_kv, n_ub, True, streams, window, few, quantized, smallest_cache=True)
-        return int(n_ub * F32 * max(value, 0.0))
+        return int(n_tokens * F32 * max(value, 0.0))
     return int(
-        n_ub * F32 * allowance_per_token(arch, n_kv, n_ub, settings.flash_attn, streams, window, few, quantized)
+        n_tokens * F32 * allowance_per_token(arch, n_kv, n_ub, settings.flash_attn, streams, window, few, quantized)
     )
 
 

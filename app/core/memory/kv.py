@@ -198,6 +198,6 @@ def recurrent_state_bytes_per_layer(arch: Architecture, settings: Settings) -> i
 def mask_bytes(settings: Settings, caches: Sequence[KVCacheDetail]) -> int:
     """The graph's attention masks: one per KV cache, n_kv x n_ubatch, f16 with flash attention and
     f32 without (``build_attn_inp_kq_mask``, src/llama-graph.cpp)."""
-    n_ub = min(settings.effective_ubatch, pad_to(settings.context_tokens, 256))
+    n_ub = settings.graph_tokens
     per = 2 if settings.flash_attn else 4
     return sum(c.cells * n_ub * per for c in caches)

@@ -121,6 +121,25 @@ class Settings(Frozen):
         return min(self.ubatch_tokens, self.batch_tokens)
 
     @property
+    def reserve_ubatch(self) -> int:
+        """The ubatch of llama.cpp's worst-case graph before it is split among sequences: n_ubatch, at
+        most the context (padded to 256 cells) (llama_context::sched_reserve)."""
+        return min(self.effective_ubatch, -(-self.context_tokens // 256) * 256)
+
+    @property
+    def graph_tokens(self) -> int:
+        """Tokens in llama.cpp's worst-case graph: ``reserve_ubatch`` made a multiple of the sequences,
+        as graph_reserve rounds it up (513 for -ub 512 with -np 3; 512 with -np 2 or 4)."""
+        n, seqs = self.reserve_ubatch, max(self.parallel_sequences, 1)
+        return -(-n // seqs) * seqs
+
+    @property
+    def graph_outputs(self) -> int:
+        """Rows of logits in the worst-case graph: ``reserve_ubatch``'s tokens, at most ``n_outputs_max``
+        (the rounding to the sequences adds tokens, not outputs)."""
+        return min(self.reserve_ubatch, self.n_outputs_max)
+
+    @property
     def n_outputs_max(self) -> int:
         """Rows of logits the worst-case graph reserves: llama-server sets ``n_outputs_max`` to its
         slots (``server_output_limits``, tools/server/server-context.cpp); llama-cpp-python leaves

@@ -18,7 +18,7 @@ common_speculative_init_result in common/speculative.cpp) runs the model's NextN
 from __future__ import annotations
 
 from app.core.memory.graphs import MLA_ARCHS
-from app.core.memory.kv import cache_type, context_cells, pad_to
+from app.core.memory.kv import cache_type, context_cells
 from app.core.memory.records import Settings, SpeculativeSpec
 from app.core.model.architecture import Architecture
 from app.core.model.tensors import row_bytes
@@ -58,7 +58,7 @@ def mtp_compute_bytes(arch: Architecture, settings: Settings) -> int:
     Measured on dry runs of Qwen3.5 27B / 35B-A3B, Nemotron 3 Super and DeepSeek-V3.2."""
     cells, streams = context_cells(settings)
     n_kv = cells * streams if settings.kv_unified else cells
-    n_ub = min(settings.effective_ubatch, pad_to(settings.context_tokens, 256))
+    n_ub = settings.graph_tokens
     e = arch.n_embd
     mask = n_ub * n_kv * (2 if settings.flash_attn else F32)
     heads = arch.max_heads()
