@@ -702,6 +702,7 @@ CASES: tuple[Case, ...] = (
     Case("gemma-3-4b", context=12288, parallel=3, consumer="llama-server"),
     Case("qwen3-30b-a3b", context=24576, parallel=3, consumer="llama-server"),
     Case("gpt-oss-20b", context=12288, parallel=3),
+    Case("glm-5.2", context=24576, parallel=3, consumer="llama-server"),
     Case("llama-3.1-8b", context=4096, flash_attn=False, cache_k="q8_0"),
     Case("qwen2.5-7b", quant="Q8_0", context=32768),
     Case("qwen2.5-7b", context=16384, flash_attn=False, ubatch=2048),
