@@ -24,6 +24,7 @@ from app.core.advisor.records import Workload
 from app.core.advisor.sweep import NO_MACHINE, Sweep
 from app.core.model.catalog import find_device, find_model
 from app.core.report.choices import Controls, HardwareChoice, Machine, ModelChoice
+from app.core.report.verdict import rate_range
 from app.services.advisor_evaluate import evaluate_box, evaluate_single
 from app.services.exports import report_json
 from app.services.view import Evaluator, Request
@@ -230,11 +231,6 @@ def _controls(case: Case) -> Controls:
     )
 
 
-def _rate(x: float) -> str:
-    """A speed as the verdict writes it."""
-    return f"{x:,.0f}" if x >= 10 else f"{x:.1f}"
-
-
 def _figures(data: dict) -> dict:
     out = {k: data.get(k) for k in SHARED_KEYS}
     out["devices"] = [(d["kind"], d["total_bytes"], d["capacity_bytes"], d["layers"]) for d in data["devices"]]
@@ -255,7 +251,9 @@ def test_the_command_line_and_the_window_give_the_same_figures(case, cli, host, 
     decode = terminal["decode_tokens_per_s"]
     shown = view.speed.decode_tokens_per_s
     if terminal["fits"] and decode["high"] >= 1:
-        assert f"{_rate(shown.low)}-{_rate(shown.high)} tokens/s" in view.verdict.text
+        # As every sentence writes a range ("8.2-12 tokens/s"; one figure where both ends round alike).
+        assert rate_range(shown) in view.verdict.text
+        assert (shown.low, shown.high) == pytest.approx((decode["low"], decode["high"]), abs=0.006)  # JSON: 2 decimals
     if terminal["fits"] and terminal["users_that_fit"] > 1 and not terminal["gpus_hidden"]:
         assert f"{terminal['users_that_fit']} people" in view.verdict.text
     # The compare table's first row is this machine, from the same answer.
