@@ -41,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from app.adapters.llamacpp_probe import ProbeError  # noqa: E402
+from app.core.common.units import pad_to  # noqa: E402
 from app.core.memory import graphs  # noqa: E402
 from app.core.memory.estimate import estimate  # noqa: E402
 from app.core.memory.graphs import (  # noqa: E402
@@ -50,7 +51,7 @@ from app.core.memory.graphs import (  # noqa: E402
     allowance_key,
     allowance_row,
 )
-from app.core.memory.kv import context_cells, pad_to  # noqa: E402
+from app.core.memory.kv import context_cells  # noqa: E402
 from app.core.model.quant import quantize_layout  # noqa: E402
 from tests.support.proof import CASES, CPU_HOST, Case, architecture_for, measure  # noqa: E402
 from tests.support.synthetic_gguf import write_sparse_gguf  # noqa: E402

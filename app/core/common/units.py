@@ -22,3 +22,9 @@ def __getattr__(name: str) -> Any:
 
         return Frozen
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def pad_to(n: int, to: int) -> int:
+    """``n`` rounded up to a multiple of ``to`` (llama.cpp pads its context to 256 cells and its
+    reserved ubatch to a multiple of the sequences)."""
+    return -(-n // to) * to

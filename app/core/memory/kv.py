@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Literal, TypeVar, cast
 
 from app.core.common.errors import EstimateError
+from app.core.common.units import pad_to
 from app.core.memory.records import TOTALS_CACHE_SIZE, KVCacheDetail, Settings
 from app.core.model.architecture import Architecture
 from app.core.model.tensors import CACHE_TYPES, GGMLType, is_quantized, row_bytes
@@ -28,10 +29,6 @@ def context_cells(settings: Settings) -> tuple[int, int]:
     n_seq = settings.parallel_sequences
     per_seq = pad_to(n_ctx // n_seq, 256)
     return per_seq, n_seq
-
-
-def pad_to(n: int, to: int) -> int:
-    return -(-n // to) * to
 
 
 def _kv_layer_widths(arch: Architecture, layer: int) -> tuple[int, int]:

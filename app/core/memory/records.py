@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from app.core.common.units import MIB, Frozen
+from app.core.common.units import MIB, Frozen, pad_to
 from app.core.memory.backends import Backend, Consumer
 from app.core.model.architecture import Architecture
 from app.core.model.coverage import Status
@@ -124,14 +124,13 @@ class Settings(Frozen):
     def reserve_ubatch(self) -> int:
         """The ubatch of llama.cpp's worst-case graph before it is split among sequences: n_ubatch, at
         most the context (padded to 256 cells) (llama_context::sched_reserve)."""
-        return min(self.effective_ubatch, -(-self.context_tokens // 256) * 256)
+        return min(self.effective_ubatch, pad_to(self.context_tokens, 256))
 
     @property
     def graph_tokens(self) -> int:
         """Tokens in llama.cpp's worst-case graph: ``reserve_ubatch`` made a multiple of the sequences,
         as graph_reserve rounds it up (513 for -ub 512 with -np 3; 512 with -np 2 or 4)."""
-        n, seqs = self.reserve_ubatch, max(self.parallel_sequences, 1)
-        return -(-n // seqs) * seqs
+        return pad_to(self.reserve_ubatch, max(self.parallel_sequences, 1))
 
     @property
     def graph_outputs(self) -> int:
