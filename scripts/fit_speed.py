@@ -105,6 +105,9 @@ def main() -> int:
         f"(a mixture of experts' experts get a few rows of each ubatch); a ubatch reaches the experts "
         f"tokens^{g.routing_exponent:.2f} independent tokens would."
     )
+    for kind, factors in sorted(g.formats().items()):
+        shown = ", ".join(f"{fmt} x{v:.2f}" for fmt, v in sorted(factors.items()))
+        print(f"Prefill of quantized formats on {kind} builds, against the family's factor: {shown}.")
     print(
         f"Weights in system memory ({h.rows} rows): host memory at {h.host_efficiency:.2f} of its spec bandwidth, "
         f"{h.host_flop_per_param:.2f} CPU FLOP per host parameter, {h.sync_s * 1e6:.0f} us per host layer per token; "
@@ -119,6 +122,7 @@ def main() -> int:
             "hybrid": h.model_dump(),
             "prefill_half_tokens": g.half_tokens,
             "routing_exponent": g.routing_exponent,
+            "prefill_format": g.formats(),
             "fallback": GROUP_FALLBACK,
             "decode_interval": bands["tg"],
             "prefill_interval": bands["pp"],

@@ -36,6 +36,7 @@ from app.core.model.catalog import load_devices
 from app.core.speed.model import (
     DEFAULT_HYBRID,
     PREFILL_POOLS,
+    WEIGHT_FORMATS,
     FamilyConstants,
     HybridConstants,
     decode_seconds_per_token,
@@ -47,6 +48,7 @@ from app.core.speed.model import (
     prefill_tokens_per_s,
     speed_family,
     ubatch_read_seconds,
+    weight_format,
 )
 
 DATA = Path(__file__).parent / "data"
@@ -80,6 +82,15 @@ EXTRA_GPUS: dict[str, tuple[float, float]] = {
     "rtx 3050": (168.0, 13.5),  # 6 GB: 18 SMs at 1.47 GHz, 96-bit GDDR6 at 14 Gbps
     "gtx 1650 super": (192.0, 8.8),  # 1280 cores at 1.725 GHz, 128-bit GDDR6 at 12 Gbps
     "radeon ai pro r9700": (644.6, 97.3),  # the RX 9070 XT's Navi 48 at the same clocks and memory
+    "gb10": (273.0, 62.5),  # the DGX Spark's chip as CUDA prints it: the catalog's DGX Spark figures
+    # 188 SMs as the full card's 503.8, at the 300 W edition's 2,280 MHz boost instead of 2,617
+    "rtx pro 6000 blackwell max-q": (1792.0, 438.9),
+    "rtx 2060": (336.0, 25.8),  # 30 SMs at 1.68 GHz x 512, 192-bit GDDR6 at 14 Gbps
+    "quadro rtx 5000": (448.0, 89.2),  # NVIDIA's tensor figure (48 SMs at 1.815 GHz x 1024), 256-bit at 14 Gbps
+    # RDNA 1/2 have no matrix cores: packed FP16 on 64 lanes, 256 FLOP per CU per clock at the boost clock
+    "rx 6700 xt": (384.0, 26.4),  # 40 CUs at 2.581 GHz, 192-bit at 16 Gbps
+    "rx 6800 xt": (512.0, 41.5),  # 72 CUs at 2.25 GHz, 256-bit at 16 Gbps
+    "rx 5700 xt": (448.0, 19.5),  # 40 CUs at 1.905 GHz, 256-bit at 14 Gbps
 }
 # Hosts of budget rows, by a fragment of the row's host or device name -> budget_hosts.json "cpu".
 HOSTS: dict[str, str] = {
@@ -99,6 +110,7 @@ HOSTS: dict[str, str] = {
     "graviton4": "AWS Graviton4 (c8g.4xlarge, 16 vCPU)",
     "epyc 9554": "AMD EPYC 9554 64-Core Processor",
     "i3-14100": "Intel(R) Core(TM) i3-14100",
+    "7700x": "AMD Ryzen 7 7700X",
 }
 
 # Model shapes by llama-bench's model string: layers, f16 KV bytes per token of depth, active share.
@@ -136,7 +148,9 @@ _SHAPES: list[tuple[str, int, int, float]] = [
     (r"qwen3 1\.7b", 28, 28 * 8 * 128 * 4, 1.0),
     (r"gemma3 4b", 34, 34 * 4 * 256 * 4 // 6, 1.0),
     (r"gemma3 27b", 62, 62 * 16 * 128 * 4 // 6, 1.0),
-    (r"mistral3|llama 13b|nemo|12b|14b", 40, 40 * 8 * 128 * 4, 1.0),
+    # Nemotron 3 Nano: 52 layers, of which 6 have attention (2 KV heads of 128), 23 route experts.
+    (r"nemotron_h_moe 31b", 52, 6 * 2 * 128 * 4, 3.5 / 31.58),
+    (r"mistral3|llama 13b|\bnemo\b|12b|14b", 40, 40 * 8 * 128 * 4, 1.0),
 ]
 # Query heads per KV head (n_head / n_head_kv, resources/catalog/models.json and the models' configs):
 # a token's attention FLOPs per token of context are its f16 KV bytes x this (4 x layers x heads x
@@ -329,6 +343,21 @@ class Globals:
 
     half_tokens: float = 0.0
     routing_exponent: float = 1.0  # ``expert_coverage``'s
+    # ((cpu | gpu, weight format), prefill factor against the family's quantized one): ``SpeedModel.prefill_format``
+    prefill_format: tuple[tuple[tuple[str, str], float], ...] = ()
+
+    def format_factor(self, r: BenchRow) -> float:
+        """A row's quantized format's prefill factor (1 for float GEMMs and formats without one)."""
+        if r.gemm_float:
+            return 1.0
+        return dict(self.prefill_format).get((r.format_kind, r.weight_format), 1.0)
+
+    def formats(self) -> dict[str, dict[str, float]]:
+        """The factors as ``SpeedModel.prefill_format`` holds them."""
+        out: dict[str, dict[str, float]] = {}
+        for (kind, fmt), v in self.prefill_format:
+            out.setdefault(kind, {})[fmt] = v
+        return out
 
 
 @dataclass(frozen=True)
@@ -375,6 +404,7 @@ class BenchRow:
     routed_share: float = 0.0  # of the active parameters, in routed experts
     gqa: float = 4.0  # query heads per KV head
     host_stated: bool = True  # a hybrid row's source names its host (CPU, memory)
+    weight_format: str = ""  # ``weight_format`` of the model's label: simple, kquant, iquant, mxfp4, float
     mmap_stated: bool = True  # a hybrid row's source says whether the weights were memory-mapped
 
     @property
@@ -411,6 +441,12 @@ class BenchRow:
         """Tokens in the cache while the test runs, on average: a decode test (tgN @ dD) generates N
         tokens after D, so the KV cache it reads grows from D to D + N (half of N on average)."""
         return self.depth + (self.tokens / 2 if self.test == "tg" else 0.0)
+
+    @property
+    def format_kind(self) -> str:
+        """Whose prompt kernels run the matrix products: "cpu" for a CPU build, "gpu" otherwise (a GPU
+        with weights in system memory runs them on the GPU)."""
+        return "cpu" if self.group == "cpu" else "gpu"
 
     @property
     def build(self) -> str:
@@ -454,7 +490,14 @@ class BenchRow:
                 )
                 return 1.0 / (gpu + host)
             compute = self.ubatch_tokens / prefill_tokens_per_s(
-                active, self.fp16_tflops, self.gemm_float, c, moe, self.build, self.attention_flops
+                active,
+                self.fp16_tflops,
+                self.gemm_float,
+                c,
+                moe,
+                self.build,
+                self.attention_flops,
+                g.format_factor(self),
             )
             copy = offload_copy_seconds(self.copy_bytes(g), self.link_gb_s, self.pinned, h)
             read = ubatch_read_seconds(self.ubatch_bytes(g), self.bandwidth_gb_s, c)
@@ -473,7 +516,7 @@ class BenchRow:
             )
         n_ub = max(1, min(self.ubatch_tokens, self.tokens))
         compute = n_ub / prefill_tokens_per_s(
-            active, self.fp16_tflops, self.gemm_float, c, moe, self.build, self.attention_flops
+            active, self.fp16_tflops, self.gemm_float, c, moe, self.build, self.attention_flops, g.format_factor(self)
         )
         return n_ub / (compute + ubatch_read_seconds(self.ubatch_bytes(g), self.bandwidth_gb_s, c))
 
@@ -711,9 +754,15 @@ def _single_device_rows() -> list[BenchRow]:
                 experts=experts,
                 routed_share=routed,
                 gqa=_gqa(label),
+                weight_format=_format_of(r),
             )
         )
     return rows
+
+
+def _format_of(r: dict) -> str:
+    """The weight format of a row's model, from llama-bench's label or else the file's name."""
+    return weight_format(r.get("model") or "") or weight_format(r.get("model_name") or "")
 
 
 def _ubatch(r: dict, tokens: int) -> int:
@@ -761,6 +810,10 @@ def _budget_rows() -> list[BenchRow]:
             continue
         host = host_of(r.get("host_cpu"))
         host_bw, cores, lanes = _host_figures(host)
+        if host is None and r.get("memory_mt_s"):
+            # The memory is stated though the CPU is not: its bandwidth, on the threads the row used.
+            host_bw = (r.get("memory_channels") or 2) * 8 * r["memory_mt_s"] / 1000
+            cores = r.get("threads") or cores
         host_stated = host is not None or bool(r.get("memory_mt_s"))
         threads = r.get("threads") or cores
         size = size_gib * 1024**3
@@ -837,6 +890,7 @@ def _budget_rows() -> list[BenchRow]:
                 routed_share=fig.routed_share,
                 gqa=_gqa(label),
                 host_stated=host_stated,
+                weight_format=_format_of(r),
                 # llama-bench maps the file unless told --mmap 0; informal results may not be llama-bench's.
                 mmap_stated=r.get("mmap") is not None or "informal" not in (r.get("notes") or ""),
             )
@@ -846,7 +900,7 @@ def _budget_rows() -> list[BenchRow]:
 
 def _link(text: str | None, spec, device: str) -> tuple[int, int]:
     """A row's PCIe link: as stated, else the card's own (``default_pcie``), else PCIe 3.0 x16 for the
-    GTX 1650 SUPER and 4.0 x16 otherwise."""
+    Turing cards (GTX 16, RTX 20, Quadro RTX) and 4.0 x16 otherwise."""
     if text:
         try:
             return parse_pcie(re.sub(r"\s*\(.*", "", text))
@@ -856,7 +910,7 @@ def _link(text: str | None, spec, device: str) -> tuple[int, int]:
         link = default_pcie(spec)
         if link:
             return link
-    return (3, 16) if "1650" in device else (4, 16)
+    return (3, 16) if re.search(r"gtx 16\d0|rtx 20\d0|quadro rtx", device.lower()) else (4, 16)
 
 
 def source_key(source: str) -> str:
@@ -973,7 +1027,7 @@ def _prefill_ratio(r: BenchRow, g: Globals, efficiency: float) -> float:
     t = n_ub / r.tokens_per_s
     read = r.ubatch_bytes(g) / (efficiency * r.bandwidth_gb_s * 1e9)
     t = max(t - read, 0.1 * t)
-    peak = r.fp16_tflops * 1e12 * prefill_peak_multiplier(r.family, r.gemm_float)
+    peak = r.fp16_tflops * 1e12 * prefill_peak_multiplier(r.family, r.gemm_float) * g.format_factor(r)
     return n_ub * (2 * r.params * r.active_share / r.moe_factor(g) + r.attention_flops) / (t * peak)
 
 
@@ -1049,7 +1103,50 @@ def fit_model(rows: list[BenchRow]) -> Fitted:
         if err < best_fit[0]:
             best_fit = (err, fitted)
     assert best_fit[1] is not None
-    return best_fit[1]
+    fitted = best_fit[1]
+    # Each quantized format's prompt kernels against the family's quantized factor, then the family
+    # factors again with those applied (twice over: the two are fitted on the same rows).
+    for _ in range(FORMAT_ROUNDS):
+        formats = _fit_formats(judged, fitted)
+        g, out = _fit_prefill_constants(decode, tg, pp, families, eff, fitted.globals.routing_exponent, formats)
+        fitted = Fitted(out, fit_hybrid(rows, out, g), g)
+    return fitted
+
+
+FORMAT_ROUNDS = 2
+FORMAT_PRIOR = 2.0  # source weights (``source_weights``: a source of n rows weighs sqrt(n)) pulling a factor to 1
+
+
+def _fit_formats(rows: list[BenchRow], fitted: Fitted) -> tuple[tuple[tuple[str, str], float], ...]:
+    """Each (cpu | gpu, quantized weight format)'s prefill factor on top of ``fitted``'s: the source-
+    weighted mean log ratio of measured to predicted over the single-device rows at depth 0 whose time
+    is mostly arithmetic, pulled toward 1 by FORMAT_PRIOR (a format that few sources show stays near the
+    family's factor), the factors of one kind then centred on their rows (the family factors carry the
+    level)."""
+    g = fitted.globals
+    chosen = []
+    for r in rows:
+        c = constants_for(r.family, fitted.families)
+        if r.group == "hybrid" or r.gemm_float or r.weight_format not in WEIGHT_FORMATS or c is None:
+            continue
+        if _compute_bound(r, c.decode_efficiency, g):
+            chosen.append((r, float(np.log(r.tokens_per_s / r.predict(c, fitted.hybrid, g)))))
+    if not chosen:
+        return g.prefill_format
+    w = source_weights([r for r, _ in chosen])
+    old = dict(g.prefill_format)
+    out: dict[tuple[str, str], float] = {}
+    for kind in sorted({r.format_kind for r, _ in chosen}):
+        idx = [i for i, (r, _) in enumerate(chosen) if r.format_kind == kind]
+        logs: dict[str, float] = {}
+        for fmt in sorted({chosen[i][0].weight_format for i in idx}):
+            sel = [i for i in idx if chosen[i][0].weight_format == fmt]
+            prior = np.log(old.get((kind, fmt), 1.0))
+            total = sum(w[i] * (prior + chosen[i][1]) for i in sel)
+            logs[fmt] = float(total / (sum(w[i] for i in sel) + FORMAT_PRIOR))
+        centre = sum(w[i] * logs[chosen[i][0].weight_format] for i in idx) / sum(w[i] for i in idx)
+        out |= {(kind, fmt): float(np.exp(v - centre)) for fmt, v in logs.items()}
+    return tuple(sorted(out.items()))
 
 
 # Routing exponents tried (1: independent tokens).
@@ -1057,7 +1154,13 @@ ROUTING_EXPONENTS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.85, 1.0)
 
 
 def _fit_prefill_constants(
-    decode: dict, tg: dict, pp: dict, families: list[str], eff: dict[str, float], routing: float
+    decode: dict,
+    tg: dict,
+    pp: dict,
+    families: list[str],
+    eff: dict[str, float],
+    routing: float,
+    formats: tuple[tuple[tuple[str, str], float], ...] = (),
 ) -> tuple[Globals, dict[str, FamilyConstants]]:
     """The prefill half of ``fit_model`` at one routing exponent: the shared batch constant, then each
     family's constants (its decode ones from ``decode``). Prefill factors are fitted per pool of
@@ -1071,7 +1174,7 @@ def _fit_prefill_constants(
     best = (float("inf"), 0.0)
     chosen_rows = [(p, r) for p, pr in pools.items() for r in pr if not r.gemm_float]
     for half in [0.0, *np.geomspace(1, 512, 37)]:
-        g_try = Globals(float(half), routing)
+        g_try = Globals(float(half), routing, formats)
         factor = {p: _fit_prefill(pr, False, g_try, eff) for p, pr in pools.items()}
         res, wts = [], []
         for p, r in chosen_rows:
@@ -1081,7 +1184,7 @@ def _fit_prefill_constants(
         err = float(np.sum(source_weights(wts) * np.array(res) ** 2)) if res else 0.0
         if err < best[0]:
             best = (err, float(half))
-    g = Globals(best[1], routing)
+    g = Globals(best[1], routing, formats)
     out: dict[str, FamilyConstants] = {}
     for fam, (eta, k, _) in decode.items():
         chosen_pp = pools.get(pool_of.get(fam, fam), pp.get(fam, []))
@@ -1158,7 +1261,7 @@ def fit_hybrid(rows: list[BenchRow], fitted: dict[str, FamilyConstants], g: Glob
         sync, work = k.get("c", 0.0), k.get("g", 0.0)
     shares = {}
     for pinned in (True, False):
-        implied = []
+        implied, chosen = [], []
         for r in hybrid:
             if r.test != "pp" or r.pinned != pinned or not r.copy_bytes(g) or not r.mmap_stated:
                 continue
@@ -1166,12 +1269,17 @@ def fit_hybrid(rows: list[BenchRow], fitted: dict[str, FamilyConstants], g: Glob
             assert c is not None
             moe = r.moe_factor(g)
             active = r.params * r.active_share
-            rate = prefill_tokens_per_s(active, r.fp16_tflops, r.gemm_float, c, moe, r.build, r.attention_flops)
+            rate = prefill_tokens_per_s(
+                active, r.fp16_tflops, r.gemm_float, c, moe, r.build, r.attention_flops, g.format_factor(r)
+            )
             read = ubatch_read_seconds(r.ubatch_bytes(g), r.bandwidth_gb_s, c)
             copy_s = r.ubatch_tokens / r.tokens_per_s - r.ubatch_tokens / rate - read
             if copy_s > 0:
                 implied.append(r.copy_bytes(g) / (copy_s * r.link_gb_s * 1e9))
-        shares[pinned] = float(np.clip(np.exp(np.median(np.log(implied))), 0.05, 1.5)) if implied else None
+                chosen.append(r)
+        # The median over sources (``source_weights``), not rows: a source's rows share its host and slot.
+        mid = weighted_percentiles(np.log(implied), source_weights(chosen), (0.5,))[0] if implied else None
+        shares[pinned] = float(np.clip(np.exp(mid), 0.05, 1.5)) if mid is not None else None
     pinned_share = shares[True] or (shares[False] or DEFAULT_HYBRID.pcie_pageable) * 1.5
     pageable_share = shares[False] or pinned_share / 1.5
     return HybridConstants(

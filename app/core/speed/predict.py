@@ -45,6 +45,7 @@ from app.core.speed.model import (
     prefill_factor,
     speed_family,
     ubatch_read_seconds,
+    weight_format,
 )
 
 # This machine's CPU against its own measured read bandwidth (not a spec sheet): llama.cpp's CPU
@@ -233,7 +234,7 @@ def estimate_speed(
     t_low = t_high = 0.0  # seconds per token, optimistic / pessimistic
     t_roof = 0.0  # the physical floor: every byte at full bandwidth
     prefill_s_per_flop = 0.0  # seconds per FLOP of a prompt token, summed over the devices' shares
-    float_share = _float_weight_share(tensors)
+    float_share, quant_format = _weight_mix(tensors)
     host = len(est.devices) - 1
     moe_here, recurrent_here = _layer_kinds(arch, est)
     # The ubatch's matrix rate against the kernels' full rate: each routed expert gets a few of its rows.
@@ -345,9 +346,12 @@ def estimate_speed(
             rate_target, rate_c = gpu0, model.constants(target_family(gpu0))
         rate_tflops = rate_target.fp16_tflops * (threads if rate_target is target else 1.0)
         build = est.backend if rate_target.kind == "gpu" else "cpu"
-        factor = prefill_factor(rate_c, True, build) * float_share + prefill_factor(rate_c, False, build) * (
-            1 - float_share
+        # The quantized weights at their format's rate (``SpeedModel.prefill_format``), the float ones at the
+        # family's float factor.
+        quant_factor = prefill_factor(rate_c, False, build) * model.format_factor(
+            "cpu" if build == "cpu" else "gpu", quant_format
         )
+        factor = prefill_factor(rate_c, True, build) * float_share + quant_factor * (1 - float_share)
         prefill_s_per_flop += share / (factor * rate_tflops * 1e12)
         if i < len(where.ubatch_bytes):
             read_s += ubatch_read_seconds(where.ubatch_bytes[i], target.bandwidth_gb_s, c)
@@ -441,7 +445,7 @@ def target_family(target: Target) -> str:
     return speed_family(target.name, "gpu")
 
 
-_FLOAT_SHARE_CACHE: dict[int, tuple[Sequence[TensorInfo], float]] = {}
+_WEIGHT_MIX_CACHE: dict[int, tuple[Sequence[TensorInfo], tuple[float, str]]] = {}
 _ATTENTION_SHAPES: dict[int, tuple[Architecture, tuple[int, int, int]]] = {}
 
 
@@ -474,24 +478,28 @@ def _attention_shape(arch: Architecture) -> tuple[int, int, int]:
     return shape
 
 
-def _float_weight_share(tensors: Sequence[TensorInfo]) -> float:
-    """Share of weight bytes stored as F16/BF16/F32 (cuBLAS/float kernels rather than quantized ones),
-    remembered per tensor tuple (it cannot change) as ``tensor_totals`` remembers its sums: a sweep
-    over hardware asks it for the same model thousands of times."""
-    hit = _FLOAT_SHARE_CACHE.get(id(tensors))
+def _weight_mix(tensors: Sequence[TensorInfo]) -> tuple[float, str]:
+    """(share of weight bytes stored as F16/BF16/F32, the format of most of the quantized bytes,
+    ``weight_format``): float weights run on cuBLAS/float kernels, each quantized format on its own.
+    Remembered per tensor tuple (it cannot change) as ``tensor_totals`` remembers its sums: a sweep over
+    hardware asks it for the same model thousands of times."""
+    hit = _WEIGHT_MIX_CACHE.get(id(tensors))
     if hit is not None and hit[0] is tensors:
         return hit[1]
-    share = _sum_float_share(tensors)
+    mix = _sum_weight_mix(tensors)
     if isinstance(tensors, tuple):
-        if len(_FLOAT_SHARE_CACHE) >= 128:
-            _FLOAT_SHARE_CACHE.pop(next(iter(_FLOAT_SHARE_CACHE)))
-        _FLOAT_SHARE_CACHE[id(tensors)] = (tensors, share)
-    return share
+        if len(_WEIGHT_MIX_CACHE) >= 128:
+            _WEIGHT_MIX_CACHE.pop(next(iter(_WEIGHT_MIX_CACHE)))
+        _WEIGHT_MIX_CACHE[id(tensors)] = (tensors, mix)
+    return mix
 
 
-def _sum_float_share(tensors: Sequence[TensorInfo]) -> float:
-    total = sum(t.n_bytes for t in tensors if len(t.shape) >= 2) or 1
-    floats = sum(
-        t.n_bytes for t in tensors if len(t.shape) >= 2 and t.ggml_type in (GGMLType.F16, GGMLType.BF16, GGMLType.F32)
-    )
-    return floats / total
+def _sum_weight_mix(tensors: Sequence[TensorInfo]) -> tuple[float, str]:
+    matrices = [t for t in tensors if len(t.shape) >= 2]
+    total = sum(t.n_bytes for t in matrices) or 1
+    by_format: dict[str, int] = {}
+    for t in matrices:
+        fmt = "float" if t.ggml_type in (GGMLType.F16, GGMLType.BF16, GGMLType.F32) else weight_format(t.ggml_type.name)
+        by_format[fmt] = by_format.get(fmt, 0) + t.n_bytes
+    floats = by_format.pop("float", 0)
+    return floats / total, max(by_format, key=lambda f: by_format[f]) if by_format else ""
