@@ -59,7 +59,7 @@ def test_tab_ranks_machines_and_opens_one_in_the_main_view(qtbot, tmp_path):
     assert first.price_usd == whole and table.item(0, 3).text() == f"${whole:,.0f}"
     assert "GPU cards" in table.item(0, 3).toolTip() and "assumed" in table.item(0, 3).toolTip()
     assert table.item(0, 7).text() == "does it"
-    assert "Why not one NVIDIA GeForce RTX 4090: Q4_K_M: needs at least 59.0 GiB" in panel.why_text.toPlainText()
+    assert "Why not one NVIDIA GeForce RTX 5090: Q4_K_M: needs at least 59.0 GiB" in panel.why_text.toPlainText()
     assert "Apple: Apple M3 Ultra" in panel.why_text.toPlainText()
     assert panel.command_text.toPlainText().startswith("llama-server -m llama-3.3-70b-Q4_K_M.gguf -c 65536 -np 4")
     # The chart: every priced machine, the best buys on the front, the first one ringed.
