@@ -34,7 +34,7 @@ from app.core.memory.kv import cache_type
 from app.core.memory.layers import tensor_totals
 from app.core.memory.records import Estimate, Settings, Target
 from app.core.model.architecture import Architecture
-from app.core.model.tensors import BLOCK, GGMLType, TensorInfo
+from app.core.model.tensors import BLOCK, TensorInfo
 from app.core.speed.model import (
     decode_seconds_per_token,
     expert_coverage,
@@ -499,7 +499,7 @@ def _sum_weight_mix(tensors: Sequence[TensorInfo]) -> tuple[float, str]:
     total = sum(t.n_bytes for t in matrices) or 1
     by_format: dict[str, int] = {}
     for t in matrices:
-        fmt = "float" if t.ggml_type in (GGMLType.F16, GGMLType.BF16, GGMLType.F32) else weight_format(t.ggml_type.name)
+        fmt = weight_format(t.ggml_type.name)
         by_format[fmt] = by_format.get(fmt, 0) + t.n_bytes
     floats = by_format.pop("float", 0)
-    return floats / total, max(by_format, key=lambda f: by_format[f]) if by_format else ""
+    return floats / total, max(by_format, key=by_format.__getitem__) if by_format else ""
