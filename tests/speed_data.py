@@ -81,6 +81,7 @@ UNIFIED_SPECS: dict[str, tuple[float, float]] = {  # name fragment -> (GB/s, FP1
 EXTRA_GPUS: dict[str, tuple[float, float]] = {
     "rtx 3050": (168.0, 13.5),  # 6 GB: 18 SMs at 1.47 GHz, 96-bit GDDR6 at 14 Gbps
     "gtx 1650 super": (192.0, 8.8),  # 1280 cores at 1.725 GHz, 128-bit GDDR6 at 12 Gbps
+    "arc pro b70": (608.0, 183.5),  # 256 XMX engines x 256 FP16 FLOP/clock at 2.8 GHz; 256-bit GDDR6, 19 Gbps
     "radeon ai pro r9700": (644.6, 97.3),  # the RX 9070 XT's Navi 48 at the same clocks and memory
     "gb10": (273.0, 62.5),  # the DGX Spark's chip as CUDA prints it: the catalog's DGX Spark figures
     # 188 SMs as the full card's 503.8, at the 300 W edition's 2,280 MHz boost instead of 2,617
@@ -718,7 +719,7 @@ def _single_device_rows() -> list[BenchRow]:
         n_ub = _ubatch(r, tokens or 512) if kind_test == "pp" else 1
         size = float(r["size_gib"]) * 1024**3
         read_dense, read_expert = size * (1 - expert_share), size * expert_share
-        family = speed_family(device, kind)
+        family = speed_family(device, kind, (r.get("backend") or "").lower())
         gemm_float = _float(label)
         if not gemm_float and family.startswith(("nvidia", "unified-nvidia")) and _before_mmq(r):
             # CUDA builds before June 2024 (PR #8075) dequantized the weights to F16 for cuBLAS at each
@@ -855,7 +856,7 @@ def _budget_rows() -> list[BenchRow]:
             BenchRow(
                 source=r["source"],
                 device=_device_name(r["device"]),
-                family=speed_family(r["device"], "gpu"),
+                family=speed_family(r["device"], "gpu", (r.get("backend") or "").lower()),
                 group="hybrid",
                 bandwidth_gb_s=float(bw),
                 fp16_tflops=float(flops),
@@ -935,6 +936,12 @@ def source_key(source: str) -> str:
 
 # -- fitting ---------------------------------------------------------------------------------------
 
+# Families fitted on top of the constants every family shares (the prompt kernels' batch constant, the
+# routing exponent, the formats' factors) without moving them: Intel's, whose rows are one card's from
+# two sources and whose mixtures of experts prefill at half the rate the shared constants give the
+# other vendors' (llama.cpp's SYCL and Vulkan expert kernels).
+ON_TOP_FAMILIES = ("intel-sycl", "intel-vulkan")
+
 GROUP_FALLBACK = {
     "nvidia-geforce": "nvidia-gddr",
     "nvidia-gddr": "nvidia-geforce",
@@ -947,6 +954,8 @@ GROUP_FALLBACK = {
     "unified-amd": "amd-rdna",
     "cpu-arm": "cpu-x86",
     "cpu-x86": "cpu-arm",
+    "intel-vulkan": "intel-sycl",
+    "intel-sycl": "nvidia-gddr",
 }
 
 
@@ -1089,7 +1098,7 @@ def fit_model(rows: list[BenchRow]) -> Fitted:
     # prefill rows best, single devices (the experts a ubatch reads) and GPUs with experts in RAM (the
     # experts a ubatch copies) together, each source weighing as the square root of its rows (``source_weights``).
     best_fit: tuple[float, Fitted | None] = (float("inf"), None)
-    judged = [r for r in rows if r.test == "pp" and r.depth == 0]
+    judged = [r for r in rows if r.test == "pp" and r.depth == 0 and r.family not in ON_TOP_FAMILIES]
     for routing in ROUTING_EXPONENTS:
         g, out = _fit_prefill_constants(decode, tg, pp, families, eff, routing)
         fitted = Fitted(out, fit_hybrid(rows, out, g), g)
@@ -1172,7 +1181,9 @@ def _fit_prefill_constants(
     # best explains the rows' rates against their pool's (``source_weights``), shown
     # mostly by mixtures of experts, whose experts get a few rows each.
     best = (float("inf"), 0.0)
-    chosen_rows = [(p, r) for p, pr in pools.items() for r in pr if not r.gemm_float]
+    chosen_rows = [
+        (p, r) for p, pr in pools.items() for r in pr if not r.gemm_float and r.family not in ON_TOP_FAMILIES
+    ]
     for half in [0.0, *np.geomspace(1, 512, 37)]:
         g_try = Globals(float(half), routing, formats)
         factor = {p: _fit_prefill(pr, False, g_try, eff) for p, pr in pools.items()}

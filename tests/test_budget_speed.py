@@ -246,3 +246,32 @@ def test_each_quantized_format_prefills_at_its_own_fitted_rate():
         assert fitted > 1.05, kind
         # The weights' reads per ubatch (Q4_0's file is smaller) move it a few per cent at most.
         assert prefill("Q4_0", targets) / prefill("Q4_K_M", targets) == pytest.approx(fitted, rel=0.06), kind
+
+
+def test_an_intel_gpu_decodes_at_its_own_builds_fitted_rate():
+    """Intel's Arc cards have their own constants, fitted on published Arc Pro B70 rows of two sources
+    that ran llama.cpp's SYCL and Vulkan builds on the same card: there SYCL decoded about 1.2-2x as
+    fast as Vulkan, so the same estimate for a catalog Arc B580 decodes faster with the SYCL build, and
+    each build reads the card's bandwidth about as the B70's rows of that build did."""
+    model = model_from_catalog("llama-3.1-8b", "Q4_K_M")
+    b580 = find_device("arc-b580")
+    targets = [target_from_device(b580), host_ram_target(64 * GIB)]
+
+    def decode(backend: str) -> float:
+        est = estimate(model.arch, model.tensors, Settings(context_tokens=4096, backend=backend), targets)
+        return estimate_speed(model.arch, model.tensors, est, targets).decode_typical
+
+    sycl, vulkan = decode("sycl"), decode("vulkan")
+    assert sycl > 1.2 * vulkan
+    # The B70's published tg128 of Llama 3.1 8B Q4_K_M on these builds, per GB/s of its 608 GB/s.
+    b70 = {
+        r.backend: r.tokens_per_s / r.bandwidth_gb_s
+        for r in load_rows()
+        if r.device == "Intel Arc Pro B70"
+        and r.test == "tg"
+        and r.params == pytest.approx(8.03e9)
+        and r.weight_bytes == pytest.approx(4.58 * GIB)
+    }
+    assert set(b70) == {"sycl", "vulkan"}
+    assert sycl / b580.bandwidth_gb_s == pytest.approx(b70["sycl"], rel=0.25)
+    assert vulkan / b580.bandwidth_gb_s == pytest.approx(b70["vulkan"], rel=0.25)

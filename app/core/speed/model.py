@@ -55,15 +55,18 @@ FAMILIES = (
     "apple-m2plus",
     "unified-nvidia",
     "unified-amd",
+    "intel-sycl",
+    "intel-vulkan",
     "cpu-x86",
     "cpu-arm",
 )
 
 
 @functools.lru_cache(maxsize=1024)
-def speed_family(name: str, kind: str = "gpu") -> str:
+def speed_family(name: str, kind: str = "gpu", backend: str = "") -> str:
     """The device family whose constants apply, from a device's name (catalog or as llama.cpp prints
-    it). ``kind`` is "cpu" for host processors."""
+    it). ``kind`` is "cpu" for host processors; ``backend`` the llama.cpp build, where a vendor's builds
+    decode apart (Intel's SYCL build reads its weights about twice as fast as its Vulkan one)."""
     n = name.lower()
     if "dgx spark" in n or "gb10" in n:
         return "unified-nvidia"
@@ -77,6 +80,10 @@ def speed_family(name: str, kind: str = "gpu") -> str:
         arm: tuple[str, ...] = ("cix", "radxa", "graviton", "ampere", "snapdragon", "neoverse", "qualcomm", "apple")
         arm += ("raspberry", "cortex")
         return "cpu-arm" if any(a in n for a in arm) else "cpu-x86"
+    if re.search(r"\barc\b", n) or "intel" in n:
+        # Intel's Xe GPUs (Arc, Arc Pro, and the integrated ones llama.cpp names "Intel(R) Graphics"):
+        # the SYCL build unless it is the Vulkan one.
+        return "intel-vulkan" if backend == "vulkan" else "intel-sycl"
     if re.search(r"\bmi\d{3}", n) or "instinct" in n:
         return "amd-cdna"
     if "radeon" in n or re.search(r"\brx \d", n) or "w7900" in n or n.startswith("amd"):

@@ -255,7 +255,7 @@ def estimate_speed(
         target = by_name.get(d.name)
         if target is None or (w == 0 and d.kind == "gpu"):
             continue
-        family = target_family(target)
+        family = target_family(target, est.backend)
         c = model.constants(family)
         (d_lo, d_hi), band_pp = model.intervals(family, group)
         kv_share = (kv_cpu_read if d.kind == "cpu" and not where.hybrid else kv_read) * (d.layers / n_attn_layers)
@@ -343,7 +343,7 @@ def estimate_speed(
         share = where.params_per_token[i] / max(sum(where.params_per_token), 1.0)
         rate_target, rate_c = target, c
         if host_share and offloaded and gpu0 is not None:
-            rate_target, rate_c = gpu0, model.constants(target_family(gpu0))
+            rate_target, rate_c = gpu0, model.constants(target_family(gpu0, est.backend))
         rate_tflops = rate_target.fp16_tflops * (threads if rate_target is target else 1.0)
         build = est.backend if rate_target.kind == "gpu" else "cpu"
         # The quantized weights at their format's rate (``SpeedModel.prefill_format``), the float ones at the
@@ -438,11 +438,11 @@ def _layer_kinds(arch: Architecture, est: Estimate) -> tuple[list[int], list[int
     return moe, recurrent
 
 
-def target_family(target: Target) -> str:
-    """The device family whose fitted speed constants apply to ``target``."""
+def target_family(target: Target, backend: str = "") -> str:
+    """The device family whose fitted speed constants apply to ``target`` run by a ``backend`` build."""
     if target.efficiency_class in ("cpu", "host-spec"):
         return speed_family(target.name, "cpu")
-    return speed_family(target.name, "gpu")
+    return speed_family(target.name, "gpu", backend)
 
 
 _WEIGHT_MIX_CACHE: dict[int, tuple[Sequence[TensorInfo], tuple[float, str]]] = {}
