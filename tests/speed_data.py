@@ -719,7 +719,8 @@ def _single_device_rows() -> list[BenchRow]:
         n_ub = _ubatch(r, tokens or 512) if kind_test == "pp" else 1
         size = float(r["size_gib"]) * 1024**3
         read_dense, read_expert = size * (1 - expert_share), size * expert_share
-        family = speed_family(device, kind, (r.get("backend") or "").lower())
+        backend = (r.get("backend") or "").lower()
+        family = speed_family(device, kind, backend)
         gemm_float = _float(label)
         if not gemm_float and family.startswith(("nvidia", "unified-nvidia")) and _before_mmq(r):
             # CUDA builds before June 2024 (PR #8075) dequantized the weights to F16 for cuBLAS at each
@@ -743,7 +744,7 @@ def _single_device_rows() -> list[BenchRow]:
                 test=kind_test,
                 depth=depth,
                 tokens_per_s=float(r["tokens_per_s"]),
-                backend=(r.get("backend") or "").lower(),
+                backend=backend,
                 tokens=tokens or (512 if kind_test == "pp" else 128),
                 moe_layers=moe_layers,
                 recurrent_layers=recurrent,
@@ -852,11 +853,12 @@ def _budget_rows() -> list[BenchRow]:
         gpu_layers = n - layers_in_ram
         read_dense = gpu_layers * dense_layer
         read_expert = max(0, gpu_layers - only_experts) * expert_layer
+        backend = (r.get("backend") or "").lower()
         rows.append(
             BenchRow(
                 source=r["source"],
                 device=_device_name(r["device"]),
-                family=speed_family(r["device"], "gpu", (r.get("backend") or "").lower()),
+                family=speed_family(r["device"], "gpu", backend),
                 group="hybrid",
                 bandwidth_gb_s=float(bw),
                 fp16_tflops=float(flops),
@@ -869,7 +871,7 @@ def _budget_rows() -> list[BenchRow]:
                 test=kind_test,
                 depth=depth,
                 tokens_per_s=float(r["tokens_per_s"]),
-                backend=(r.get("backend") or "").lower(),
+                backend=backend,
                 tokens=tokens or (512 if kind_test == "pp" else 128),
                 moe_layers=shape.moe_layers,
                 recurrent_layers=shape.recurrent,
