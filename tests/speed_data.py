@@ -20,9 +20,12 @@ from __future__ import annotations
 import functools
 import json
 import math
+import multiprocessing
+import os
 import re
 import zlib
 from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -916,6 +919,7 @@ def _link(text: str | None, spec, device: str) -> tuple[int, int]:
     return (3, 16) if re.search(r"gtx 16\d0|rtx 20\d0|quadro rtx", device.lower()) else (4, 16)
 
 
+@functools.cache
 def source_key(source: str) -> str:
     """The publication a row comes from, for folds grouped by source: a repository (its files, its
     PRs and issues by the same maintainers), or, in repositories that collect many people's results
@@ -1030,31 +1034,42 @@ def _fit_roofline(
     return best[1], best[2], best[0]
 
 
-def _prefill_ratio(r: BenchRow, g: Globals, efficiency: float) -> float:
+def _prefill_ratio(r: BenchRow, g: Globals, efficiency: float) -> float | None:
     """The rate factor a prefill row implies against its family's peak (``prefill_peak_multiplier``
     x FP16 FLOP/s): prompt tokens x 2 x active parameters over the ubatch's time once its weight reads
-    (at ``efficiency`` of the bandwidth) are taken off."""
+    (at ``efficiency`` of the bandwidth) are taken off. None where those reads take half of the time or
+    more: only rows whose time is mostly arithmetic tell the rate factor (a prompt of a few tokens is a
+    batched decode, read-bound)."""
     n_ub = max(1, min(r.ubatch_tokens, r.tokens))
     t = n_ub / r.tokens_per_s
     read = r.ubatch_bytes(g) / (efficiency * r.bandwidth_gb_s * 1e9)
+    if not read < 0.5 * t:
+        return None
     t = max(t - read, 0.1 * t)
     peak = r.fp16_tflops * 1e12 * prefill_peak_multiplier(r.family, r.gemm_float) * g.format_factor(r)
     return n_ub * (2 * r.params * r.active_share / r.moe_factor(g) + r.attention_flops) / (t * peak)
 
 
 def _compute_bound(r: BenchRow, efficiency: float, g: Globals) -> bool:
-    """Whether most of a prefill row's time is arithmetic (its weight reads under half of it): only such
-    rows tell the rate factor (a prompt of a few tokens is a batched decode, read-bound)."""
+    """Whether most of a prefill row's time is arithmetic (``_prefill_ratio``)."""
     n_ub = max(1, min(r.ubatch_tokens, r.tokens))
     read = r.ubatch_bytes(g) / (efficiency * r.bandwidth_gb_s * 1e9)
     return read < 0.5 * n_ub / r.tokens_per_s
 
 
-def _fit_prefill(rows: list[BenchRow], float_weights: bool, g: Globals, eff: dict[str, float]) -> float | None:
-    chosen = [r for r in rows if r.gemm_float == float_weights and _compute_bound(r, eff.get(r.family, 0.8), g)]
+def _prefill_ratios(rows: list[BenchRow], g: Globals, eff: dict[str, float]) -> dict[int, float | None]:
+    """``_prefill_ratio`` of each row (by ``id``) at its family's decode efficiency: worked out once per
+    trial of the shared constants, for the pools' fits and their residuals alike."""
+    return {id(r): _prefill_ratio(r, g, eff.get(r.family, 0.8)) for r in rows}
+
+
+def _fit_prefill(rows: list[BenchRow], float_weights: bool, ratios: dict[int, float | None]) -> float | None:
+    """The source-weighted median rate factor (``_prefill_ratio``) of ``rows``' compute-bound prefill
+    results on float (or quantized) kernels."""
+    chosen = [r for r in rows if r.gemm_float == float_weights and ratios[id(r)] is not None]
     if not chosen:
         return None
-    logs = np.log([_prefill_ratio(r, g, eff.get(r.family, 0.8)) for r in chosen])
+    logs = np.log([ratios[id(r)] for r in chosen])
     return float(np.exp(weighted_percentiles(logs, source_weights(chosen), (0.5,))[0]))
 
 
@@ -1186,24 +1201,28 @@ def _fit_prefill_constants(
     chosen_rows = [
         (p, r) for p, pr in pools.items() for r in pr if not r.gemm_float and r.family not in ON_TOP_FAMILIES
     ]
+    all_pp = [r for pr in pools.values() for r in pr]
     for half in [0.0, *np.geomspace(1, 512, 37)]:
         g_try = Globals(float(half), routing, formats)
-        factor = {p: _fit_prefill(pr, False, g_try, eff) for p, pr in pools.items()}
+        ratios = _prefill_ratios(all_pp, g_try, eff)
+        factor = {p: _fit_prefill(pr, False, ratios) for p, pr in pools.items()}
         res, wts = [], []
         for p, r in chosen_rows:
-            if factor.get(p) and _compute_bound(r, eff.get(r.family, 0.8), g_try):
-                res.append(np.log(_prefill_ratio(r, g_try, eff.get(r.family, 0.8)) / factor[p]))
+            ratio = ratios[id(r)]
+            if factor.get(p) and ratio is not None:
+                res.append(np.log(ratio / factor[p]))  # type: ignore[operator]
                 wts.append(r)
         err = float(np.sum(source_weights(wts) * np.array(res) ** 2)) if res else 0.0
         if err < best[0]:
             best = (err, float(half))
     g = Globals(best[1], routing, formats)
+    ratios = _prefill_ratios(all_pp, g, eff)
     out: dict[str, FamilyConstants] = {}
     for fam, (eta, k, _) in decode.items():
         chosen_pp = pools.get(pool_of.get(fam, fam), pp.get(fam, []))
         m_quant, m_float = prefill_peak_multiplier(fam, False), prefill_peak_multiplier(fam, True)
-        quant = _fit_prefill(chosen_pp, False, g, eff)
-        flt = _fit_prefill(chosen_pp, True, g, eff)
+        quant = _fit_prefill(chosen_pp, False, ratios)
+        flt = _fit_prefill(chosen_pp, True, ratios)
         if quant is None and flt is None:
             continue
         by_build: dict[str, dict[str, float]] = {}
@@ -1211,7 +1230,7 @@ def _fit_prefill_constants(
             for kind, is_float, mult in (("quant", False, m_quant), ("float", True, m_float)):
                 chosen = [r for r in chosen_pp if r.build == build and r.gemm_float == is_float]
                 if len(chosen) >= MIN_BUILD_ROWS and len({source_key(r.source) for r in chosen}) >= 2:
-                    by_build.setdefault(build, {})[kind] = (_fit_prefill(chosen, is_float, g, eff) or 0.0) * mult
+                    by_build.setdefault(build, {})[kind] = (_fit_prefill(chosen, is_float, ratios) or 0.0) * mult
         # A path without rows is taken to run as fast as the other one (on NVIDIA the int8 kernels reach
         # a smaller share of a higher peak: about FP16 cuBLAS's speed, llama.cpp PRs #7676 and #8075).
         quant_n = quant or (flt or 0.1) * m_float / m_quant
@@ -1365,7 +1384,11 @@ def _folds(rows: list[BenchRow], folds: int = FOLDS, by: str = "device") -> list
 
 
 def _predict_held(train: list[BenchRow], test_rows: list[BenchRow]) -> list[tuple[BenchRow, float]]:
-    model = fit_model(train)
+    return _predicted(fit_model(train), test_rows)
+
+
+def _predicted(model: Fitted, test_rows: list[BenchRow]) -> list[tuple[BenchRow, float]]:
+    """The judged rows of ``test_rows`` (``_judged``) with ``model``'s predictions."""
     out = []
     for r in test_rows:
         c = constants_for(r.family, model.families)
@@ -1424,33 +1447,58 @@ def weighted_percentiles(values: np.ndarray, weights: np.ndarray, qs: tuple[floa
     return [float(np.interp(q, cum, v)) for q in qs]
 
 
-def cross_validate(rows: list[BenchRow], by: str = "device") -> list[Held]:
+def cross_validate(rows: list[BenchRow], by: str = "device", workers: int | None = None) -> list[Held]:
     """Cross-validation grouped ``by`` source or device: by source, each source's rows are predicted
     from constants fitted on every other source (leave one source out: a figure that does not depend on
     which sources happen to share a fold, and a source is what a new buyer's machine is); by device, 5
     folds of whole devices. Each prediction's range comes from the training rows' own held-out
     residuals (an inner 5-fold cross-validation grouped the same way), so neither the constants nor the
-    range ever saw the predicted source (or device)."""
+    range ever saw the predicted source (or device). The folds are independent fits, run on ``workers``
+    processes (default: one per CPU the process may use)."""
     if by == "source":
         keys = sorted({source_key(r.source) for r in rows})
         groups = [[r for r in rows if source_key(r.source) == k] for k in keys]
     else:
         groups = _folds(rows, by=by)
+    workers = min(workers or len(os.sched_getaffinity(0)), len(groups))
+    if workers <= 1:
+        return [x for k in range(len(groups)) for x in _held_fold(groups, k, by)]
+    # Fresh interpreters ("spawn"): a forked copy of a process with threads running (a Qt test's) can
+    # inherit a lock some other thread held.
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_folds, initargs=(groups, by)) as pool:
+        return [x for held in pool.map(_worker_fold, range(len(groups))) for x in held]
+
+
+_WORKER: tuple[list[list[BenchRow]], str] = ([], "device")
+
+
+def _worker_folds(groups: list[list[BenchRow]], by: str) -> None:
+    global _WORKER
+    _WORKER = (groups, by)
+
+
+def _worker_fold(k: int) -> list[Held]:
+    return _held_fold(_WORKER[0], k, _WORKER[1])
+
+
+def _held_fold(groups: list[list[BenchRow]], k: int, by: str) -> list[Held]:
+    """The predictions and ranges for ``groups[k]``'s rows from a fit on every other group."""
+    test_rows = groups[k]
+    train = [r for i, g in enumerate(groups) if i != k for r in g]
+    bands = held_out_intervals(train, FOLDS, by)
+    model = fit_model(train)
     held: list[Held] = []
-    for k, test_rows in enumerate(groups):
-        train = [r for i, g in enumerate(groups) if i != k for r in g]
-        bands = held_out_intervals(train, FOLDS, by)
-        model = fit_model(train)
-        for r, p in _predict_held(train, test_rows):
-            lo, hi = bands[r.test]["hybrid" if r.group == "hybrid" else "all"]
-            p_lo, p_hi = p, p
-            if r.group == "hybrid" and not (r.host_stated and r.mmap_stated):
-                # A host the source does not name, or weights it does not say were memory-mapped or not:
-                # the range spans the desktop hosts and the copies (pinned or pageable) it could be.
-                c = constants_for(r.family, model.families)
-                preds = [v.predict(c, model.hybrid, model.globals) for v in unstated_hosts(r)]  # type: ignore[arg-type]
-                p_lo, p_hi = min(preds + [p]), max(preds + [p])
-            held.append(Held(r, p, p_lo * lo, p_hi * hi))
+    for r, p in _predicted(model, test_rows):
+        lo, hi = bands[r.test]["hybrid" if r.group == "hybrid" else "all"]
+        p_lo, p_hi = p, p
+        if r.group == "hybrid" and not (r.host_stated and r.mmap_stated):
+            # A host the source does not name, or weights it does not say were memory-mapped or not:
+            # the range spans the desktop hosts and the copies (pinned or pageable) it could be.
+            c = constants_for(r.family, model.families)
+            preds = [v.predict(c, model.hybrid, model.globals) for v in unstated_hosts(r)]  # type: ignore[arg-type]
+            p_lo, p_hi = min(preds + [p]), max(preds + [p])
+        held.append(Held(r, p, p_lo * lo, p_hi * hi))
     return held
 
 
