@@ -24,6 +24,8 @@ import statistics
 import sys
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -36,6 +38,7 @@ from tests.speed_data import (  # noqa: E402
     held_out_intervals,
     load_rows,
     source_key,
+    source_pairs,
 )
 
 KINDS = (("hybrid", "(weights in RAM)"), ("cpu", "(CPU rows)"), ("amd", "(AMD rows)"))
@@ -82,6 +85,24 @@ def table(held, markdown: bool) -> list[str]:
     return lines
 
 
+def agreement(rows) -> list[str]:
+    """How far apart two sources are that measured the same thing (``source_pairs``), per test."""
+    pairs = source_pairs(rows)
+    lines = ["Sources that measured the same device, build, model, weight format and test, against each other:"]
+    for test, name in (("tg", "decode"), ("pp", "prefill")):
+        chosen = [p for p in pairs if p.test == test]
+        if not chosen:
+            continue
+        ratios = sorted(p.ratio for p in chosen)
+        quarter, mid, three = (float(v) for v in np.percentile(ratios, [25, 50, 75]))
+        lines.append(
+            f"  {name}: {len(chosen)} pairs on {len({p.device for p in chosen})} devices from "
+            f"{len({s for p in chosen for s in p.sources})} sources; apart by x{mid:.2f} (median; quartiles "
+            f"x{quarter:.2f}-x{three:.2f}, largest x{ratios[-1]:.2f})"
+        )
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="refit and write resources/speed_model.json")
@@ -92,6 +113,8 @@ def main() -> int:
     print(f"{len(rows)} published rows on {len({r.device for r in rows})} devices from {n_sources} sources")
     for source, why in EXCLUDED_SOURCES.items():
         print(f"left out: {source}: {why}")
+    print()
+    print("\n".join(agreement(rows)))
     print()
     for by in ("source", "device"):
         how = "each source left out in turn" if by == "source" else "5 folds of whole devices"

@@ -1523,3 +1523,36 @@ def unstated_hosts(r: BenchRow) -> list[BenchRow]:
         for h in hosts
         for pin in pinned
     ]
+
+
+@dataclass(frozen=True)
+class SourcePair:
+    """Two sources' results for the same measurement: one device, build, model (parameters and active
+    share), weight format and test (prompt, depth, ubatch), each source's the median of its rows."""
+
+    test: str
+    device: str
+    sources: tuple[str, str]
+    ratio: float  # the larger over the smaller: decode as weight and cache bytes read per second
+
+
+def source_pairs(rows: list[BenchRow]) -> list[SourcePair]:
+    """Every pair of sources that measured the same thing on one device (``SourcePair``): how far apart
+    two sources are where no model of the device can tell them apart, the floor under any held-out error.
+    Decode compares bytes read per second, so that two files of one format and model but different sizes
+    (a Q4_K_M and a Q4_K_S) compare too; rows with weights in system memory are left out (their hosts differ)."""
+    by_key: dict[tuple, dict[str, list[float]]] = {}
+    for r in rows:
+        if r.group == "hybrid":
+            continue
+        key = (r.device, r.build, round(r.params / 1e8), round(r.active_share, 2), r.weight_format, r.test)
+        key += (r.tokens, r.depth, r.ubatch_tokens if r.test == "pp" else 0)
+        rate = r.tokens_per_s * (r.bytes_per_token if r.test == "tg" else 1.0)
+        by_key.setdefault(key, {}).setdefault(source_key(r.source), []).append(rate)
+    pairs = []
+    for key, per_source in by_key.items():
+        medians = {s: float(np.median(v)) for s, v in sorted(per_source.items())}
+        for i, (a, ra) in enumerate(medians.items()):
+            for b, rb in list(medians.items())[i + 1 :]:
+                pairs.append(SourcePair(key[5], key[0], (a, b), max(ra, rb) / min(ra, rb)))
+    return pairs

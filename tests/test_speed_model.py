@@ -118,3 +118,25 @@ def test_weighted_percentiles_weigh_devices_not_rows():
     assert lo < -0.2 and hi > 0.2
     plain_lo, plain_hi = np.percentile(values, [10, 90])
     assert plain_lo == plain_hi == 0.0
+
+
+def test_sources_are_paired_only_where_they_measured_the_same_thing(rows):
+    """Two sources' decode of one model and format on one device compare as bytes read per second (a
+    larger file of the same format decodes slower, not worse); another build, a prompt of another length
+    or a run with weights in system memory is not the same measurement."""
+    from dataclasses import replace
+
+    from tests.speed_data import source_pairs
+
+    base = next(r for r in rows if r.group == "gpu" and r.test == "tg" and r.depth == 0)
+    other = replace(base, source="https://example.org/other", weight_bytes=base.weight_bytes * 1.1)
+    # 10% more weight bytes at the same tokens/s: the other source reads faster per byte.
+    (pair,) = source_pairs([base, replace(other, tokens_per_s=base.tokens_per_s * 0.8)])
+    assert pair.test == "tg" and pair.device == base.device
+    expected = base.bytes_per_token / (other.bytes_per_token * 0.8)
+    assert pair.ratio == pytest.approx(max(expected, 1 / expected))
+    assert source_pairs([base, replace(other, backend="vulkan" if base.build != "vulkan" else "cuda")]) == []
+    assert source_pairs([base, replace(other, tokens=base.tokens * 2)]) == []
+    assert source_pairs([base, replace(other, group="hybrid")]) == []
+    # The same source twice is one source, not a pair.
+    assert source_pairs([base, replace(base, tokens_per_s=base.tokens_per_s * 2)]) == []
