@@ -18,6 +18,7 @@ the catalog's tensors where the model is in the catalog, else from its published
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import math
 import multiprocessing
@@ -1551,8 +1552,7 @@ def source_pairs(rows: list[BenchRow]) -> list[SourcePair]:
         by_key.setdefault(key, {}).setdefault(source_key(r.source), []).append(rate)
     pairs = []
     for key, per_source in by_key.items():
-        medians = {s: float(np.median(v)) for s, v in sorted(per_source.items())}
-        for i, (a, ra) in enumerate(medians.items()):
-            for b, rb in list(medians.items())[i + 1 :]:
-                pairs.append(SourcePair(key[5], key[0], (a, b), max(ra, rb) / min(ra, rb)))
+        medians = [(s, float(np.median(v))) for s, v in sorted(per_source.items())]
+        for (a, ra), (b, rb) in itertools.combinations(medians, 2):
+            pairs.append(SourcePair(key[5], key[0], (a, b), max(ra, rb) / min(ra, rb)))
     return pairs
