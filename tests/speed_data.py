@@ -87,6 +87,7 @@ EXTRA_GPUS: dict[str, tuple[float, float]] = {
     "gtx 1650 super": (192.0, 8.8),  # 1280 cores at 1.725 GHz, 128-bit GDDR6 at 12 Gbps
     "arc pro b70": (608.0, 183.5),  # 256 XMX engines x 256 FP16 FLOP/clock at 2.8 GHz; 256-bit GDDR6, 19 Gbps
     "radeon ai pro r9700": (644.6, 97.3),  # the RX 9070 XT's Navi 48 at the same clocks and memory
+    "a100-sxm4-40gb": (1555.0, 312.0),  # NVIDIA's A100 datasheet: HBM2 at 1,555 GB/s, 312 dense FP16 tensor TFLOPS
     "gb10": (273.0, 62.5),  # the DGX Spark's chip as CUDA prints it: the catalog's DGX Spark figures
     # 188 SMs as the full card's 503.8, at the 300 W edition's 2,280 MHz boost instead of 2,617
     "rtx pro 6000 blackwell max-q": (1792.0, 438.9),

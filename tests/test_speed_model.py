@@ -72,12 +72,12 @@ def test_held_out_sources_stay_at_what_the_readme_reports(rows):
     """Each source left out in turn (a repository, thread or page: one build, one methodology): what a
     new buyer's machine gets. The issue's targets (decode <= 10% with >= 80% inside, prefill <= 20%,
     rows with weights in RAM <= 20%, x86 CPUs <= 15%) are not all met; these bounds hold the figures the
-    README reports so that they cannot silently get worse: decode 12.8%/87% and prefill 21.0%/89% on the
+    README reports so that they cannot silently get worse: decode 12.5%/88% and prefill 21.1%/88% on the
     other vendors' rows, whose figures the Intel rows (fitted on top of the shared constants) leave as they
-    were, and 14.0%/85% and 21.8%/87% with Intel's; Intel's own are 22-48% (one card, two sources)."""
+    were, and 13.4%/86% and 21.8%/86% with Intel's; Intel's own are 22-48% (one card, two sources)."""
     held = cross_validate(rows, by="source")
     for test, median_limit, inside_floor, all_limit, all_floor in (
-        ("tg", 0.13, 0.86, 0.145, 0.84),
+        ("tg", 0.13, 0.86, 0.14, 0.84),
         ("pp", 0.215, 0.88, 0.22, 0.86),
     ):
         h = [x for x in held if x.row.test == test]
