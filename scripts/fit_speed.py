@@ -11,9 +11,10 @@ sources (a repository, a thread, a page: rows of one source share a build, setti
 methodology, and a new machine is a new source) and whole devices; their rows are predicted from
 constants fitted on the rest (by source, each source left out in turn; by device, 5 folds of whole
 devices; each prediction's range comes from an inner 5-fold cross-validation of its training rows,
-grouped the same way). Targets, grouped by source: decode median error <= 10%
-with >= 80% inside the range; prefill median <= 20%; rows with weights in system memory <= 20% for
-both; x86 CPUs <= 15%.
+grouped the same way). First it prints how far apart two sources are where they measured the same
+device, build, model, weight format and test: the floor under any held-out figure on those devices.
+Targets, grouped by source: decode median error <= 10% with >= 80% inside the range; prefill median
+<= 20%; rows with weights in system memory <= 20% for both; x86 CPUs <= 15%.
 """
 
 from __future__ import annotations
