@@ -412,6 +412,7 @@ class BenchRow:
     host_stated: bool = True  # a hybrid row's source names its host (CPU, memory)
     weight_format: str = ""  # ``weight_format`` of the model's label: simple, kquant, iquant, mxfp4, float
     mmap_stated: bool = True  # a hybrid row's source says whether the weights were memory-mapped
+    release: int = 0  # the llama.cpp build number the source printed (0 where it printed none)
 
     @property
     def attention_flops(self) -> float:
@@ -456,9 +457,15 @@ class BenchRow:
 
     @property
     def build(self) -> str:
-        """The llama.cpp build as FitScope names it (cuda, rocm, vulkan, metal, cpu)."""
+        """The llama.cpp build as FitScope names it (cuda, rocm, vulkan, metal, cpu); an AMD GPU's ROCm or
+        Vulkan build older than ``AMD_PROMPT_RELEASE`` is a build of its own (``rocm<7000``), so that
+        its prompt rate is fitted apart from current builds', the ones FitScope predicts for."""
         b = self.backend.split(",")[0]
-        return {"mtl": "metal", "blas": "metal" if self.group == "apple" else "cpu", "hip": "rocm"}.get(b, b)
+        b = {"mtl": "metal", "blas": "metal" if self.group == "apple" else "cpu", "hip": "rocm"}.get(b, b)
+        old = 0 < self.release < AMD_PROMPT_RELEASE
+        if old and b in ("rocm", "vulkan") and self.family.startswith(("amd", "unified-amd")):
+            return f"{b}<{AMD_PROMPT_RELEASE}"
+        return b
 
     @property
     def kind(self) -> str:
@@ -762,6 +769,7 @@ def _single_device_rows() -> list[BenchRow]:
                 routed_share=routed,
                 gqa=_gqa(label),
                 weight_format=_format_of(r),
+                release=_release(r),
             )
         )
     return rows
@@ -779,12 +787,24 @@ def _ubatch(r: dict, tokens: int) -> int:
     return max(1, min(ub, tokens, r.get("n_batch") or max(2048, ub)))
 
 
+# AMD GPUs' prompt kernels changed in the autumn of 2025: WMMA int8 matrix kernels (MMQ) for RDNA 4
+# (llama.cpp PR #17156, November 2025) and RDNA 3 (#17576), and Vulkan's shaders over the same months.
+# The rows show the step between builds 6645 and 7147 (Ryzen AI Max+ 395 prefill about 1.2-2.5x slower
+# than current builds' prediction before it, about 0.8x after); builds before it are fitted apart.
+AMD_PROMPT_RELEASE = 7000
+
+
+def _release(r: dict) -> int:
+    """The llama.cpp build number of a row (``b7423`` or ``abc1234 (7423)``), 0 where none is printed."""
+    m = re.search(r"\((\d{3,5})\)|\bb(\d{4,5})\b", r.get("build") or "")
+    return int(m.group(1) or m.group(2)) if m else 0
+
+
 def _before_mmq(r: dict) -> bool:
     """Whether a row's llama.cpp build predates int8 tensor-core prompt kernels by default on NVIDIA
     (PR #8075, merged 2024-06-24, about build 3200): by its build number, else by its date."""
-    m = re.search(r"\((\d{3,5})\)|\bb(\d{4,5})\b", r.get("build") or "")
-    if m:
-        return int(m.group(1) or m.group(2)) < 3200
+    if release := _release(r):
+        return release < 3200
     return bool(r.get("date")) and r["date"] < "2024-06-24"
 
 
@@ -899,6 +919,7 @@ def _budget_rows() -> list[BenchRow]:
                 gqa=_gqa(label),
                 host_stated=host_stated,
                 weight_format=_format_of(r),
+                release=_release(r),
                 # llama-bench maps the file unless told --mmap 0; informal results may not be llama-bench's.
                 mmap_stated=r.get("mmap") is not None or "informal" not in (r.get("notes") or ""),
             )

@@ -72,13 +72,13 @@ def test_held_out_sources_stay_at_what_the_readme_reports(rows):
     """Each source left out in turn (a repository, thread or page: one build, one methodology): what a
     new buyer's machine gets. The issue's targets (decode <= 10% with >= 80% inside, prefill <= 20%,
     rows with weights in RAM <= 20%, x86 CPUs <= 15%) are not all met; these bounds hold the figures the
-    README reports so that they cannot silently get worse: decode 12.5%/88% and prefill 21.1%/88% on the
+    README reports so that they cannot silently get worse: decode 12.5%/88% and prefill 18.6%/89% on the
     other vendors' rows, whose figures the Intel rows (fitted on top of the shared constants) leave as they
-    were, and 13.4%/86% and 21.8%/86% with Intel's; Intel's own are 22-48% (one card, two sources)."""
+    were, and 13.4%/86% and 20.4%/86% with Intel's; Intel's own are 22-50% (one card, two sources)."""
     held = cross_validate(rows, by="source")
     for test, median_limit, inside_floor, all_limit, all_floor in (
         ("tg", 0.13, 0.86, 0.14, 0.84),
-        ("pp", 0.215, 0.88, 0.22, 0.86),
+        ("pp", 0.19, 0.88, 0.21, 0.86),
     ):
         h = [x for x in held if x.row.test == test]
         assert statistics.median(abs(x.error) for x in h) <= all_limit, test
@@ -87,14 +87,29 @@ def test_held_out_sources_stay_at_what_the_readme_reports(rows):
         assert statistics.median(abs(x.error) for x in h) <= median_limit, test
         assert sum(x.inside for x in h) / len(h) >= inside_floor, test
     hybrid = [x for x in held if x.row.kind == "hybrid"]
-    # 84 usable rows with weights in RAM (decode and prefill; 21.7% median, 88% inside); with the 10 of
+    # 84 usable rows with weights in RAM (decode and prefill; 20.4% median, 88% inside); with the 10 of
     # the source left out (EXCLUDED_SOURCES), 94.
     assert len(hybrid) >= 80
     assert len(hybrid) + sum(r.group == "hybrid" for r in load_rows(excluded=True)) >= 90
     median = statistics.median(abs(x.error) for x in hybrid)
-    assert median <= 0.23, median
+    assert median <= 0.215, median
     inside = sum(x.inside for x in hybrid) / len(hybrid)
     assert inside >= 0.85, inside
+
+
+def test_amd_builds_before_the_2025_prompt_kernels_are_fitted_apart(rows):
+    """An AMD GPU's ROCm or Vulkan rows of a build before 7000 (autumn 2025: WMMA int8 prompt kernels for
+    RDNA 3 and 4) are a build of their own; current builds keep the names FitScope predicts with, and on
+    the Ryzen AI Max+ 395 current Vulkan builds prefill faster than the older ones did."""
+    strix = [r for r in rows if r.family == "unified-amd" and r.test == "pp"]
+    assert {r.build for r in strix if 0 < r.release < 7000} == {"rocm<7000", "vulkan<7000"}
+    assert {r.build for r in strix if not 0 < r.release < 7000} == {"rocm", "vulkan"}
+    assert any(r.release >= 8000 for r in strix)
+    # Only AMD GPUs' builds are split by release: NVIDIA's 2024 rows are still "cuda".
+    assert all("<" not in r.build for r in rows if not r.family.startswith(("amd", "unified-amd")))
+    assert any(r.build == "cuda" and 0 < r.release < 7000 for r in rows)
+    own = load_speed_model().families["unified-amd"].prefill_backend
+    assert own["vulkan"]["quant"] > 1.3 * own["vulkan<7000"]["quant"]
 
 
 def test_the_shipped_constants_are_the_fit_of_the_shipped_data(rows):
