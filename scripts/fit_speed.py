@@ -134,7 +134,9 @@ def main() -> int:
         print(f"Prefill of quantized formats on {kind} builds, against the family's factor: {shown}.")
     print(
         f"Weights in system memory ({h.rows} rows): host memory at {h.host_efficiency:.2f} of its spec bandwidth, "
-        f"{h.host_flop_per_param:.2f} CPU FLOP per host parameter, {h.sync_s * 1e6:.0f} us per host layer per token; "
+        f"{h.host_flop_per_param:.2f} CPU FLOP per host parameter"
+        + "".join(f" (+{v:.2f} for {fmt})" for fmt, v in sorted(h.format_flop_per_param.items()))
+        + f", {h.sync_s * 1e6:.0f} us per host layer per token; "
         f"PCIe at {h.pcie_pinned:.2f} of the link (pinned, --no-mmap) and {h.pcie_pageable:.2f} (memory-mapped)."
     )
     if args.write:

@@ -500,6 +500,7 @@ class BenchRow:
                     self.host_tflops,
                     self.host_layers,
                     h,
+                    weight_format=self.weight_format,
                 )
                 return 1.0 / (gpu + host)
             compute = self.ubatch_tokens / prefill_tokens_per_s(
@@ -776,8 +777,15 @@ def _single_device_rows() -> list[BenchRow]:
 
 
 def _format_of(r: dict) -> str:
-    """The weight format of a row's model, from llama-bench's label or else the file's name."""
-    return weight_format(r.get("model") or "") or weight_format(r.get("model_name") or "")
+    """The weight format of a row's model, from llama-bench's label or else the file's name. A label
+    that says float where the matrices are not (``_float``) names the format of the other tensors:
+    gpt-oss's "F16" files (60.9 GiB for 116.8 B parameters) keep their experts in MXFP4, and a
+    "guessed" type is a mix of quantized ones."""
+    fmt = weight_format(r.get("model") or "") or weight_format(r.get("model_name") or "")
+    label = f"{r.get('model') or ''} {r.get('model_name') or ''}"
+    if fmt == "float" and not _float(label):
+        return "mxfp4" if "gpt-oss" in label.lower() else ""
+    return fmt
 
 
 def _ubatch(r: dict, tokens: int) -> int:
@@ -1105,6 +1113,7 @@ class Fitted:
 
 CPU_FAMILIES = ("cpu-x86", "cpu-arm")
 MIN_BUILD_ROWS = 4  # prefill rows of one build (from two sources at least) for its own factor
+MIN_FORMAT_ROWS = 3  # decode rows of one weight format with weights in RAM, for its own CPU work
 MIN_KIND_ROWS = 6  # decode rows with MoE (or recurrent) layers (from two sources at least) for their own cost
 
 
@@ -1304,6 +1313,7 @@ def fit_hybrid(rows: list[BenchRow], fitted: dict[str, FamilyConstants], g: Glob
     hybrid = [r for r in rows if r.group == "hybrid" and constants_for(r.family, fitted) is not None]
     tg = [r for r in hybrid if r.test == "tg"]
     eta, sync, work = DEFAULT_HYBRID.host_efficiency, DEFAULT_HYBRID.sync_s, DEFAULT_HYBRID.host_flop_per_param
+    by_format: dict[str, float] = {}
     if len(tg) >= 5:
         offset = np.array([_gpu_part(r, constants_for(r.family, fitted)) for r in tg])  # type: ignore[arg-type]
         x = np.array([r.host_bytes / (r.host_bandwidth_gb_s * 1e9) for r in tg])
@@ -1311,9 +1321,13 @@ def fit_hybrid(rows: list[BenchRow], fitted: dict[str, FamilyConstants], g: Glob
             "c": np.array([float(r.host_layers) for r in tg]),
             "g": np.array([r.host_params / (r.host_tflops * 1e12) for r in tg]),
         }
+        for fmt in sorted({r.weight_format for r in tg if r.weight_format}):
+            if sum(r.weight_format == fmt for r in tg) >= MIN_FORMAT_ROWS:
+                cols[f"f:{fmt}"] = np.where([r.weight_format == fmt for r in tg], cols["g"], 0.0)
         y = np.array([1.0 / r.tokens_per_s for r in tg])
         eta, k, _ = _fit_roofline(x, cols, y, offset)
         sync, work = k.get("c", 0.0), k.get("g", 0.0)
+        by_format = {name[2:]: v for name, v in k.items() if name.startswith("f:") and v > 0}
     shares = {}
     for pinned in (True, False):
         implied, chosen = [], []
@@ -1340,6 +1354,7 @@ def fit_hybrid(rows: list[BenchRow], fitted: dict[str, FamilyConstants], g: Glob
     return HybridConstants(
         host_efficiency=float(eta),
         host_flop_per_param=float(work),
+        format_flop_per_param=by_format,
         sync_s=float(sync),
         pcie_pinned=min(pinned_share, 1.5),
         pcie_pageable=min(pageable_share, 1.5),

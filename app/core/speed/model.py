@@ -168,6 +168,11 @@ class HybridConstants(BaseModel):
 
     host_efficiency: float = Field(gt=0, le=1.5, description="share of the host memory's spec bandwidth reached")
     host_flop_per_param: float = Field(ge=0, description="CPU work per active host parameter, FP32-FLOP equivalents")
+    format_flop_per_param: dict[str, float] = Field(
+        default_factory=dict,
+        description="a weight format (``weight_format``) -> the CPU's further work per host parameter of it, "
+        "where the rows show one",
+    )
     sync_s: float = Field(
         ge=0, description="per decoded token and layer with host-resident weights: the GPU-CPU handoff"
     )
@@ -353,6 +358,7 @@ def host_decode_seconds(
     host_layers: int,
     h: HybridConstants,
     efficiency: float | None = None,
+    weight_format: str = "",
 ) -> float:
     """Seconds a decoded token spends on the host's share of a GPU run: reading ``host_bytes`` at
     ``efficiency`` (default the fitted share of a spec bandwidth) of the host's bandwidth, the CPU's
@@ -360,7 +366,8 @@ def host_decode_seconds(
     ``host_layers`` layers with host-resident weights."""
     eta = efficiency if efficiency is not None else h.host_efficiency
     read = host_bytes / (eta * host_bandwidth_gb_s * 1e9) if host_bytes else 0.0
-    work = h.host_flop_per_param * host_params / (host_tflops * 1e12) if host_tflops > 0 else 0.0
+    per_param = h.host_flop_per_param + h.format_flop_per_param.get(weight_format, 0.0)
+    work = per_param * host_params / (host_tflops * 1e12) if host_tflops > 0 else 0.0
     return read + work + host_layers * h.sync_s
 
 

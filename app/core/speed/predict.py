@@ -36,6 +36,7 @@ from app.core.memory.records import Estimate, Settings, Target
 from app.core.model.architecture import Architecture
 from app.core.model.tensors import BLOCK, TensorInfo
 from app.core.speed.model import (
+    HybridConstants,
     decode_seconds_per_token,
     expert_coverage,
     host_decode_seconds,
@@ -277,16 +278,18 @@ def estimate_speed(
                 eff = (measured_efficiency or {})[d.name]
             elif target.efficiency_class == "cpu":
                 eff = sum(DECODE_EFFICIENCY["cpu"]) / 2
-            t = host_decode_seconds(bytes_read, target.bandwidth_gb_s, params_here, tflops, where.host_layers, h, eff)
+            t = host_decode_seconds(
+                bytes_read, target.bandwidth_gb_s, params_here, tflops, where.host_layers, h, eff, quant_format
+            )
             t_mid += t
             t_low += t / d_hi
             t_high += t / d_lo
             assumptions.append(
                 f"{d.name}: reads {w / 1e9:.2f} GB of host-resident weights per token at {target.bandwidth_gb_s:.0f} "
                 f"GB/s ({eff if eff is not None else h.host_efficiency:.2f} of it), computed on "
-                f"{n_threads or 'all'} CPU thread(s) ({tflops:.1f} TFLOPS), with a GPU-CPU handoff at each of "
-                f"{where.host_layers} layers ({h.sync_s * 1e6:.0f} us each; fitted on {h.rows} published rows "
-                "with weights in system memory)."
+                f"{n_threads or 'all'} CPU thread(s) ({tflops:.1f} TFLOPS{_format_work(h, quant_format)}), with a "
+                f"GPU-CPU handoff at each of {where.host_layers} layers ({h.sync_s * 1e6:.0f} us each; fitted on "
+                f"{h.rows} published rows with weights in system memory)."
             )
         elif measured:
             m = (measured_efficiency or {})[d.name]
@@ -476,6 +479,14 @@ def _attention_shape(arch: Architecture) -> tuple[int, int, int]:
         _ATTENTION_SHAPES.pop(next(iter(_ATTENTION_SHAPES)))
     _ATTENTION_SHAPES[id(arch)] = (arch, shape)
     return shape
+
+
+def _format_work(h: HybridConstants, weight_format: str) -> str:
+    """The clause naming the CPU's further work per parameter of ``weight_format``, where one is fitted."""
+    extra = h.format_flop_per_param.get(weight_format, 0.0)
+    if not extra:
+        return ""
+    return f"; {weight_format} weights take {extra:.1f} FLOP per parameter on top of {h.host_flop_per_param:.1f}"
 
 
 def _weight_mix(tensors: Sequence[TensorInfo]) -> tuple[float, str]:
