@@ -1322,8 +1322,9 @@ def fit_hybrid(rows: list[BenchRow], fitted: dict[str, FamilyConstants], g: Glob
             "g": np.array([r.host_params / (r.host_tflops * 1e12) for r in tg]),
         }
         for fmt in sorted({r.weight_format for r in tg if r.weight_format}):
-            if sum(r.weight_format == fmt for r in tg) >= MIN_FORMAT_ROWS:
-                cols[f"f:{fmt}"] = np.where([r.weight_format == fmt for r in tg], cols["g"], 0.0)
+            of_fmt = np.array([r.weight_format == fmt for r in tg])
+            if of_fmt.sum() >= MIN_FORMAT_ROWS:
+                cols[f"f:{fmt}"] = np.where(of_fmt, cols["g"], 0.0)
         y = np.array([1.0 / r.tokens_per_s for r in tg])
         eta, k, _ = _fit_roofline(x, cols, y, offset)
         sync, work = k.get("c", 0.0), k.get("g", 0.0)
