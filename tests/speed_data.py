@@ -35,7 +35,7 @@ import numpy as np
 
 from app.core.hardware.devices import default_pcie
 from app.core.hardware.host_memory import DEFAULT_HOST_MEMORY, HOST_CPU, HOST_MEMORY, parse_pcie, pcie_gb_s
-from app.core.memory.targets import cores_flops_tflops
+from app.core.memory.targets import cores_flops_tflops, prompt_tflops
 from app.core.model.catalog import load_devices
 from app.core.speed.model import (
     DEFAULT_HYBRID,
@@ -716,7 +716,10 @@ def _single_device_rows() -> list[BenchRow]:
             if specs is None:
                 continue
             bw, cores, lanes = specs
-            flops = cores_flops_tflops(min(threads or cores, cores), lanes)
+            n = min(threads or cores, cores)
+            # A prompt of quantized weights at the width of llama.cpp's kernels for it (PROMPT_LANES).
+            narrow = kind_test == "pp" and not _float(label)
+            flops = prompt_tflops(n, lanes) if narrow else cores_flops_tflops(n, lanes)
         if not bw or not flops:
             continue
         layers, kv, share = _shape(label)

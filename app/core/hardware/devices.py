@@ -35,6 +35,7 @@ class DeviceSpec(BaseModel):
     gpu_usable_fraction: float = Field(default=1.0, gt=0, le=1)
     bandwidth_gb_s: float = Field(gt=0, le=20000)
     fp16_tflops: float = Field(gt=0, le=10000)
+    simd_lanes: int | None = Field(default=None, ge=4, le=16)  # a CPU's FP32 lanes: 16 with AVX-512, 8 with AVX2
     price_usd: float | None = Field(default=None, gt=0)
     release_year: int | None = Field(default=None, ge=2010, le=2030)
     compute_capability: str | None = None

@@ -191,6 +191,12 @@ class Target(Frozen):
         ge=1,
         description="host memory: the physical cores doing the CPU's share (fp16_tflops is all of them)",
     )
+    prompt_tflops: float | None = Field(
+        default=None,
+        gt=0,
+        description="a CPU: its rate in llama.cpp's quantized prompt kernels, at AVX2's width even where it has "
+        "AVX-512 (``prompt_lanes``); fp16_tflops where None",
+    )
 
     @property
     def runtime_overhead_bytes(self) -> int:

@@ -28,6 +28,9 @@ def target_from_device(device: DeviceSpec, pcie: tuple[int, int] | None = None) 
         capacity_bytes=device.capacity_bytes,
         bandwidth_gb_s=device.bandwidth_gb_s,
         fp16_tflops=device.fp16_tflops,
+        prompt_tflops=device.fp16_tflops * prompt_lanes(device.simd_lanes) / device.simd_lanes
+        if device.simd_lanes and not device.is_gpu
+        else None,
         efficiency_class=cls,  # type: ignore[arg-type]
         pcie_gen=link[0] if link else None,
         pcie_lanes=link[1] if link else None,
@@ -67,10 +70,30 @@ def cores_flops_tflops(cores: int, lanes: int) -> float:
     return cores * 3.0e9 * lanes * 2 * 2 / 1e12
 
 
+# llama.cpp's x86 prompt kernels for quantized weights work at AVX2's width: the dot products of the
+# K-quants, Q4_0 and Q8_0 (ggml-cpu/arch/x86/quants.c) have AVX2 code only, and the AVX-512 paths of the
+# repacked GEMMs run on 256-bit units on Zen 4, mobile Zen 5 and Intel's client cores. Counting 16
+# lanes for AVX-512 put those CPUs' prompt rate at twice what llama-bench measures on them.
+PROMPT_LANES = 8
+
+
+def prompt_lanes(lanes: int) -> int:
+    """The FP32 lanes a CPU with ``lanes`` of SIMD gives llama.cpp's quantized prompt kernels."""
+    return min(lanes, PROMPT_LANES)
+
+
+def prompt_tflops(cores: int, lanes: int) -> float:
+    """``cores_flops_tflops`` at the lanes the quantized prompt kernels use (``prompt_lanes``)."""
+    return cores_flops_tflops(cores, prompt_lanes(lanes))
+
+
+def host_lanes(host: HostSnapshot) -> int:
+    return simd_fp32_lanes("avx512f" in host.cpu_flags, "avx2" in host.cpu_flags)
+
+
 def cpu_flops_tflops(host: HostSnapshot) -> float:
     """Peak FP32 FMA throughput of the host (``cores_flops_tflops`` of its physical cores)."""
-    cores = host.physical_cores or host.logical_cores
-    return cores_flops_tflops(cores, simd_fp32_lanes("avx512f" in host.cpu_flags, "avx2" in host.cpu_flags))
+    return cores_flops_tflops(host.physical_cores or host.logical_cores, host_lanes(host))
 
 
 def repack_profile(host: HostSnapshot | None) -> RepackProfile:
@@ -112,6 +135,7 @@ def cpu_target(host: HostSnapshot | None) -> Target:
         capacity_bytes=host.ram_available_bytes + CPU_RUNTIME_OVERHEAD_BYTES,
         bandwidth_gb_s=bandwidth,
         fp16_tflops=cpu_flops_tflops(host),
+        prompt_tflops=prompt_tflops(host.physical_cores or host.logical_cores, host_lanes(host)),
         efficiency_class="cpu",
         cpu_cores=host.physical_cores or host.logical_cores,
     )
@@ -140,6 +164,7 @@ def host_ram_target(
             capacity_bytes=capacity_bytes,
             bandwidth_gb_s=bandwidth_gb_s,
             fp16_tflops=cores_flops_tflops(n_cores, simd_fp32_lanes(avx512, avx2)),
+            prompt_tflops=prompt_tflops(n_cores, simd_fp32_lanes(avx512, avx2)),
             efficiency_class="cpu",
             cpu_cores=n_cores,
         )
@@ -153,6 +178,7 @@ def host_ram_target(
         capacity_bytes=capacity_bytes,
         bandwidth_gb_s=peak,
         fp16_tflops=cores_flops_tflops(n_cores, simd_fp32_lanes(avx512)),
+        prompt_tflops=prompt_tflops(n_cores, simd_fp32_lanes(avx512)),
         efficiency_class="host-spec",
         cpu_cores=n_cores,
     )

@@ -235,6 +235,7 @@ def estimate_speed(
     t_low = t_high = 0.0  # seconds per token, optimistic / pessimistic
     t_roof = 0.0  # the physical floor: every byte at full bandwidth
     prefill_s_per_flop = 0.0  # seconds per FLOP of a prompt token, summed over the devices' shares
+    narrow_prompt = ""  # a CPU whose AVX-512 the quantized prompt kernels do not use
     float_share, quant_format = _weight_mix(tensors)
     host = len(est.devices) - 1
     moe_here, recurrent_here = _layer_kinds(arch, est)
@@ -354,6 +355,11 @@ def estimate_speed(
         quant_factor = prefill_factor(rate_c, False, build) * model.format_factor(
             "cpu" if build == "cpu" else "gpu", quant_format
         )
+        if build == "cpu" and rate_target.prompt_tflops and float_share < 1.0:
+            # A CPU's quantized prompt kernels run at AVX2's width (``targets.PROMPT_LANES``).
+            quant_factor *= rate_target.prompt_tflops / rate_target.fp16_tflops
+            if rate_target.prompt_tflops < rate_target.fp16_tflops:
+                narrow_prompt = rate_target.name
         factor = prefill_factor(rate_c, True, build) * float_share + quant_factor * (1 - float_share)
         prefill_s_per_flop += share / (factor * rate_tflops * 1e12)
         if i < len(where.ubatch_bytes):
@@ -406,6 +412,11 @@ def estimate_speed(
         f"prefill of {prompt_tokens} tokens at {flops_per_token / 1e9:.1f} GFLOP per token; ubatch "
         f"{settings.effective_ubatch}."
     )
+    if narrow_prompt:
+        assumptions.append(
+            f"{narrow_prompt}: llama.cpp's prompt kernels for quantized weights work at AVX2's width "
+            "(8 FP32 lanes), so AVX-512 does not double the prefill rate."
+        )
     if arch.moe:
         assumptions.append(
             f"Mixture of experts: {arch.moe.n_expert_used} of {arch.moe.n_expert} experts read per token."
