@@ -351,6 +351,12 @@ class Globals:
     routing_exponent: float = 1.0  # ``expert_coverage``'s
     # ((cpu | gpu, weight format), prefill factor against the family's quantized one): ``SpeedModel.prefill_format``
     prefill_format: tuple[tuple[tuple[str, str], float], ...] = ()
+    # ((gpu, weight format), decode read rate against the family's efficiency): ``SpeedModel.decode_format``
+    decode_format: tuple[tuple[tuple[str, str], float], ...] = ()
+
+    def decode_factor(self, r: BenchRow) -> float:
+        """A row's weight format's decode read rate against its family's efficiency (1 where none is fitted)."""
+        return dict(self.decode_format).get((r.format_kind, r.weight_format), 1.0)
 
     def format_factor(self, r: BenchRow) -> float:
         """A row's quantized format's prefill factor (1 for float GEMMs and formats without one)."""
@@ -358,10 +364,10 @@ class Globals:
             return 1.0
         return dict(self.prefill_format).get((r.format_kind, r.weight_format), 1.0)
 
-    def formats(self) -> dict[str, dict[str, float]]:
-        """The factors as ``SpeedModel.prefill_format`` holds them."""
+    def formats(self, factors: tuple[tuple[tuple[str, str], float], ...] | None = None) -> dict[str, dict[str, float]]:
+        """The prefill factors (or ``factors``) as ``SpeedModel.prefill_format`` holds them."""
         out: dict[str, dict[str, float]] = {}
-        for (kind, fmt), v in self.prefill_format:
+        for (kind, fmt), v in self.prefill_format if factors is None else factors:
             out.setdefault(kind, {})[fmt] = v
         return out
 
@@ -492,6 +498,7 @@ class BenchRow:
                     self.moe_layers,
                     self.recurrent_layers,
                     self.attention_flops,
+                    g.decode_factor(self),
                 )
                 host = host_decode_seconds(
                     self.host_bytes,
@@ -514,7 +521,7 @@ class BenchRow:
                 g.format_factor(self),
             )
             copy = offload_copy_seconds(self.copy_bytes(g), self.link_gb_s, self.pinned, h)
-            read = ubatch_read_seconds(self.ubatch_bytes(g), self.bandwidth_gb_s, c)
+            read = ubatch_read_seconds(self.ubatch_bytes(g), self.bandwidth_gb_s, c, g.decode_factor(self))
             return self.ubatch_tokens / (compute + copy + read)
         if self.test == "tg":
             return 1.0 / decode_seconds_per_token(
@@ -527,12 +534,14 @@ class BenchRow:
                 self.moe_layers,
                 self.recurrent_layers,
                 self.attention_flops,
+                g.decode_factor(self),
             )
         n_ub = max(1, min(self.ubatch_tokens, self.tokens))
         compute = n_ub / prefill_tokens_per_s(
             active, self.fp16_tflops, self.gemm_float, c, moe, self.build, self.attention_flops, g.format_factor(self)
         )
-        return n_ub / (compute + ubatch_read_seconds(self.ubatch_bytes(g), self.bandwidth_gb_s, c))
+        read = ubatch_read_seconds(self.ubatch_bytes(g), self.bandwidth_gb_s, c, g.decode_factor(self))
+        return n_ub / (compute + read)
 
 
 def _catalog_gpu(device: str):
@@ -999,12 +1008,13 @@ GROUP_FALLBACK = {
 }
 
 
-def _fit_decode(rows: list[BenchRow]) -> tuple[float, dict[str, float], float]:
+def _fit_decode(rows: list[BenchRow], g: Globals | None = None) -> tuple[float, dict[str, float], float]:
     """(efficiency, {fixed costs per layer kind and FLOP per parameter}, squared log error) minimising
     the squared log error of 1/tg = x/eta + L*c + M*c_moe + R*c_rec + P*g, with the efficiency held
     to a physical 0.2-1.0 of the roofline and the other terms non-negative (each dropped when the
-    rows carry no sign of it)."""
-    x = np.array([r.bytes_per_token / (r.bandwidth_gb_s * 1e9) for r in rows])
+    rows carry no sign of it); each row's bytes read at its weight format's rate (``g.decode_factor``)."""
+    g = g or Globals()
+    x = np.array([r.bytes_per_token / (r.bandwidth_gb_s * 1e9 * g.decode_factor(r)) for r in rows])
     cols = {
         "c": np.array([float(r.n_layer) for r in rows]),
         "m": np.array([float(r.moe_layers) for r in rows]),
@@ -1076,7 +1086,7 @@ def _prefill_ratio(r: BenchRow, g: Globals, efficiency: float) -> float | None:
     batched decode, read-bound)."""
     n_ub = max(1, min(r.ubatch_tokens, r.tokens))
     t = n_ub / r.tokens_per_s
-    read = r.ubatch_bytes(g) / (efficiency * r.bandwidth_gb_s * 1e9)
+    read = r.ubatch_bytes(g) / (efficiency * g.decode_factor(r) * r.bandwidth_gb_s * 1e9)
     if not read < 0.5 * t:
         return None
     t = max(t - read, 0.1 * t)
@@ -1087,7 +1097,7 @@ def _prefill_ratio(r: BenchRow, g: Globals, efficiency: float) -> float | None:
 def _compute_bound(r: BenchRow, efficiency: float, g: Globals) -> bool:
     """Whether most of a prefill row's time is arithmetic (``_prefill_ratio``)."""
     n_ub = max(1, min(r.ubatch_tokens, r.tokens))
-    read = r.ubatch_bytes(g) / (efficiency * r.bandwidth_gb_s * 1e9)
+    read = r.ubatch_bytes(g) / (efficiency * g.decode_factor(r) * r.bandwidth_gb_s * 1e9)
     return read < 0.5 * n_ub / r.tokens_per_s
 
 
@@ -1140,11 +1150,14 @@ def fit_model(rows: list[BenchRow]) -> Fitted:
     pooled = _fit_decode(cpu_tg)[1].get("a", 0.0) if _shown(cpu_tg, _long_context) else None
     if pooled is None and shown:
         pooled = float(np.median(shown))
-    if pooled is not None:
-        decode = {
-            f: (eta, k if f not in CPU_FAMILIES or _shown(tg[f], _long_context) else k | {"a": pooled}, err)
-            for f, (eta, k, err) in decode.items()
-        }
+    decode = _pool_attention(decode, tg, pooled)
+    # Each weight format's read rate on GPUs (llama.cpp's matrix-vector kernels differ by format), then the
+    # families' decode constants again with it (twice over: the two are fitted on the same rows).
+    read_rates: tuple[tuple[tuple[str, str], float], ...] = ()
+    for _ in range(FORMAT_ROUNDS):
+        read_rates = _fit_decode_formats([r for f in families for r in tg[f]], decode, read_rates)
+        refit = {f: _fit_decode(tg[f], Globals(decode_format=read_rates)) for f in decode}
+        decode = _pool_attention(refit, tg, pooled)
     eff = {f: min(d[0], 1.0) for f, d in decode.items()}
     # How alike a prompt's tokens route (``expert_coverage``'s exponent): the value whose fit explains the
     # prefill rows best, single devices (the experts a ubatch reads) and GPUs with experts in RAM (the
@@ -1152,7 +1165,7 @@ def fit_model(rows: list[BenchRow]) -> Fitted:
     best_fit: tuple[float, Fitted | None] = (float("inf"), None)
     judged = [r for r in rows if r.test == "pp" and r.depth == 0 and r.family not in ON_TOP_FAMILIES]
     for routing in ROUTING_EXPONENTS:
-        g, out = _fit_prefill_constants(decode, tg, pp, families, eff, routing)
+        g, out = _fit_prefill_constants(decode, tg, pp, families, eff, routing, read_rates=read_rates)
         fitted = Fitted(out, fit_hybrid(rows, out, g), g)
         res, wts = [], []
         for r in judged:
@@ -1169,33 +1182,66 @@ def fit_model(rows: list[BenchRow]) -> Fitted:
     # factors again with those applied (twice over: the two are fitted on the same rows).
     for _ in range(FORMAT_ROUNDS):
         formats = _fit_formats(judged, fitted)
-        g, out = _fit_prefill_constants(decode, tg, pp, families, eff, fitted.globals.routing_exponent, formats)
+        g, out = _fit_prefill_constants(
+            decode, tg, pp, families, eff, fitted.globals.routing_exponent, formats, read_rates
+        )
         fitted = Fitted(out, fit_hybrid(rows, out, g), g)
     return fitted
 
 
 FORMAT_ROUNDS = 2
-FORMAT_PRIOR = 2.0  # source weights (``source_weights``: a source of n rows weighs sqrt(n)) pulling a factor to 1
+DECODE_FORMAT_KINDS = ("gpu",)  # a CPU's formats differ in arithmetic (``decode_flop_per_param``), not in reads
 
 
-def _fit_formats(rows: list[BenchRow], fitted: Fitted) -> tuple[tuple[tuple[str, str], float], ...]:
-    """Each (cpu | gpu, quantized weight format)'s prefill factor on top of ``fitted``'s: the source-
-    weighted mean log ratio of measured to predicted over the single-device rows at depth 0 whose time
-    is mostly arithmetic, pulled toward 1 by FORMAT_PRIOR (a format that few sources show stays near the
-    family's factor), the factors of one kind then centred on their rows (the family factors carry the
-    level)."""
-    g = fitted.globals
+def _pool_attention(decode: dict, tg: dict, pooled: float | None) -> dict:
+    """``decode`` with the pooled attention cost for each CPU family whose own rows do not show one."""
+    if pooled is None:
+        return decode
+    return {
+        f: (eta, k if f not in CPU_FAMILIES or _shown(tg[f], _long_context) else k | {"a": pooled}, err)
+        for f, (eta, k, err) in decode.items()
+    }
+
+
+def _decode_constants(eta: float, k: dict[str, float]) -> FamilyConstants:
+    """A family's decode constants from ``_fit_decode``'s result (prefill factors left at 1)."""
+    return FamilyConstants(
+        decode_efficiency=min(eta, 1.5),
+        per_layer_s=k.get("c", 0.0),
+        per_moe_layer_s=k.get("m", 0.0),
+        per_recurrent_layer_s=k.get("r", 0.0),
+        decode_attention_cost=k.get("a", 0.0),
+        decode_flop_per_param=k.get("g", 0.0),
+        prefill_quant=1.0,
+        prefill_float=1.0,
+        rows=0,
+        devices=0,
+    )
+
+
+def _fit_decode_formats(
+    rows: list[BenchRow], decode: dict, previous: tuple[tuple[tuple[str, str], float], ...]
+) -> tuple[tuple[tuple[str, str], float], ...]:
+    """Each (gpu, weight format)'s decode read rate on top of the families' decode constants
+    (``decode``, fitted with ``previous`` rates): ``_shrunk_factors`` of the single-device decode rows'
+    log ratios of measured to predicted."""
+    g = Globals(decode_format=previous)
     chosen = []
     for r in rows:
-        c = constants_for(r.family, fitted.families)
-        if r.group == "hybrid" or r.gemm_float or r.weight_format not in WEIGHT_FORMATS or c is None:
-            continue
-        if _compute_bound(r, c.decode_efficiency, g):
-            chosen.append((r, float(np.log(r.tokens_per_s / r.predict(c, fitted.hybrid, g)))))
-    if not chosen:
-        return g.prefill_format
+        if r.format_kind in DECODE_FORMAT_KINDS and r.weight_format and r.family in decode:
+            eta, k, _ = decode[r.family]
+            chosen.append((r, float(np.log(r.tokens_per_s / r.predict(_decode_constants(eta, k), DEFAULT_HYBRID, g)))))
+    return _shrunk_factors(chosen, dict(previous)) if chosen else previous
+
+
+def _shrunk_factors(
+    chosen: list[tuple[BenchRow, float]], old: dict[tuple[str, str], float]
+) -> tuple[tuple[tuple[str, str], float], ...]:
+    """Per (cpu | gpu, weight format) of ``chosen`` (rows with their log ratio of measured to predicted
+    at the ``old`` factors): the old factor moved by the source-weighted mean log ratio of its rows,
+    pulled toward 1 by FORMAT_PRIOR (a format that few sources show stays near the family's rate), the
+    factors of one kind then centred on their rows (the family constants carry the level)."""
     w = source_weights([r for r, _ in chosen])
-    old = dict(g.prefill_format)
     out: dict[tuple[str, str], float] = {}
     for kind in sorted({r.format_kind for r, _ in chosen}):
         idx = [i for i, (r, _) in enumerate(chosen) if r.format_kind == kind]
@@ -1210,6 +1256,23 @@ def _fit_formats(rows: list[BenchRow], fitted: Fitted) -> tuple[tuple[tuple[str,
     return tuple(sorted(out.items()))
 
 
+FORMAT_PRIOR = 2.0  # source weights (``source_weights``: a source of n rows weighs sqrt(n)) pulling a factor to 1
+
+
+def _fit_formats(rows: list[BenchRow], fitted: Fitted) -> tuple[tuple[tuple[str, str], float], ...]:
+    """Each (cpu | gpu, quantized weight format)'s prefill factor on top of ``fitted``'s: ``_shrunk_factors``
+    of the single-device rows at depth 0 whose time is mostly arithmetic."""
+    g = fitted.globals
+    chosen = []
+    for r in rows:
+        c = constants_for(r.family, fitted.families)
+        if r.group == "hybrid" or r.gemm_float or r.weight_format not in WEIGHT_FORMATS or c is None:
+            continue
+        if _compute_bound(r, c.decode_efficiency, g):
+            chosen.append((r, float(np.log(r.tokens_per_s / r.predict(c, fitted.hybrid, g)))))
+    return _shrunk_factors(chosen, dict(g.prefill_format)) if chosen else g.prefill_format
+
+
 # Routing exponents tried (1: independent tokens).
 ROUTING_EXPONENTS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.85, 1.0)
 
@@ -1222,6 +1285,7 @@ def _fit_prefill_constants(
     eff: dict[str, float],
     routing: float,
     formats: tuple[tuple[tuple[str, str], float], ...] = (),
+    read_rates: tuple[tuple[tuple[str, str], float], ...] = (),
 ) -> tuple[Globals, dict[str, FamilyConstants]]:
     """The prefill half of ``fit_model`` at one routing exponent: the shared batch constant, then each
     family's constants (its decode ones from ``decode``). Prefill factors are fitted per pool of
@@ -1238,7 +1302,7 @@ def _fit_prefill_constants(
     ]
     all_pp = [r for pr in pools.values() for r in pr]
     for half in [0.0, *np.geomspace(1, 512, 37)]:
-        g_try = Globals(float(half), routing, formats)
+        g_try = Globals(float(half), routing, formats, read_rates)
         ratios = _prefill_ratios(all_pp, g_try, eff)
         factor = {p: _fit_prefill(pr, False, ratios) for p, pr in pools.items()}
         res, wts = [], []
@@ -1250,7 +1314,7 @@ def _fit_prefill_constants(
         err = float(np.sum(source_weights(wts) * np.array(res) ** 2)) if res else 0.0
         if err < best[0]:
             best = (err, float(half))
-    g = Globals(best[1], routing, formats)
+    g = Globals(best[1], routing, formats, read_rates)
     ratios = _prefill_ratios(all_pp, g, eff)
     out: dict[str, FamilyConstants] = {}
     for fam, (eta, k, _) in decode.items():
@@ -1291,7 +1355,7 @@ def fit(rows: list[BenchRow]) -> dict[str, FamilyConstants]:
     return fit_model(rows).families
 
 
-def _gpu_part(r: BenchRow, c: FamilyConstants) -> float:
+def _gpu_part(r: BenchRow, c: FamilyConstants, g: Globals | None = None) -> float:
     """Seconds per token of a hybrid row's GPU share at the family's constants."""
     active = r.params * r.active_share
     return decode_seconds_per_token(
@@ -1304,6 +1368,7 @@ def _gpu_part(r: BenchRow, c: FamilyConstants) -> float:
         r.moe_layers,
         r.recurrent_layers,
         r.attention_flops,
+        (g or Globals()).decode_factor(r),
     )
 
 
@@ -1318,7 +1383,7 @@ def fit_hybrid(rows: list[BenchRow], fitted: dict[str, FamilyConstants], g: Glob
     eta, sync, work = DEFAULT_HYBRID.host_efficiency, DEFAULT_HYBRID.sync_s, DEFAULT_HYBRID.host_flop_per_param
     by_format: dict[str, float] = {}
     if len(tg) >= 5:
-        offset = np.array([_gpu_part(r, constants_for(r.family, fitted)) for r in tg])  # type: ignore[arg-type]
+        offset = np.array([_gpu_part(r, constants_for(r.family, fitted), g) for r in tg])  # type: ignore[arg-type]
         x = np.array([r.host_bytes / (r.host_bandwidth_gb_s * 1e9) for r in tg])
         cols = {
             "c": np.array([float(r.host_layers) for r in tg]),
@@ -1345,7 +1410,7 @@ def fit_hybrid(rows: list[BenchRow], fitted: dict[str, FamilyConstants], g: Glob
             rate = prefill_tokens_per_s(
                 active, r.fp16_tflops, r.gemm_float, c, moe, r.build, r.attention_flops, g.format_factor(r)
             )
-            read = ubatch_read_seconds(r.ubatch_bytes(g), r.bandwidth_gb_s, c)
+            read = ubatch_read_seconds(r.ubatch_bytes(g), r.bandwidth_gb_s, c, g.decode_factor(r))
             copy_s = r.ubatch_tokens / r.tokens_per_s - r.ubatch_tokens / rate - read
             if copy_s > 0:
                 implied.append(r.copy_bytes(g) / (copy_s * r.link_gb_s * 1e9))

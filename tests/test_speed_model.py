@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from app.core.speed.model import FAMILIES, load_speed_model, speed_family
-from tests.speed_data import ON_TOP_FAMILIES, cross_validate, fit, load_rows
+from tests.speed_data import ON_TOP_FAMILIES, cross_validate, fit_model, load_rows
 
 
 @pytest.fixture(scope="module")
@@ -72,12 +72,12 @@ def test_held_out_sources_stay_at_what_the_readme_reports(rows):
     """Each source left out in turn (a repository, thread or page: one build, one methodology): what a
     new buyer's machine gets. The issue's targets (decode <= 10% with >= 80% inside, prefill <= 20%,
     rows with weights in RAM <= 20%, x86 CPUs <= 15%) are not all met; these bounds hold the figures the
-    README reports so that they cannot silently get worse: decode 12.1%/88% and prefill 18.5%/88% on the
+    README reports so that they cannot silently get worse: decode 10.8%/89% and prefill 18.3%/89% on the
     other vendors' rows, whose figures the Intel rows (fitted on top of the shared constants) leave as they
-    were, and 13.0%/86% and 19.9%/86% with Intel's; Intel's own are 22-50% (one card, two sources)."""
+    were, and 11.6%/87% and 20.0%/86% with Intel's; Intel's own are 25-49% (one card, two sources)."""
     held = cross_validate(rows, by="source")
     for test, median_limit, inside_floor, all_limit, all_floor in (
-        ("tg", 0.125, 0.86, 0.135, 0.84),
+        ("tg", 0.11, 0.88, 0.12, 0.86),
         ("pp", 0.19, 0.88, 0.20, 0.86),
     ):
         h = [x for x in held if x.row.test == test]
@@ -87,12 +87,12 @@ def test_held_out_sources_stay_at_what_the_readme_reports(rows):
         assert statistics.median(abs(x.error) for x in h) <= median_limit, test
         assert sum(x.inside for x in h) / len(h) >= inside_floor, test
     hybrid = [x for x in held if x.row.kind == "hybrid"]
-    # 84 usable rows with weights in RAM (decode and prefill; 15.2% median, 86% inside); with the 10 of
+    # 84 usable rows with weights in RAM (decode and prefill; 17.6% median, 86% inside); with the 10 of
     # the source left out (EXCLUDED_SOURCES), 94.
     assert len(hybrid) >= 80
     assert len(hybrid) + sum(r.group == "hybrid" for r in load_rows(excluded=True)) >= 90
     median = statistics.median(abs(x.error) for x in hybrid)
-    assert median <= 0.16, median
+    assert median <= 0.18, median
     inside = sum(x.inside for x in hybrid) / len(hybrid)
     assert inside >= 0.85, inside
 
@@ -114,9 +114,14 @@ def test_amd_builds_before_the_2025_prompt_kernels_are_fitted_apart(rows):
 
 def test_the_shipped_constants_are_the_fit_of_the_shipped_data(rows):
     shipped = load_speed_model()
-    for family, constants in fit(rows).items():
+    fitted = fit_model(rows)
+    for family, constants in fitted.families.items():
         assert shipped.families[family].decode_efficiency == pytest.approx(constants.decode_efficiency)
         assert shipped.families[family].prefill_quant == pytest.approx(constants.prefill_quant)
+    read_rates = fitted.globals.formats(fitted.globals.decode_format)
+    assert set(shipped.decode_format) == set(read_rates)
+    for kind, rates in read_rates.items():
+        assert shipped.decode_format[kind] == pytest.approx(rates)
     # Physically sensible: never above the bandwidth roofline, a small fixed cost per layer.
     for c in shipped.families.values():
         assert 0.2 <= c.decode_efficiency <= 1.0 and c.per_layer_s < 1e-3

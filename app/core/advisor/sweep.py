@@ -25,7 +25,7 @@ from app.core.model.architecture import Architecture
 from app.core.report.choices import Machine
 from app.core.report.verdict import gib
 from app.core.speed.model import decode_seconds_per_token, load_speed_model
-from app.core.speed.predict import Range, kv_read_bytes, target_family
+from app.core.speed.predict import Range, kv_read_bytes, memory_kind, target_family, weight_mix
 
 NO_MACHINE = Machine()  # catalog hardware only: nothing of this machine is looked at
 # A target large enough for any model, to read the KV bytes per token off one estimate.
@@ -95,7 +95,10 @@ def speed_bound(sw: Sweep, v: Variant, parts: Sequence[tuple[Target, float]], la
         c = model.constants(target_family(target))
         read = weights + (sw.kv_read_bytes if i == 0 else 0.0)
         params = v.active_params * weights / total * sw.workload.users
-        seconds += decode_seconds_per_token(read, 0, target.bandwidth_gb_s, c, params, target.fp16_tflops)
+        rate = model.read_factor(memory_kind(target), *weight_mix(v.tensors))
+        seconds += decode_seconds_per_token(
+            read, 0, target.bandwidth_gb_s, c, params, target.fp16_tflops, read_factor=rate
+        )
         per_layer = min(per_layer, c.per_layer_s)
     seconds += layers * per_layer
     return 1.0 / seconds if seconds > 0 else math.inf

@@ -211,6 +211,12 @@ class SpeedModel(BaseModel):
         "family's quantized factor: llama.cpp's prompt kernels differ by format (repacked Q4_0/Q8_0 GEMMs on CPUs, "
         "MXFP4's own tiles, K-quants' super-block scales)",
     )
+    decode_format: dict[str, dict[str, float]] = Field(
+        default_factory=dict,
+        description="gpu -> a weight format (``weight_format``, or float) -> the share of its family's decode "
+        "efficiency a GPU reaches reading it: llama.cpp's matrix-vector kernels differ by format (one scale per "
+        "block for Q4_0/Q8_0, super-blocks with sub-block scales for K-quants, codebooks for IQ formats)",
+    )
     fallback: dict[str, str] = Field(description="family -> the family whose constants it borrows when it has none")
     decode_interval: dict[str, tuple[float, float]] = Field(
         description="device group (gpu, apple, cpu, unified, all) -> (low, high) multipliers holding ~80% of results"
@@ -231,6 +237,17 @@ class SpeedModel(BaseModel):
         """The prefill rate of quantized ``weight_format`` weights on a ``kind`` ("cpu" or "gpu") build
         against its family's quantized factor; 1 for a format without fitted rows."""
         return self.prefill_format.get(kind, {}).get(weight_format, 1.0)
+
+    def read_factor(self, kind: str, float_share: float, quant_format: str) -> float:
+        """The decode read rate of a model's weights on a ``kind`` ("gpu" or "cpu") device against its
+        family's efficiency (``decode_format``): each format's factor weighted by its share of the bytes
+        (``float_share`` of them float, the rest mostly ``quant_format``); 1 where none is fitted."""
+        factors = self.decode_format.get(kind, {})
+        if not factors:
+            return 1.0
+        f_float = factors.get("float", 1.0)
+        f_quant = factors.get(quant_format, 1.0) if quant_format else 1.0
+        return 1.0 / (float_share / f_float + (1.0 - float_share) / f_quant)
 
     def constants(self, family: str) -> FamilyConstants:
         seen = set()
@@ -255,6 +272,7 @@ def decode_seconds_per_token(
     moe_layers: float = 0.0,
     recurrent_layers: float = 0.0,
     attention_flops: float = 0.0,
+    read_factor: float = 1.0,
 ) -> float:
     """Seconds to decode one token reading ``bytes_read`` bytes through ``n_layer`` layers, of which
     ``moe_layers`` route experts and ``recurrent_layers`` update a recurrent state (each kind with its
@@ -263,7 +281,7 @@ def decode_seconds_per_token(
     work = c.decode_flop_per_param * active_params + c.decode_attention_cost * attention_flops
     compute = work / (fp16_tflops * 1e12) if fp16_tflops > 0 else 0.0
     fixed = n_layer * c.per_layer_s + moe_layers * c.per_moe_layer_s + recurrent_layers * c.per_recurrent_layer_s
-    return bytes_read / (c.decode_efficiency * bandwidth_gb_s * 1e9) + fixed + compute
+    return bytes_read / (c.decode_efficiency * read_factor * bandwidth_gb_s * 1e9) + fixed + compute
 
 
 # Quantized weight formats whose prompt kernels differ, by ggml type name (or llama-bench's label).
@@ -342,12 +360,16 @@ def prefill_batch_factor(
     return 1.0 / ((1 - routed_share) / max(dense, 1e-9) + routed_share / max(routed, 1e-9))
 
 
-def ubatch_read_seconds(ubatch_bytes: float, bandwidth_gb_s: float, c: FamilyConstants) -> float:
+def ubatch_read_seconds(
+    ubatch_bytes: float, bandwidth_gb_s: float, c: FamilyConstants, read_factor: float = 1.0
+) -> float:
     """Seconds a prompt ubatch spends reading ``ubatch_bytes`` of weights from the device's memory, at
     the family's decode efficiency: each weight matrix is read once per ubatch (a mixture of experts'
     only for the experts the ubatch routes to), which dominates small ubatches (a short prompt, ``-ub``
     below 512) and large mixtures of experts on slow memory."""
-    return ubatch_bytes / (c.decode_efficiency * bandwidth_gb_s * 1e9) if ubatch_bytes and bandwidth_gb_s else 0.0
+    if not ubatch_bytes or not bandwidth_gb_s:
+        return 0.0
+    return ubatch_bytes / (c.decode_efficiency * read_factor * bandwidth_gb_s * 1e9)
 
 
 def host_decode_seconds(

@@ -236,7 +236,7 @@ def estimate_speed(
     t_roof = 0.0  # the physical floor: every byte at full bandwidth
     prefill_s_per_flop = 0.0  # seconds per FLOP of a prompt token, summed over the devices' shares
     narrow_prompt = ""  # a CPU whose AVX-512 the quantized prompt kernels do not use
-    float_share, quant_format = _weight_mix(tensors)
+    float_share, quant_format = weight_mix(tensors)
     host = len(est.devices) - 1
     moe_here, recurrent_here = _layer_kinds(arch, est)
     # The ubatch's matrix rate against the kernels' full rate: each routed expert gets a few of its rows.
@@ -268,6 +268,8 @@ def estimate_speed(
         bw = target.bandwidth_gb_s * 1e9
         t_roof += bytes_read / bw
         threads, n_threads = thread_share(target, settings) if d.kind == "cpu" else (1.0, 0)
+        # The weights' formats read at their own rates on a GPU (``SpeedModel.decode_format``).
+        read_factor = model.read_factor(memory_kind(target), float_share, quant_format)
         tflops = target.fp16_tflops * threads
         host_share = i == host and where.hybrid
         params_here = where.params_per_token[i] * users
@@ -332,6 +334,7 @@ def estimate_speed(
                 moe_here[i],
                 recurrent_here[i],
                 attn_here,
+                read_factor,
             )
             t_mid += t
             t_low += t / d_hi
@@ -339,7 +342,9 @@ def estimate_speed(
             assumptions.append(
                 f"{d.name}: reads {w / 1e9:.2f} GB of weights per token at {target.bandwidth_gb_s:.0f} GB/s; "
                 f"{family} constants fitted on published llama-bench results ({c.devices} devices): "
-                f"{c.decode_efficiency:.2f} of the bandwidth, {c.per_layer_s * 1e6:.0f} us per layer."
+                f"{c.decode_efficiency * read_factor:.2f} of the bandwidth"
+                + (f" for {_format_words(float_share, quant_format)}" if read_factor != 1.0 else "")
+                + f", {c.per_layer_s * 1e6:.0f} us per layer."
             )
         bands.append(((d_lo, d_hi), band_pp, w if not host_share else 0.0))
         # Prefill: this device's share of the parameters, at its own rate, or at GPU 0's when the
@@ -363,7 +368,9 @@ def estimate_speed(
         factor = prefill_factor(rate_c, True, build) * float_share + quant_factor * (1 - float_share)
         prefill_s_per_flop += share / (factor * rate_tflops * 1e12)
         if i < len(where.ubatch_bytes):
-            read_s += ubatch_read_seconds(where.ubatch_bytes[i], target.bandwidth_gb_s, c)
+            read_s += ubatch_read_seconds(
+                where.ubatch_bytes[i], target.bandwidth_gb_s, c, read_factor if not measured else 1.0
+            )
     # Per user: one decode step gives each of the users one token.
     t_low = max(t_low, t_roof)
     t_mid = max(t_mid, t_roof)
@@ -440,6 +447,19 @@ def estimate_speed(
     )
 
 
+def memory_kind(target: Target) -> str:
+    """ "cpu" for a processor's own memory (this machine's CPU, a catalog host), "gpu" otherwise."""
+    return "cpu" if target.efficiency_class in ("cpu", "host-spec") else "gpu"
+
+
+def _format_words(float_share: float, quant_format: str) -> str:
+    """The weights' format in words, for an assumption line."""
+    names = {"simple": "Q4_0/Q8_0-type", "kquant": "K-quant", "iquant": "IQ", "mxfp4": "MXFP4"}
+    if float_share >= 0.5 or not quant_format:
+        return "float weights"
+    return f"{names.get(quant_format, quant_format)} weights"
+
+
 def _layer_kinds(arch: Architecture, est: Estimate) -> tuple[list[int], list[int]]:
     """Per device of ``est``: its mixture-of-experts layers and its recurrent (linear-attention, SSM)
     layers, whose fixed decode costs exceed a plain layer's (``FamilyConstants``)."""
@@ -500,7 +520,7 @@ def _format_work(h: HybridConstants, weight_format: str) -> str:
     return f"; {weight_format} weights take {extra:.1f} FLOP per parameter on top of {h.host_flop_per_param:.1f}"
 
 
-def _weight_mix(tensors: Sequence[TensorInfo]) -> tuple[float, str]:
+def weight_mix(tensors: Sequence[TensorInfo]) -> tuple[float, str]:
     """(share of weight bytes stored as F16/BF16/F32, the format of most of the quantized bytes,
     ``weight_format``): float weights run on cuBLAS/float kernels, each quantized format on its own.
     Remembered per tensor tuple (it cannot change) as ``tensor_totals`` remembers its sums: a sweep over
