@@ -1334,18 +1334,14 @@ def _fit_prefill_constants(
         # a smaller share of a higher peak: about FP16 cuBLAS's speed, llama.cpp PRs #7676 and #8075).
         quant_n = quant or (flt or 0.1) * m_float / m_quant
         flt_n = flt or (quant or 0.1) * m_quant / m_float
-        out[fam] = FamilyConstants(
-            decode_efficiency=min(eta, 1.5),
-            per_layer_s=k.get("c", 0.0),
-            per_moe_layer_s=k.get("m", 0.0),
-            per_recurrent_layer_s=k.get("r", 0.0),
-            decode_attention_cost=k.get("a", 0.0),
-            decode_flop_per_param=k.get("g", 0.0),
-            prefill_quant=quant_n * m_quant,
-            prefill_float=flt_n * m_float,
-            prefill_backend=by_build,
-            rows=len(tg[fam]) + len(pp[fam]),
-            devices=len({r.device for r in tg[fam] + pp[fam]}),
+        out[fam] = _decode_constants(eta, k).model_copy(
+            update={
+                "prefill_quant": quant_n * m_quant,
+                "prefill_float": flt_n * m_float,
+                "prefill_backend": by_build,
+                "rows": len(tg[fam]) + len(pp[fam]),
+                "devices": len({r.device for r in tg[fam] + pp[fam]}),
+            }
         )
     return g, out
 
