@@ -132,7 +132,7 @@ def main() -> int:
     for kind, factors in sorted(g.formats().items()):
         shown = ", ".join(f"{fmt} x{v:.2f}" for fmt, v in sorted(factors.items()))
         print(f"Prefill of quantized formats on {kind} builds, against the family's factor: {shown}.")
-    for kind, factors in sorted(g.formats(g.decode_format).items()):
+    for kind, factors in sorted(g.read_rates().items()):
         shown = ", ".join(f"{fmt} x{v:.2f}" for fmt, v in sorted(factors.items()))
         print(f"Decode reads of each weight format on {kind}s, against the family's efficiency: {shown}.")
     print(
@@ -152,7 +152,7 @@ def main() -> int:
             "prefill_half_tokens": g.half_tokens,
             "routing_exponent": g.routing_exponent,
             "prefill_format": g.formats(),
-            "decode_format": g.formats(g.decode_format),
+            "decode_format": g.read_rates(),
             "fallback": GROUP_FALLBACK,
             "decode_interval": bands["tg"],
             "prefill_interval": bands["pp"],

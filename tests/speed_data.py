@@ -364,12 +364,21 @@ class Globals:
             return 1.0
         return dict(self.prefill_format).get((r.format_kind, r.weight_format), 1.0)
 
-    def formats(self, factors: tuple[tuple[tuple[str, str], float], ...] | None = None) -> dict[str, dict[str, float]]:
-        """The prefill factors (or ``factors``) as ``SpeedModel.prefill_format`` holds them."""
-        out: dict[str, dict[str, float]] = {}
-        for (kind, fmt), v in self.prefill_format if factors is None else factors:
-            out.setdefault(kind, {})[fmt] = v
-        return out
+    def formats(self) -> dict[str, dict[str, float]]:
+        """The prefill factors as ``SpeedModel.prefill_format`` holds them."""
+        return _by_kind(self.prefill_format)
+
+    def read_rates(self) -> dict[str, dict[str, float]]:
+        """The decode read rates as ``SpeedModel.decode_format`` holds them."""
+        return _by_kind(self.decode_format)
+
+
+def _by_kind(factors: tuple[tuple[tuple[str, str], float], ...]) -> dict[str, dict[str, float]]:
+    """((kind, format), factor) pairs as {kind: {format: factor}}."""
+    out: dict[str, dict[str, float]] = {}
+    for (kind, fmt), v in factors:
+        out.setdefault(kind, {})[fmt] = v
+    return out
 
 
 @dataclass(frozen=True)
@@ -1156,7 +1165,8 @@ def fit_model(rows: list[BenchRow]) -> Fitted:
     read_rates: tuple[tuple[tuple[str, str], float], ...] = ()
     for _ in range(FORMAT_ROUNDS):
         read_rates = _fit_decode_formats([r for f in families for r in tg[f]], decode, read_rates)
-        refit = {f: _fit_decode(tg[f], Globals(decode_format=read_rates)) for f in decode}
+        with_rates = Globals(decode_format=read_rates)
+        refit = {f: _fit_decode(tg[f], with_rates) for f in decode}
         decode = _pool_attention(refit, tg, pooled)
     eff = {f: min(d[0], 1.0) for f, d in decode.items()}
     # How alike a prompt's tokens route (``expert_coverage``'s exponent): the value whose fit explains the
@@ -1190,6 +1200,7 @@ def fit_model(rows: list[BenchRow]) -> Fitted:
 
 
 FORMAT_ROUNDS = 2
+FORMAT_PRIOR = 2.0  # source weights (``source_weights``: a source of n rows weighs sqrt(n)) pulling a factor to 1
 DECODE_FORMAT_KINDS = ("gpu",)  # a CPU's formats differ in arithmetic (``decode_flop_per_param``), not in reads
 
 
@@ -1254,9 +1265,6 @@ def _shrunk_factors(
         centre = sum(w[i] * logs[chosen[i][0].weight_format] for i in idx) / sum(w[i] for i in idx)
         out |= {(kind, fmt): float(np.exp(v - centre)) for fmt, v in logs.items()}
     return tuple(sorted(out.items()))
-
-
-FORMAT_PRIOR = 2.0  # source weights (``source_weights``: a source of n rows weighs sqrt(n)) pulling a factor to 1
 
 
 def _fit_formats(rows: list[BenchRow], fitted: Fitted) -> tuple[tuple[tuple[str, str], float], ...]:

@@ -118,7 +118,7 @@ def test_the_shipped_constants_are_the_fit_of_the_shipped_data(rows):
     for family, constants in fitted.families.items():
         assert shipped.families[family].decode_efficiency == pytest.approx(constants.decode_efficiency)
         assert shipped.families[family].prefill_quant == pytest.approx(constants.prefill_quant)
-    read_rates = fitted.globals.formats(fitted.globals.decode_format)
+    read_rates = fitted.globals.read_rates()
     assert set(shipped.decode_format) == set(read_rates)
     for kind, rates in read_rates.items():
         assert shipped.decode_format[kind] == pytest.approx(rates)

@@ -91,11 +91,12 @@ def speed_bound(sw: Sweep, v: Variant, parts: Sequence[tuple[Target, float]], la
     total = sum(w for _, w in parts) or 1.0
     seconds = 0.0
     per_layer = math.inf
+    mix = weight_mix(v.tensors)
     for i, (target, weights) in enumerate(parts):
         c = model.constants(target_family(target))
         read = weights + (sw.kv_read_bytes if i == 0 else 0.0)
         params = v.active_params * weights / total * sw.workload.users
-        rate = model.read_factor(memory_kind(target), *weight_mix(v.tensors))
+        rate = model.read_factor(memory_kind(target), *mix)
         seconds += decode_seconds_per_token(
             read, 0, target.bandwidth_gb_s, c, params, target.fp16_tflops, read_factor=rate
         )

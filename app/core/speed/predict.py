@@ -474,7 +474,7 @@ def _layer_kinds(arch: Architecture, est: Estimate) -> tuple[list[int], list[int
 
 def target_family(target: Target, backend: str = "") -> str:
     """The device family whose fitted speed constants apply to ``target`` run by a ``backend`` build."""
-    if target.efficiency_class in ("cpu", "host-spec"):
+    if memory_kind(target) == "cpu":
         return speed_family(target.name, "cpu")
     return speed_family(target.name, "gpu", backend)
 
