@@ -32,6 +32,8 @@ sys.path.insert(0, str(ROOT))
 
 from app.core.speed.model import SPEED_MODEL_PATH  # noqa: E402
 from tests.speed_data import (  # noqa: E402
+    DECODE_RELEASE,
+    DECODE_RELEASE_DATE,
     EXCLUDED_SOURCES,
     GROUP_FALLBACK,
     cross_validate,
@@ -135,6 +137,10 @@ def main() -> int:
     for kind, factors in sorted(g.read_rates().items()):
         shown = ", ".join(f"{fmt} x{v:.2f}" for fmt, v in sorted(factors.items()))
         print(f"Decode reads of each weight format on {kind}s, against the family's efficiency: {shown}.")
+    print(
+        f"Builds before {DECODE_RELEASE} (rows that print no build: dated before {DECODE_RELEASE_DATE}) decode on GPUs "
+        f"at x{g.older_rate:.2f} of the current builds' read rate, which the shipped constants are for."
+    )
     print(
         f"Weights in system memory ({h.rows} rows): host memory at {h.host_efficiency:.2f} of its spec bandwidth, "
         f"{h.host_flop_per_param:.2f} CPU FLOP per host parameter"

@@ -26,8 +26,9 @@ import os
 import re
 import zlib
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -353,10 +354,19 @@ class Globals:
     prefill_format: tuple[tuple[tuple[str, str], float], ...] = ()
     # ((gpu, weight format), decode read rate against the family's efficiency): ``SpeedModel.decode_format``
     decode_format: tuple[tuple[tuple[str, str], float], ...] = ()
+    # A GPU's decode read rate with a build older than DECODE_RELEASE against current builds' (the ones
+    # FitScope predicts for): fitted, never shipped.
+    older_rate: float = 1.0
 
     def decode_factor(self, r: BenchRow) -> float:
         """A row's weight format's decode read rate against its family's efficiency (1 where none is fitted)."""
         return dict(self.decode_format).get((r.format_kind, r.weight_format), 1.0)
+
+    def token_rate(self, r: BenchRow) -> float:
+        """A decoded token's read rate against its family's efficiency: its format's (``decode_factor``)
+        and, on a GPU with an older build (``_older_kernels``), that build's."""
+        older = r.older_kernels and r.format_kind in DECODE_FORMAT_KINDS
+        return self.decode_factor(r) * (self.older_rate if older else 1.0)
 
     def format_factor(self, r: BenchRow) -> float:
         """A row's quantized format's prefill factor (1 for float GEMMs and formats without one)."""
@@ -428,6 +438,7 @@ class BenchRow:
     weight_format: str = ""  # ``weight_format`` of the model's label: simple, kquant, iquant, mxfp4, float
     mmap_stated: bool = True  # a hybrid row's source says whether the weights were memory-mapped
     release: int = 0  # the llama.cpp build number the source printed (0 where it printed none)
+    older_kernels: bool = False  # built before DECODE_RELEASE (``_older_kernels``)
 
     @property
     def attention_flops(self) -> float:
@@ -507,7 +518,7 @@ class BenchRow:
                     self.moe_layers,
                     self.recurrent_layers,
                     self.attention_flops,
-                    g.decode_factor(self),
+                    g.token_rate(self),
                 )
                 host = host_decode_seconds(
                     self.host_bytes,
@@ -543,7 +554,7 @@ class BenchRow:
                 self.moe_layers,
                 self.recurrent_layers,
                 self.attention_flops,
-                g.decode_factor(self),
+                g.token_rate(self),
             )
         n_ub = max(1, min(self.ubatch_tokens, self.tokens))
         compute = n_ub / prefill_tokens_per_s(
@@ -792,6 +803,7 @@ def _single_device_rows() -> list[BenchRow]:
                 gqa=_gqa(label),
                 weight_format=_format_of(r),
                 release=_release(r),
+                older_kernels=_older_kernels(r),
             )
         )
     return rows
@@ -827,6 +839,21 @@ def _release(r: dict) -> int:
     """The llama.cpp build number of a row (``b7423`` or ``abc1234 (7423)``), 0 where none is printed."""
     m = re.search(r"\((\d{3,5})\)|\bb(\d{4,5})\b", r.get("build") or "")
     return int(m.group(1) or m.group(2)) if m else 0
+
+
+# A GPU's decode kernels were reworked through the autumn of 2025 (fused operators in CUDA graphs, the
+# matrix-vector kernels of Vulkan and ROCm); the rows of builds before it decode slower than current
+# builds' prediction on every GPU family that shows both. One step, at the same build as AMD_PROMPT_RELEASE.
+DECODE_RELEASE = AMD_PROMPT_RELEASE
+DECODE_RELEASE_DATE = "2025-11"  # about when build 7000 was published, for rows that print no build
+
+
+def _older_kernels(r: dict) -> bool:
+    """Whether a row's llama.cpp build predates DECODE_RELEASE: by its build number, else by its date
+    (neither printed: a current build)."""
+    if release := _release(r):
+        return release < DECODE_RELEASE
+    return bool(r.get("date")) and r["date"] < DECODE_RELEASE_DATE
 
 
 def _before_mmq(r: dict) -> bool:
@@ -949,6 +976,7 @@ def _budget_rows() -> list[BenchRow]:
                 host_stated=host_stated,
                 weight_format=_format_of(r),
                 release=_release(r),
+                older_kernels=_older_kernels(r),
                 # llama-bench maps the file unless told --mmap 0; informal results may not be llama-bench's.
                 mmap_stated=r.get("mmap") is not None or "informal" not in (r.get("notes") or ""),
             )
@@ -1021,9 +1049,9 @@ def _fit_decode(rows: list[BenchRow], g: Globals | None = None) -> tuple[float, 
     """(efficiency, {fixed costs per layer kind and FLOP per parameter}, squared log error) minimising
     the squared log error of 1/tg = x/eta + L*c + M*c_moe + R*c_rec + P*g, with the efficiency held
     to a physical 0.2-1.0 of the roofline and the other terms non-negative (each dropped when the
-    rows carry no sign of it); each row's bytes read at its weight format's rate (``g.decode_factor``)."""
+    rows carry no sign of it); each row's bytes read at its weight format's and build's rate (``g.token_rate``)."""
     g = g or Globals()
-    x = np.array([r.bytes_per_token / (r.bandwidth_gb_s * 1e9 * g.decode_factor(r)) for r in rows])
+    x = np.array([r.bytes_per_token / (r.bandwidth_gb_s * 1e9 * g.token_rate(r)) for r in rows])
     cols = {
         "c": np.array([float(r.n_layer) for r in rows]),
         "m": np.array([float(r.moe_layers) for r in rows]),
@@ -1160,12 +1188,14 @@ def fit_model(rows: list[BenchRow]) -> Fitted:
     if pooled is None and shown:
         pooled = float(np.median(shown))
     decode = _pool_attention(decode, tg, pooled)
-    # Each weight format's read rate on GPUs (llama.cpp's matrix-vector kernels differ by format), then the
-    # families' decode constants again with it (twice over: the two are fitted on the same rows).
-    read_rates: tuple[tuple[tuple[str, str], float], ...] = ()
+    # Each weight format's read rate on GPUs (llama.cpp's matrix-vector kernels differ by format) and older
+    # builds' (DECODE_RELEASE), then the families' decode constants again with them (twice over: they are
+    # fitted on the same rows).
+    with_rates = Globals()
     for _ in range(FORMAT_ROUNDS):
-        read_rates = _fit_decode_formats([r for f in families for r in tg[f]], decode, read_rates)
-        with_rates = Globals(decode_format=read_rates)
+        tg_rows = [r for f in families for r in tg[f]]
+        with_rates = Globals(decode_format=_fit_decode_formats(tg_rows, decode, with_rates))
+        with_rates = replace(with_rates, older_rate=_fit_older_rate(tg_rows, decode, with_rates))
         refit = {f: _fit_decode(tg[f], with_rates) for f in decode}
         decode = _pool_attention(refit, tg, pooled)
     eff = {f: min(d[0], 1.0) for f, d in decode.items()}
@@ -1175,7 +1205,7 @@ def fit_model(rows: list[BenchRow]) -> Fitted:
     best_fit: tuple[float, Fitted | None] = (float("inf"), None)
     judged = [r for r in rows if r.test == "pp" and r.depth == 0 and r.family not in ON_TOP_FAMILIES]
     for routing in ROUTING_EXPONENTS:
-        g, out = _fit_prefill_constants(decode, tg, pp, families, eff, routing, read_rates=read_rates)
+        g, out = _fit_prefill_constants(decode, tg, pp, families, eff, routing, decoding=with_rates)
         fitted = Fitted(out, fit_hybrid(rows, out, g), g)
         res, wts = [], []
         for r in judged:
@@ -1193,7 +1223,7 @@ def fit_model(rows: list[BenchRow]) -> Fitted:
     for _ in range(FORMAT_ROUNDS):
         formats = _fit_formats(judged, fitted)
         g, out = _fit_prefill_constants(
-            decode, tg, pp, families, eff, fitted.globals.routing_exponent, formats, read_rates
+            decode, tg, pp, families, eff, fitted.globals.routing_exponent, formats, with_rates
         )
         fitted = Fitted(out, fit_hybrid(rows, out, g), g)
     return fitted
@@ -1230,40 +1260,64 @@ def _decode_constants(eta: float, k: dict[str, float]) -> FamilyConstants:
     )
 
 
+def _decode_residuals(rows: list[BenchRow], decode: dict, g: Globals) -> list[tuple[BenchRow, float]]:
+    """The single-device GPU decode rows of ``rows`` (DECODE_FORMAT_KINDS) with their log ratio of
+    measured to predicted at the families' decode constants (``decode``, fitted with ``g``'s rates)."""
+    out = []
+    for r in rows:
+        if r.format_kind in DECODE_FORMAT_KINDS and r.family in decode:
+            eta, k, _ = decode[r.family]
+            out.append((r, float(np.log(r.tokens_per_s / r.predict(_decode_constants(eta, k), DEFAULT_HYBRID, g)))))
+    return out
+
+
 def _fit_decode_formats(
-    rows: list[BenchRow], decode: dict, previous: tuple[tuple[tuple[str, str], float], ...]
+    rows: list[BenchRow], decode: dict, previous: Globals
 ) -> tuple[tuple[tuple[str, str], float], ...]:
     """Each (gpu, weight format)'s decode read rate on top of the families' decode constants
-    (``decode``, fitted with ``previous`` rates): ``_shrunk_factors`` of the single-device decode rows'
-    log ratios of measured to predicted."""
-    g = Globals(decode_format=previous)
-    chosen = []
-    for r in rows:
-        if r.format_kind in DECODE_FORMAT_KINDS and r.weight_format and r.family in decode:
-            eta, k, _ = decode[r.family]
-            chosen.append((r, float(np.log(r.tokens_per_s / r.predict(_decode_constants(eta, k), DEFAULT_HYBRID, g)))))
-    return _shrunk_factors(chosen, dict(previous)) if chosen else previous
+    (``decode``, fitted with ``previous``' rates): ``_shrunk_factors`` of the decode rows' residuals."""
+    chosen = [(r, x) for r, x in _decode_residuals(rows, decode, previous) if r.weight_format]
+    return _shrunk_factors(chosen, dict(previous.decode_format)) if chosen else previous.decode_format
+
+
+def _fit_older_rate(rows: list[BenchRow], decode: dict, previous: Globals) -> float:
+    """Older builds' decode read rate (``Globals.older_rate``): ``_shrunk_factors`` of the decode rows'
+    residuals with the builds before DECODE_RELEASE and the later ones as its two kinds, over the later ones'."""
+    chosen = _decode_residuals(rows, decode, previous)
+    if not any(r.older_kernels for r, _ in chosen) or all(r.older_kernels for r, _ in chosen):
+        return previous.older_rate
+    old = {("build", "older"): previous.older_rate}
+    rates = dict(_shrunk_factors(chosen, old, lambda r: ("build", "older" if r.older_kernels else "current")))
+    return rates[("build", "older")] / rates[("build", "current")]
+
+
+def _format_key(r: BenchRow) -> tuple[str, str]:
+    return r.format_kind, r.weight_format
 
 
 def _shrunk_factors(
-    chosen: list[tuple[BenchRow, float]], old: dict[tuple[str, str], float]
+    chosen: list[tuple[BenchRow, float]],
+    old: dict[tuple[str, str], float],
+    key: Callable[[BenchRow], tuple[str, str]] = _format_key,
 ) -> tuple[tuple[tuple[str, str], float], ...]:
-    """Per (cpu | gpu, weight format) of ``chosen`` (rows with their log ratio of measured to predicted
-    at the ``old`` factors): the old factor moved by the source-weighted mean log ratio of its rows,
-    pulled toward 1 by FORMAT_PRIOR (a format that few sources show stays near the family's rate), the
-    factors of one kind then centred on their rows (the family constants carry the level)."""
+    """Per (kind, class) of ``chosen``'s rows (``key``: by default (cpu | gpu, weight format)), with each
+    row's log ratio of measured to predicted at the ``old`` factors: the old factor moved by the
+    source-weighted mean log ratio of its rows, pulled toward 1 by FORMAT_PRIOR (a class that few sources
+    show stays near the family's rate), the factors of one kind then centred on their rows (the family
+    constants carry the level)."""
     w = source_weights([r for r, _ in chosen])
+    keys = [key(r) for r, _ in chosen]
     out: dict[tuple[str, str], float] = {}
-    for kind in sorted({r.format_kind for r, _ in chosen}):
-        idx = [i for i, (r, _) in enumerate(chosen) if r.format_kind == kind]
+    for kind in sorted({k for k, _ in keys}):
+        idx = [i for i, (k, _) in enumerate(keys) if k == kind]
         logs: dict[str, float] = {}
-        for fmt in sorted({chosen[i][0].weight_format for i in idx}):
-            sel = [i for i in idx if chosen[i][0].weight_format == fmt]
-            prior = np.log(old.get((kind, fmt), 1.0))
+        for cls in sorted({keys[i][1] for i in idx}):
+            sel = [i for i in idx if keys[i][1] == cls]
+            prior = np.log(old.get((kind, cls), 1.0))
             total = sum(w[i] * (prior + chosen[i][1]) for i in sel)
-            logs[fmt] = float(total / (sum(w[i] for i in sel) + FORMAT_PRIOR))
-        centre = sum(w[i] * logs[chosen[i][0].weight_format] for i in idx) / sum(w[i] for i in idx)
-        out |= {(kind, fmt): float(np.exp(v - centre)) for fmt, v in logs.items()}
+            logs[cls] = float(total / (sum(w[i] for i in sel) + FORMAT_PRIOR))
+        centre = sum(w[i] * logs[keys[i][1]] for i in idx) / sum(w[i] for i in idx)
+        out |= {(kind, cls): float(np.exp(v - centre)) for cls, v in logs.items()}
     return tuple(sorted(out.items()))
 
 
@@ -1293,24 +1347,25 @@ def _fit_prefill_constants(
     eff: dict[str, float],
     routing: float,
     formats: tuple[tuple[tuple[str, str], float], ...] = (),
-    read_rates: tuple[tuple[tuple[str, str], float], ...] = (),
+    decoding: Globals | None = None,
 ) -> tuple[Globals, dict[str, FamilyConstants]]:
     """The prefill half of ``fit_model`` at one routing exponent: the shared batch constant, then each
-    family's constants (its decode ones from ``decode``). Prefill factors are fitted per pool of
-    families with the same kernels (PREFILL_POOLS), each row against its own family's peak; a family
-    outside any pool is its own pool."""
+    family's constants (its decode ones from ``decode``, fitted with ``decoding``'s read rates). Prefill
+    factors are fitted per pool of families with the same kernels (PREFILL_POOLS), each row against its
+    own family's peak; a family outside any pool is its own pool."""
     pool_of = {f: PREFILL_POOLS.get(f, f) for f in families}
     pools = {p: [r for f in families if pool_of[f] == p for r in pp[f]] for p in set(pool_of.values())}
     # The rows at which the prompt kernels reach half their rate (``batch_efficiency``): the value that
     # best explains the rows' rates against their pool's (``source_weights``), shown
     # mostly by mixtures of experts, whose experts get a few rows each.
+    base = replace(decoding or Globals(), routing_exponent=routing, prefill_format=formats)
     best = (float("inf"), 0.0)
     chosen_rows = [
         (p, r) for p, pr in pools.items() for r in pr if not r.gemm_float and r.family not in ON_TOP_FAMILIES
     ]
     all_pp = [r for pr in pools.values() for r in pr]
     for half in [0.0, *np.geomspace(1, 512, 37)]:
-        g_try = Globals(float(half), routing, formats, read_rates)
+        g_try = replace(base, half_tokens=float(half))
         ratios = _prefill_ratios(all_pp, g_try, eff)
         factor = {p: _fit_prefill(pr, False, ratios) for p, pr in pools.items()}
         res, wts = [], []
@@ -1322,7 +1377,7 @@ def _fit_prefill_constants(
         err = float(np.sum(source_weights(wts) * np.array(res) ** 2)) if res else 0.0
         if err < best[0]:
             best = (err, float(half))
-    g = Globals(best[1], routing, formats, read_rates)
+    g = replace(base, half_tokens=best[1])
     ratios = _prefill_ratios(all_pp, g, eff)
     out: dict[str, FamilyConstants] = {}
     for fam, (eta, k, _) in decode.items():
@@ -1372,7 +1427,7 @@ def _gpu_part(r: BenchRow, c: FamilyConstants, g: Globals | None = None) -> floa
         r.moe_layers,
         r.recurrent_layers,
         r.attention_flops,
-        (g or Globals()).decode_factor(r),
+        (g or Globals()).token_rate(r),
     )
 
 

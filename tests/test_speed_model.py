@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from app.core.speed.model import FAMILIES, load_speed_model, speed_family
-from tests.speed_data import ON_TOP_FAMILIES, cross_validate, fit_model, load_rows
+from tests.speed_data import ON_TOP_FAMILIES, constants_for, cross_validate, fit_model, load_rows
 
 
 @pytest.fixture(scope="module")
@@ -72,12 +74,12 @@ def test_held_out_sources_stay_at_what_the_readme_reports(rows):
     """Each source left out in turn (a repository, thread or page: one build, one methodology): what a
     new buyer's machine gets. The issue's targets (decode <= 10% with >= 80% inside, prefill <= 20%,
     rows with weights in RAM <= 20%, x86 CPUs <= 15%) are not all met; these bounds hold the figures the
-    README reports so that they cannot silently get worse: decode 10.8%/89% and prefill 18.3%/89% on the
+    README reports so that they cannot silently get worse: decode 9.8%/89% and prefill 18.2%/89% on the
     other vendors' rows, whose figures the Intel rows (fitted on top of the shared constants) leave as they
-    were, and 11.6%/87% and 20.0%/86% with Intel's; Intel's own are 25-49% (one card, two sources)."""
+    were, and 10.7%/87% and 20.0%/86% with Intel's; Intel's own are 25-49% (one card, two sources)."""
     held = cross_validate(rows, by="source")
     for test, median_limit, inside_floor, all_limit, all_floor in (
-        ("tg", 0.11, 0.88, 0.12, 0.86),
+        ("tg", 0.10, 0.88, 0.11, 0.86),
         ("pp", 0.19, 0.88, 0.20, 0.86),
     ):
         h = [x for x in held if x.row.test == test]
@@ -87,12 +89,12 @@ def test_held_out_sources_stay_at_what_the_readme_reports(rows):
         assert statistics.median(abs(x.error) for x in h) <= median_limit, test
         assert sum(x.inside for x in h) / len(h) >= inside_floor, test
     hybrid = [x for x in held if x.row.kind == "hybrid"]
-    # 84 usable rows with weights in RAM (decode and prefill; 17.6% median, 86% inside); with the 10 of
+    # 84 usable rows with weights in RAM (decode and prefill; 18.6% median, 86% inside); with the 10 of
     # the source left out (EXCLUDED_SOURCES), 94.
     assert len(hybrid) >= 80
     assert len(hybrid) + sum(r.group == "hybrid" for r in load_rows(excluded=True)) >= 90
     median = statistics.median(abs(x.error) for x in hybrid)
-    assert median <= 0.18, median
+    assert median <= 0.19, median
     inside = sum(x.inside for x in hybrid) / len(hybrid)
     assert inside >= 0.85, inside
 
@@ -110,6 +112,30 @@ def test_amd_builds_before_the_2025_prompt_kernels_are_fitted_apart(rows):
     assert any(r.build == "cuda" and 0 < r.release < 7000 for r in rows)
     own = load_speed_model().families["unified-amd"].prefill_backend
     assert own["vulkan"]["quant"] > 1.3 * own["vulkan<7000"]["quant"]
+
+
+def test_gpus_decode_slower_on_builds_before_the_autumn_2025_kernels(rows):
+    """Every GPU family with decode rows of builds before 7000 (autumn 2025; rows that print no build:
+    dated before November 2025) and of later ones shows the older ones slower than the later ones against
+    one prediction, by 5-20%: the fit reads them at a rate of their own (0.89), so that the constants
+    FitScope predicts with are current builds', and decode held out by source goes from 11.6% to 10.7%.
+    A CPU's rows keep theirs (its decode is memory and arithmetic, not GPU kernels)."""
+    model = fit_model(rows)
+    assert 0.8 < model.globals.older_rate < 0.95
+    plain = replace(model.globals, older_rate=1.0)
+    shown = 0
+    for family in sorted({r.family for r in rows}):
+        c = constants_for(family, model.families)
+        chosen = [r for r in rows if r.family == family and r.test == "tg" and r.group in ("gpu", "apple", "unified")]
+        older = [math.log(r.tokens_per_s / r.predict(c, model.hybrid, plain)) for r in chosen if r.older_kernels]
+        current = [math.log(r.tokens_per_s / r.predict(c, model.hybrid, plain)) for r in chosen if not r.older_kernels]
+        if older and current:
+            shown += 1
+            assert statistics.median(older) < statistics.median(current) - 0.04, family
+    assert shown >= 6
+    cpu = next(r for r in rows if r.group == "cpu" and r.test == "tg" and r.older_kernels)
+    c = constants_for(cpu.family, model.families)
+    assert cpu.predict(c, model.hybrid, model.globals) == cpu.predict(c, model.hybrid, plain)
 
 
 def test_the_shipped_constants_are_the_fit_of_the_shipped_data(rows):
