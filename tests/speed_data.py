@@ -1192,8 +1192,9 @@ def fit_model(rows: list[BenchRow]) -> Fitted:
     # builds' (DECODE_RELEASE), then the families' decode constants again with them (twice over: they are
     # fitted on the same rows).
     with_rates = Globals()
+    tg_rows = [r for f in families for r in tg[f]]
     for _ in range(FORMAT_ROUNDS):
-        tg_rows = [r for f in families for r in tg[f]]
+        # The older builds' rate is fitted afresh each round, on residuals without it.
         with_rates = Globals(decode_format=_fit_decode_formats(tg_rows, decode, with_rates))
         with_rates = replace(with_rates, older_rate=_fit_older_rate(tg_rows, decode, with_rates))
         refit = {f: _fit_decode(tg[f], with_rates) for f in decode}

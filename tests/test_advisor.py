@@ -57,8 +57,8 @@ def test_a_single_rtx_4090_fails_for_lack_of_memory_and_says_by_how_much(advice_
     # Q4_K_M weights (39.6 GiB) and four 16k KV caches (20 GiB) against 24 GiB.
     assert why.quant == "Q4_K_M"
     assert why.reason.startswith("Q4_K_M: needs at least 59.0 GiB of GPU memory, has 24.0 GiB")
-    # And too slow for four users at 15 tokens/s each, whether the rest sits in system memory or not
-    # (an RTX 4090 reading 39.6 GiB for each of four users' tokens decodes about 14 per user).
+    # And too slow for four users at 15 tokens/s each with the layers that do not fit in system memory
+    # (about 0.6 tokens/s per user).
     assert "tokens/s per user" in why.reason and "under the 15 needed" in why.reason
     # Three of them hold it (72 GiB) and read every weight for each step of four users' tokens: about
     # 15 tokens/s each, just enough; asked for 16, speed alone is what rules them out.

@@ -127,8 +127,9 @@ def test_gpus_decode_slower_on_builds_before_the_autumn_2025_kernels(rows):
     for family in sorted({r.family for r in rows}):
         c = constants_for(family, model.families)
         chosen = [r for r in rows if r.family == family and r.test == "tg" and r.group in ("gpu", "apple", "unified")]
-        older = [math.log(r.tokens_per_s / r.predict(c, model.hybrid, plain)) for r in chosen if r.older_kernels]
-        current = [math.log(r.tokens_per_s / r.predict(c, model.hybrid, plain)) for r in chosen if not r.older_kernels]
+        logs = [(r.older_kernels, math.log(r.tokens_per_s / r.predict(c, model.hybrid, plain))) for r in chosen]
+        older = [x for old, x in logs if old]
+        current = [x for old, x in logs if not old]
         if older and current:
             shown += 1
             assert statistics.median(older) < statistics.median(current) - 0.04, family
