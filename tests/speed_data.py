@@ -848,20 +848,23 @@ DECODE_RELEASE = AMD_PROMPT_RELEASE
 DECODE_RELEASE_DATE = "2025-11"  # about when build 7000 was published, for rows that print no build
 
 
+def _built_before(r: dict, release: int, date: str) -> bool:
+    """Whether a row's llama.cpp build predates build ``release``: by its build number, else by its
+    source's date against ``date`` (neither printed: a current build)."""
+    if printed := _release(r):
+        return printed < release
+    return bool(r.get("date")) and r["date"] < date
+
+
 def _older_kernels(r: dict) -> bool:
-    """Whether a row's llama.cpp build predates DECODE_RELEASE: by its build number, else by its date
-    (neither printed: a current build)."""
-    if release := _release(r):
-        return release < DECODE_RELEASE
-    return bool(r.get("date")) and r["date"] < DECODE_RELEASE_DATE
+    """Whether a row's llama.cpp build predates DECODE_RELEASE."""
+    return _built_before(r, DECODE_RELEASE, DECODE_RELEASE_DATE)
 
 
 def _before_mmq(r: dict) -> bool:
     """Whether a row's llama.cpp build predates int8 tensor-core prompt kernels by default on NVIDIA
-    (PR #8075, merged 2024-06-24, about build 3200): by its build number, else by its date."""
-    if release := _release(r):
-        return release < 3200
-    return bool(r.get("date")) and r["date"] < "2024-06-24"
+    (PR #8075, merged 2024-06-24, about build 3200)."""
+    return _built_before(r, 3200, "2024-06-24")
 
 
 def _device_name(device: str) -> str:
