@@ -316,8 +316,9 @@ def estimate_speed(
                 recurrent_here[i],
                 attn_here,
             )
-            t_low += bytes_read / (eff_hi * bw) + fixed
-            t_high += bytes_read / (eff_lo * bw) + fixed
+            # The fitted cost varies between CPUs as the published ones' held-out results do.
+            t_low += bytes_read / (eff_hi * bw) + fixed / d_hi
+            t_high += bytes_read / (eff_lo * bw) + fixed / d_lo
             t_mid += bytes_read / ((eff_lo + eff_hi) / 2 * bw) + fixed
             assumptions.append(
                 f"{d.name}: reads {w / 1e9:.2f} GB of weights per token at a measured "
@@ -348,7 +349,9 @@ def estimate_speed(
                 + (f" for {_format_words(float_share, quant_format)}" if read_factor != 1.0 else "")
                 + f", {c.per_layer_s * 1e6:.0f} us per layer."
             )
-        bands.append(((d_lo, d_hi), band_pp, w if not host_share else 0.0))
+        # Whether this device's decode range is its read at this machine's measured bandwidth.
+        measured_read = not host_share and not measured and target.efficiency_class == "cpu"
+        bands.append(((d_lo, d_hi), band_pp, w if not host_share else 0.0, measured_read))
         # Prefill: this device's share of the parameters, at its own rate, or at GPU 0's when the
         # host's matrix products are offloaded there.
         share = where.params_per_token[i] / max(sum(where.params_per_token), 1.0)
@@ -382,7 +385,9 @@ def estimate_speed(
     attn_flops = attention_flops(arch, est, prompt_tokens // 2)
     flops_per_token = 2 * params / max(batch_factor, 1e-9) + attn_flops
     # The range of the device doing most of the work.
-    (d_lo, d_hi), (p_lo, p_hi), _ = max(bands, key=lambda b: b[2]) if bands else ((1.0, 1.0), (1.0, 1.0), 0)
+    (d_lo, d_hi), (p_lo, p_hi), _, measured_read = (
+        max(bands, key=lambda b: b[2]) if bands else ((1.0, 1.0), (1.0, 1.0), 0, False)
+    )
     ubatch_s = n_ub * flops_per_token * prefill_s_per_flop + read_s
     copy_s = slow_copy_s = 0.0
     if where.hybrid and offloaded and gpu0 is not None:
@@ -431,8 +436,14 @@ def estimate_speed(
             f"Mixture of experts: {arch.moe.n_expert_used} of {arch.moe.n_expert} experts read per token."
         )
     assumptions.append(
-        f"Ranges hold about 80% of published results for hardware the model was not fitted on "
-        f"(decode x{d_lo:.2f}-x{d_hi:.2f}, prefill x{p_lo:.2f}-x{p_hi:.2f}"
+        "Ranges hold about 80% of published results for hardware the model was not fitted on "
+        + (
+            f"(decode: the fixed and arithmetic cost x{d_lo:.2f}-x{d_hi:.2f}, the read at the measured bandwidth's "
+            "efficiency above; "
+            if measured_read
+            else f"(decode x{d_lo:.2f}-x{d_hi:.2f}, "
+        )
+        + f"prefill x{p_lo:.2f}-x{p_hi:.2f}"
         + (", from runs with weights in system memory" if where.hybrid else "")
         + f"); for {users} user(s) at once."
     )
