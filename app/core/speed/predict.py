@@ -275,6 +275,7 @@ def estimate_speed(
         host_share = i == host and where.hybrid
         params_here = where.params_per_token[i] * users
         measured = bool(measured_efficiency and d.name in measured_efficiency)
+        measured_read = False  # this device's decode range is its read at this machine's measured bandwidth
 
         if host_share:
             eff = None
@@ -320,6 +321,7 @@ def estimate_speed(
             t_low += bytes_read / (eff_hi * bw) + fixed / d_hi
             t_high += bytes_read / (eff_lo * bw) + fixed / d_lo
             t_mid += bytes_read / ((eff_lo + eff_hi) / 2 * bw) + fixed
+            measured_read = True
             assumptions.append(
                 f"{d.name}: reads {w / 1e9:.2f} GB of weights per token at a measured "
                 f"{target.bandwidth_gb_s:.0f} GB/s, efficiency {eff_lo:.2f}-{eff_hi:.2f}, plus {fixed * 1e3:.1f} ms of "
@@ -349,8 +351,6 @@ def estimate_speed(
                 + (f" for {_format_words(float_share, quant_format)}" if read_factor != 1.0 else "")
                 + f", {c.per_layer_s * 1e6:.0f} us per layer."
             )
-        # Whether this device's decode range is its read at this machine's measured bandwidth.
-        measured_read = not host_share and not measured and target.efficiency_class == "cpu"
         bands.append(((d_lo, d_hi), band_pp, w if not host_share else 0.0, measured_read))
         # Prefill: this device's share of the parameters, at its own rate, or at GPU 0's when the
         # host's matrix products are offloaded there.
