@@ -162,6 +162,8 @@ def main() -> int:
             "fallback": GROUP_FALLBACK,
             "decode_interval": bands["tg"],
             "prefill_interval": bands["pp"],
+            "builds_from": DECODE_RELEASE,
+            "builds_from_date": DECODE_RELEASE_DATE,
         }
         SPEED_MODEL_PATH.write_text(json.dumps(model, indent=2) + "\n", encoding="utf-8")
         print(f"\nwrote {SPEED_MODEL_PATH.relative_to(ROOT)}")

@@ -11,7 +11,15 @@ import numpy as np
 import pytest
 
 from app.core.speed.model import FAMILIES, load_speed_model, speed_family
-from tests.speed_data import ON_TOP_FAMILIES, constants_for, cross_validate, fit_model, load_rows
+from tests.speed_data import (
+    DECODE_RELEASE,
+    DECODE_RELEASE_DATE,
+    ON_TOP_FAMILIES,
+    constants_for,
+    cross_validate,
+    fit_model,
+    load_rows,
+)
 
 
 @pytest.fixture(scope="module")
@@ -149,6 +157,8 @@ def test_the_shipped_constants_are_the_fit_of_the_shipped_data(rows):
     assert set(shipped.decode_format) == set(read_rates)
     for kind, rates in read_rates.items():
         assert shipped.decode_format[kind] == pytest.approx(rates)
+    # The builds the constants are for, as the estimate names them, are the fit's.
+    assert (shipped.builds_from, shipped.builds_from_date) == (DECODE_RELEASE, DECODE_RELEASE_DATE)
     # Physically sensible: never above the bandwidth roofline, a small fixed cost per layer.
     for c in shipped.families.values():
         assert 0.2 <= c.decode_efficiency <= 1.0 and c.per_layer_s < 1e-3

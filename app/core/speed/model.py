@@ -222,6 +222,11 @@ class SpeedModel(BaseModel):
         description="device group (gpu, apple, cpu, unified, all) -> (low, high) multipliers holding ~80% of results"
     )
     prefill_interval: dict[str, tuple[float, float]]
+    builds_from: int = Field(
+        description="the llama.cpp build the constants are for, and later ones: the fit reads older builds' GPU "
+        "decode at a rate of its own"
+    )
+    builds_from_date: str = Field(description="about when that build was published (YYYY-MM)")
     source: str
 
     def intervals(self, family: str, group: str | None = None) -> tuple[tuple[float, float], tuple[float, float]]:

@@ -17,11 +17,11 @@ offload, ``ggml_backend_sched_backend_id_from_cur`` and ``ggml_backend_sched_com
 
 The constants per device family (decode efficiency, a fixed cost per layer per token, prefill
 rate factors) and for the host's share (``HybridConstants``) are fitted on published llama-bench
-results (``app.core.speed.model``), for llama.cpp builds from 7000 on (a GPU decoded about a tenth
-slower on older ones, which the fit reads at a rate of their own); every figure is a range that held
-about 80% of published results for hardware left out of the fit, and a later measurement on the
-user's machine replaces it. Several users share each decode step: the weights are read once per
-step, each user's KV cache once per user.
+results (``app.core.speed.model``), for the llama.cpp builds from ``SpeedModel.builds_from`` on (a
+GPU decoded about a tenth slower on older ones, which the fit reads at a rate of their own); every
+figure is a range that held about 80% of published results for hardware left out of the fit, and a
+later measurement on the user's machine replaces it. Several users share each decode step: the
+weights are read once per step, each user's KV cache once per user.
 """
 
 from __future__ import annotations
@@ -345,7 +345,8 @@ def estimate_speed(
             t_high += t / d_lo
             assumptions.append(
                 f"{d.name}: reads {w / 1e9:.2f} GB of weights per token at {target.bandwidth_gb_s:.0f} GB/s; "
-                f"{family} constants for llama.cpp builds from 7000 on (late 2025), fitted on published "
+                f"{family} constants for llama.cpp builds from {model.builds_from} on ({model.builds_from_date}), "
+                "fitted on published "
                 f"llama-bench results ({c.devices} devices): "
                 f"{c.decode_efficiency * read_factor:.2f} of the bandwidth"
                 + (f" for {_format_words(float_share, quant_format)}" if read_factor != 1.0 else "")
