@@ -184,6 +184,45 @@ _GQA: list[tuple[str, float]] = [
 ]
 
 
+# Dense models whose token embedding is not the output head (tie_word_embeddings false in the models'
+# config.json): vocabulary x hidden size. llama-bench's parameter count and file size hold the embedding,
+# but a token only looks up its row, so FitScope's reads and arithmetic (``tensor_totals``) leave it out,
+# and the fit leaves it out of these rows too. A mixture of experts' active count is published without it
+# or taken from the catalog's tensors; tied and unknown models keep their count.
+_UNTIED_EMBEDDINGS: list[tuple[str, int, int]] = [
+    (r"tinyllama", 32000, 2048),
+    (r"llama (3\.\d )?8b|llama-3\.1-8b", 128256, 4096),
+    (r"llama (2 )?7b", 32000, 4096),
+    # llama.cpp names every 40-layer llama "13B": Llama 2 13B (13.0 B parameters) and, with Mistral's
+    # 131072-token vocabulary, Mistral Nemo (12.2 B) and Mistral Small 24B (23.6 B) (``untied_embedding``).
+    (r"llama 13b", 0, 5120),
+    # Llama 2 70B (32000 tokens, 69.0 B) or Llama 3 70B (128256, 70.6 B) (``untied_embedding``).
+    (r"llama (3\.\d )?70b", 0, 8192),
+    (r"phi3 14b|phi-4", 100352, 5120),
+    (r"qwen2(\.5)?(-coder)? 7b", 152064, 3584),
+    (r"qwen2(\.5)?[ -](coder-)?(14|32)b", 152064, 5120),
+    (r"qwen3 8b", 151936, 4096),
+    (r"qwen3[ -](14|32)b", 151936, 5120),
+    (r"qwen35 27b", 248320, 5120),
+    (r"glm4 32b", 151552, 6144),
+]
+
+
+def untied_embedding(label: str, params_b: float) -> float:
+    """Parameters of a dense model's untied token embedding (``_UNTIED_EMBEDDINGS``; 0 if tied or unknown)."""
+    t = label.lower()
+    for pattern, vocab, hidden in _UNTIED_EMBEDDINGS:
+        if re.search(pattern, t):
+            if not vocab:
+                vocab = (
+                    (32000 if 12.5 < params_b < 14 else 131072)
+                    if hidden == 5120
+                    else (32000 if params_b < 69.5 else 128256)
+                )
+            return float(vocab * hidden)
+    return 0.0
+
+
 def _gqa(label: str) -> float:
     t = label.lower()
     return next((g for pattern, g in _GQA if re.search(pattern, t)), 4.0)
@@ -439,6 +478,10 @@ class BenchRow:
     mmap_stated: bool = True  # a hybrid row's source says whether the weights were memory-mapped
     release: int = 0  # the llama.cpp build number the source printed (0 where it printed none)
     older_kernels: bool = False  # built before DECODE_RELEASE (``_older_kernels``)
+    # A dense model's untied token embedding, held in ``params`` and ``weight_bytes`` but only looked up
+    # (``untied_embedding``): left out of the parameters computed and the bytes read per token.
+    embedding_params: float = 0.0
+    embedding_bytes: float = 0.0
 
     @property
     def attention_flops(self) -> float:
@@ -466,8 +509,13 @@ class BenchRow:
         )
 
     @property
+    def active_params(self) -> float:
+        """Parameters a token computes: the active ones less an untied embedding (``embedding_params``)."""
+        return self.params * self.active_share - self.embedding_params
+
+    @property
     def bytes_per_token(self) -> float:
-        return self.weight_bytes * self.active_share + self.kv_bytes_per_token * self.mean_depth
+        return self.weight_bytes * self.active_share - self.embedding_bytes + self.kv_bytes_per_token * self.mean_depth
 
     @property
     def mean_depth(self) -> float:
@@ -504,7 +552,7 @@ class BenchRow:
 
     def predict(self, c: FamilyConstants, h: HybridConstants = DEFAULT_HYBRID, g: Globals | None = None) -> float:
         g = g or Globals()
-        active = self.params * self.active_share
+        active = self.active_params
         moe = self.moe_factor(g)
         if self.group == "hybrid":
             if self.test == "tg":
@@ -763,7 +811,12 @@ def _single_device_rows() -> list[BenchRow]:
         kind = "cpu" if group == "cpu" else "gpu"
         n_ub = _ubatch(r, tokens or 512) if kind_test == "pp" else 1
         size = float(r["size_gib"]) * 1024**3
-        read_dense, read_expert = size * (1 - expert_share), size * expert_share
+        # A dense model's untied embedding, at the file's mean bytes per parameter (the file's name
+        # tells what llama.cpp's label does not: TinyLlama and Llama 3.2 1B are both "llama 1B").
+        named = f"{r.get('model') or ''} {r.get('model_name') or ''}"
+        embedding = untied_embedding(named, float(r["params_b"])) if share >= 1.0 else 0.0
+        embedding_bytes = embedding * size / (float(r["params_b"]) * 1e9)
+        read_dense, read_expert = size * (1 - expert_share) - embedding_bytes, size * expert_share
         backend = (r.get("backend") or "").lower()
         family = speed_family(device, kind, backend)
         gemm_float = _float(label)
@@ -804,6 +857,8 @@ def _single_device_rows() -> list[BenchRow]:
                 weight_format=_format_of(r),
                 release=_release(r),
                 older_kernels=_older_kernels(r),
+                embedding_params=embedding,
+                embedding_bytes=embedding_bytes,
             )
         )
     return rows
@@ -1059,7 +1114,7 @@ def _fit_decode(rows: list[BenchRow], g: Globals | None = None) -> tuple[float, 
         "c": np.array([float(r.n_layer) for r in rows]),
         "m": np.array([float(r.moe_layers) for r in rows]),
         "r": np.array([float(r.recurrent_layers) for r in rows]),
-        "g": np.array([r.params * r.active_share / (r.fp16_tflops * 1e12) for r in rows]),
+        "g": np.array([r.active_params / (r.fp16_tflops * 1e12) for r in rows]),
         "a": np.array([r.attention_flops / (r.fp16_tflops * 1e12) for r in rows]),
     }
     # A layer kind's own cost only where the family's rows show it: enough rows, from several sources;
@@ -1131,7 +1186,7 @@ def _prefill_ratio(r: BenchRow, g: Globals, efficiency: float) -> float | None:
         return None
     t = max(t - read, 0.1 * t)
     peak = r.fp16_tflops * 1e12 * prefill_peak_multiplier(r.family, r.gemm_float) * g.format_factor(r)
-    return n_ub * (2 * r.params * r.active_share / r.moe_factor(g) + r.attention_flops) / (t * peak)
+    return n_ub * (2 * r.active_params / r.moe_factor(g) + r.attention_flops) / (t * peak)
 
 
 def _compute_bound(r: BenchRow, efficiency: float, g: Globals) -> bool:
@@ -1420,7 +1475,7 @@ def fit(rows: list[BenchRow]) -> dict[str, FamilyConstants]:
 
 def _gpu_part(r: BenchRow, c: FamilyConstants, g: Globals | None = None) -> float:
     """Seconds per token of a hybrid row's GPU share at the family's constants."""
-    active = r.params * r.active_share
+    active = r.active_params
     return decode_seconds_per_token(
         r.bytes_per_token - r.host_bytes,
         r.n_layer,
@@ -1469,7 +1524,7 @@ def fit_hybrid(rows: list[BenchRow], fitted: dict[str, FamilyConstants], g: Glob
             c = constants_for(r.family, fitted)
             assert c is not None
             moe = r.moe_factor(g)
-            active = r.params * r.active_share
+            active = r.active_params
             rate = prefill_tokens_per_s(
                 active, r.fp16_tflops, r.gemm_float, c, moe, r.build, r.attention_flops, g.format_factor(r)
             )

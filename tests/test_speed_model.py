@@ -10,6 +10,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from app.core.memory.layers import tensor_totals
+from app.core.model.source import model_from_catalog
 from app.core.speed.model import FAMILIES, load_speed_model, speed_family
 from tests.speed_data import (
     DECODE_RELEASE,
@@ -82,13 +84,13 @@ def test_held_out_sources_stay_at_what_the_readme_reports(rows):
     """Each source left out in turn (a repository, thread or page: one build, one methodology): what a
     new buyer's machine gets. The issue's targets (decode <= 10% with >= 80% inside, prefill <= 20%,
     rows with weights in RAM <= 20%, x86 CPUs <= 15%) are not all met; these bounds hold the figures the
-    README reports so that they cannot silently get worse: decode 9.8%/89% and prefill 18.2%/89% on the
+    README reports so that they cannot silently get worse: decode 9.8%/89% and prefill 17.9%/89% on the
     other vendors' rows, whose figures the Intel rows (fitted on top of the shared constants) leave as they
-    were, and 10.7%/87% and 20.0%/86% with Intel's; Intel's own are 25-49% (one card, two sources)."""
+    were, and 10.7%/87% and 19.6%/87% with Intel's; Intel's own are 23-51% (one card, two sources)."""
     held = cross_validate(rows, by="source")
     for test, median_limit, inside_floor, all_limit, all_floor in (
         ("tg", 0.10, 0.88, 0.11, 0.86),
-        ("pp", 0.19, 0.88, 0.20, 0.86),
+        ("pp", 0.185, 0.88, 0.20, 0.86),
     ):
         h = [x for x in held if x.row.test == test]
         assert statistics.median(abs(x.error) for x in h) <= all_limit, test
@@ -97,7 +99,7 @@ def test_held_out_sources_stay_at_what_the_readme_reports(rows):
         assert statistics.median(abs(x.error) for x in h) <= median_limit, test
         assert sum(x.inside for x in h) / len(h) >= inside_floor, test
     hybrid = [x for x in held if x.row.kind == "hybrid"]
-    # 84 usable rows with weights in RAM (decode and prefill; 18.6% median, 86% inside); with the 10 of
+    # 84 usable rows with weights in RAM (decode and prefill; 18.1% median, 86% inside); with the 10 of
     # the source left out (EXCLUDED_SOURCES), 94.
     assert len(hybrid) >= 80
     assert len(hybrid) + sum(r.group == "hybrid" for r in load_rows(excluded=True)) >= 90
@@ -162,6 +164,25 @@ def test_the_shipped_constants_are_the_fit_of_the_shipped_data(rows):
     # Physically sensible: never above the bandwidth roofline, a small fixed cost per layer.
     for c in shipped.families.values():
         assert 0.2 <= c.decode_efficiency <= 1.0 and c.per_layer_s < 1e-3
+
+
+def test_the_fit_counts_a_dense_models_reads_as_the_estimate_does(rows):
+    """llama-bench's size and parameter columns hold a dense model's untied token embedding, which a
+    decoded token only looks up a row of. The estimate (``tensor_totals``) leaves it out, so the fit's
+    rows must too: constants fitted on one count and applied to another put Llama 3.1 8B Q4_K_M 6.5%
+    faster in the estimate than in the fit. Every published row of that file reads what the estimate
+    reads, within 1% (the embedding taken at the file's mean bits per weight)."""
+    m = model_from_catalog("llama-3.1-8b", "Q4_K_M")
+    t = tensor_totals(m.arch, m.tensors)
+    same_file = [
+        r
+        for r in rows
+        if 7.9e9 < r.params < 8.1e9 and r.active_share == 1.0 and abs(r.weight_bytes / t.model_bytes - 1) < 0.005
+    ]
+    assert len(same_file) >= 40
+    for r in same_file:
+        assert r.weight_bytes - r.embedding_bytes == pytest.approx(sum(t.active_layer_bytes), rel=0.01)
+        assert r.active_params == pytest.approx(t.active_params, rel=0.01)
 
 
 def test_weighted_percentiles_weigh_devices_not_rows():
