@@ -402,6 +402,40 @@ def test_several_users_slow_each_other_as_published_microbatches_do():
             assert r.low <= published[n] / n <= r.high, (n, r)
 
 
+def test_several_users_on_a_gpu_no_published_run_confirms_are_told_it_may_be_slower():
+    """Published runs of several tokens per step on other GPUs (tests/data/microbatch_runs.json) slowed
+    down more than the estimate: an Apple M1 Pro kept 0.48 of one token's rate per token at 4 (Llama
+    3.2 1B Q4_0) where the estimate keeps 0.85. Where only the GeForce run confirms the slowdown, the
+    assumptions say so for several users; one user, or a GeForce card, is not warned. The last check
+    holds the gap the warning is for: once the estimate slows these users as the runs did, the
+    warning (``USERS_CHECKED``) and this test change together."""
+    small = ModelChoice(kind="catalog", ref="llama-3.2-1b", quant="Q4_0")
+
+    def warned(device_id, users):
+        hw = HardwareChoice(kind="catalog", device_id=device_id)
+        view = view_of(small, hw, Controls(users=users, context_per_user_tokens=512))
+        return [a for a in view.assumptions if a.startswith("Several users:")]
+
+    mac = warned("m1-pro-32gb", 4)
+    assert len(mac) == 1 and "Apple M1 Pro" in mac[0] and "may be lower" in mac[0]
+    assert warned("m1-pro-32gb", 1) == [] and warned("rtx-3090", 4) == []
+    assert warned("ryzen-ai-max-395-128gb", 8) and warned("rtx-pro-6000", 2)
+    published = next(
+        r
+        for r in json.loads((Path(__file__).parent / "data" / "microbatch_runs.json").read_text())
+        if r["usable"] and r["device"] == "M1 Pro" and r["model_as_printed"] == "llama 1B Q4_0"
+    )["tokens_per_s_by_rows"]
+    speeds = [
+        view_of(
+            small,
+            HardwareChoice(kind="catalog", device_id="m1-pro-32gb"),
+            Controls(users=n, context_per_user_tokens=512),
+        ).speed.decode_typical
+        for n in (1, 4)
+    ]
+    assert published["4"] / 4 / published["1"] < 0.6 < speeds[1] / speeds[0]
+
+
 def test_quality_in_words_follows_the_published_perplexity_order():
     from app.core.model.quant import find_preset
 

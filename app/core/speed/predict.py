@@ -56,6 +56,11 @@ from app.core.speed.model import (
 DECODE_EFFICIENCY: dict[str, tuple[float, float]] = {"cpu": (0.70, 0.90)}
 
 
+# GPU families whose per-user slowdown with several users published runs of several tokens per step
+# confirm (tests/data/multi_user_decode.json; tests/data/microbatch_runs.json shows the others' gap).
+USERS_CHECKED = frozenset({"nvidia-geforce"})
+
+
 @dataclass(frozen=True)
 class Range:
     low: float
@@ -237,6 +242,7 @@ def estimate_speed(
     t_roof = 0.0  # the physical floor: every byte at full bandwidth
     prefill_s_per_flop = 0.0  # seconds per FLOP of a prompt token, summed over the devices' shares
     narrow_prompt = ""  # a CPU whose AVX-512 the quantized prompt kernels do not use
+    unchecked_users = ""  # a GPU family whose slowdown with several users no published run confirms
     float_share, quant_format = weight_mix(tensors)
     host = len(est.devices) - 1
     moe_here, recurrent_here = _layer_kinds(arch, est)
@@ -260,6 +266,8 @@ def estimate_speed(
             continue
         family = target_family(target, est.backend)
         c = model.constants(family)
+        if users > 1 and d.kind == "gpu" and family not in USERS_CHECKED:
+            unchecked_users = unchecked_users or target.name
         (d_lo, d_hi), band_pp = model.intervals(family, group)
         kv_share = (kv_cpu_read if d.kind == "cpu" and not where.hybrid else kv_read) * (d.layers / n_attn_layers)
         # Each user's decoded token attends over its own cache (what a slow attention kernel costs).
@@ -435,6 +443,13 @@ def estimate_speed(
     if arch.moe:
         assumptions.append(
             f"Mixture of experts: {arch.moe.n_expert_used} of {arch.moe.n_expert} experts read per token."
+        )
+    if unchecked_users:
+        assumptions.append(
+            "Several users: how much they slow each other matches a published GeForce run of 1-8 tokens per "
+            f"step; for {unchecked_users} it is not checked, and published runs on Apple, AMD and other NVIDIA "
+            "GPUs slowed down more at 4-8 users (each token up to 1.8 times as slow as estimated), so the "
+            "speed per user may be lower."
         )
     assumptions.append(
         "Ranges hold about 80% of published results for hardware the model was not fitted on "
