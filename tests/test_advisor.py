@@ -19,7 +19,7 @@ from app.core.model.catalog import find_device, find_model
 from app.core.model.source import model_from_catalog
 from app.core.plans.rpc import NetworkLink, RpcHost, parse_host, rpc_plan
 from app.core.report.choices import Controls, ModelChoice
-from app.services.advisor import advise
+from app.services.advisor import advice_warnings, advise, format_advice
 
 LLAMA_70B = ModelChoice(kind="catalog", ref="llama-3.3-70b")
 
@@ -69,6 +69,19 @@ def test_a_single_rtx_4090_fails_for_lack_of_memory_and_says_by_how_much(advice_
     slower = advise(advice_70b.workload.model_copy(update={"min_tokens_per_s": 13}))
     three = next(c for c in slower.ranked if c.device_id == "rtx-4090" and c.count == 3)
     assert three.quant == "Q4_K_M" and 13 <= three.decode_typical < 15
+
+
+def test_several_people_are_told_the_speed_on_gpus_other_than_geforce_is_not_checked(advice_70b):
+    """With 4 people the ranked machines include workstation cards and Macs, whose slowdown with users
+    no published run confirms (tests/data/microbatch_runs.json: up to 1.8 times slower than estimated
+    at 4-8 users): the answer says so before the machines, in the window and the CLI alike. One person
+    gets no such warning."""
+    warned = [w for w in advice_warnings(advice_70b) if w.startswith("With several people at once")]
+    assert len(warned) == 1 and "other than GeForce boxes" in warned[0] and "1.8 times" in warned[0]
+    assert any(c.device_id == "rtx-pro-6000" for c in advice_70b.ranked)
+    assert warned[0] in format_advice(advice_70b)
+    alone = advise(advice_70b.workload.model_copy(update={"users": 1}))
+    assert not any(w.startswith("With several people") for w in advice_warnings(alone))
 
 
 def test_budget_excludes_the_expensive_boxes_and_says_so():

@@ -65,6 +65,8 @@ from app.core.common.units import GIB
 from app.core.model.benchmarks import size_warning
 from app.core.report.lengths import WORDS_PER_TOKEN
 from app.core.report.verdict import gib, rate
+from app.core.speed.model import speed_family
+from app.core.speed.predict import UNCHECKED_USERS_EVIDENCE, USERS_CHECKED
 from app.services.advisor_evaluate import evaluate_box, evaluate_single
 from app.services.estimate import decode_depth_tokens
 
@@ -180,11 +182,18 @@ def workload_sentence(w: Workload, model_label: str) -> str:
 
 
 def advice_warnings(advice: HardwareAdvice) -> tuple[str, ...]:
-    """What to hear before the machines: a model far too small for the people it must serve."""
+    """What to hear before the machines: a model far too small for the people it must serve, and, for
+    several people, that the speed each gets on GPUs other than GeForce cards is not checked."""
     w = advice.workload
     model_id = w.model.ref if w.model.kind == "catalog" else None
-    warning = size_warning(model_id, advice.model_label, advice.arch.params_billions, w.users)
-    return (warning,) if warning else ()
+    warnings = [size_warning(model_id, advice.model_label, advice.arch.params_billions, w.users)]
+    unchecked = [c for c in advice.ranked if c.category != "cpu" and speed_family(c.device_name) not in USERS_CHECKED]
+    if w.users > 1 and unchecked:
+        warnings.append(
+            "With several people at once, the machines listed other than GeForce boxes may give each person "
+            f"less than shown: {UNCHECKED_USERS_EVIDENCE}."
+        )
+    return tuple(x for x in warnings if x)
 
 
 def format_advice(advice: HardwareAdvice, top: int = 10, why: Sequence[str] = ()) -> str:

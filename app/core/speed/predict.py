@@ -59,6 +59,10 @@ DECODE_EFFICIENCY: dict[str, tuple[float, float]] = {"cpu": (0.70, 0.90)}
 # GPU families whose per-user slowdown with several users published runs of several tokens per step
 # confirm (tests/data/multi_user_decode.json; tests/data/microbatch_runs.json shows the others' gap).
 USERS_CHECKED = frozenset({"nvidia-geforce"})
+UNCHECKED_USERS_EVIDENCE = (
+    "published runs on Apple, AMD and other NVIDIA GPUs slowed down more at 4-8 users (each token up to 1.8 "
+    "times as slow as estimated)"
+)
 
 
 @dataclass(frozen=True)
@@ -447,9 +451,8 @@ def estimate_speed(
     if unchecked_users:
         assumptions.append(
             "Several users: how much they slow each other matches a published GeForce run of 1-8 tokens per "
-            f"step; for {unchecked_users} it is not checked, and published runs on Apple, AMD and other NVIDIA "
-            "GPUs slowed down more at 4-8 users (each token up to 1.8 times as slow as estimated), so the "
-            "speed per user may be lower."
+            f"step; for {unchecked_users} it is not checked, and {UNCHECKED_USERS_EVIDENCE}, so the speed per "
+            "user may be lower."
         )
     assumptions.append(
         "Ranges hold about 80% of published results for hardware the model was not fitted on "
