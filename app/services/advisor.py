@@ -187,8 +187,9 @@ def advice_warnings(advice: HardwareAdvice) -> tuple[str, ...]:
     w = advice.workload
     model_id = w.model.ref if w.model.kind == "catalog" else None
     warnings = [size_warning(model_id, advice.model_label, advice.arch.params_billions, w.users)]
-    unchecked = [c for c in advice.ranked if c.category != "cpu" and speed_family(c.device_name) not in USERS_CHECKED]
-    if w.users > 1 and unchecked:
+    if w.users > 1 and any(
+        c.category != "cpu" and speed_family(c.device_name) not in USERS_CHECKED for c in advice.ranked
+    ):
         warnings.append(
             "With several people at once, the machines listed other than GeForce boxes may give each person "
             f"less than shown: {UNCHECKED_USERS_EVIDENCE}."
