@@ -30,7 +30,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.core.speed.model import SPEED_MODEL_PATH  # noqa: E402
+from app.core.speed.model import SPEED_MODEL_PATH, load_speed_model  # noqa: E402
 from tests.speed_data import (  # noqa: E402
     DECODE_RELEASE,
     DECODE_RELEASE_DATE,
@@ -159,6 +159,8 @@ def main() -> int:
             "routing_exponent": g.routing_exponent,
             "prefill_format": g.formats(),
             "decode_format": g.read_rates(),
+            # Fitted apart, on runs of several rows per step, by scripts/fit_rows.py (run it next).
+            "decode_row_flop_per_param": load_speed_model().decode_row_flop_per_param,
             "fallback": GROUP_FALLBACK,
             "decode_interval": bands["tg"],
             "prefill_interval": bands["pp"],
@@ -166,7 +168,7 @@ def main() -> int:
             "builds_from_date": DECODE_RELEASE_DATE,
         }
         SPEED_MODEL_PATH.write_text(json.dumps(model, indent=2) + "\n", encoding="utf-8")
-        print(f"\nwrote {SPEED_MODEL_PATH.relative_to(ROOT)}")
+        print(f"\nwrote {SPEED_MODEL_PATH.relative_to(ROOT)}; scripts/fit_rows.py --write refits further rows' cost")
     return 0
 
 

@@ -18,7 +18,8 @@ from app.core.memory.targets import cpu_target, host_ram_target, target_from_dev
 from app.core.model.catalog import find_device
 from app.core.model.source import model_from_catalog
 from app.core.speed.model import load_speed_model
-from app.core.speed.predict import estimate_speed, placement
+from app.core.speed.predict import estimate_speed
+from app.core.speed.reads import placement
 from tests.speed_data import constants_for, fit_model, load_rows, source_key
 
 GPT_OSS = ["estimate", "--model", "gpt-oss-120b", "--gpu", "rtx-4070", "--n-cpu-moe", "31", "--host-ram-gib", "64"]

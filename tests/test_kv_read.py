@@ -9,7 +9,7 @@ from app.core.memory.records import Settings
 from app.core.memory.targets import host_ram_target
 from app.core.model.catalog import find_model
 from app.core.model.quant import quantize_layout
-from app.core.speed.predict import attention_flops, kv_read_bytes
+from app.core.speed.reads import attention_flops, kv_read_bytes
 
 GIB = 1 << 30
 

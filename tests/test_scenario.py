@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import time
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from app.core.report.choices import (
     resolve_targets,
 )
 from app.core.report.prefs import SCHEMA_VERSION, Preferences, load_preferences, save_preferences
+from app.core.speed.model import load_speed_model
 from app.core.speed.predict import UNCHECKED_USERS_EVIDENCE
 from app.services.view import Evaluator, Request, context_grid
 
@@ -386,9 +388,9 @@ def test_several_users_slow_each_other_as_published_microbatches_do():
     published llama-bench run at -ub 1 to 8 (tests/data/multi_user_decode.json: an RTX 3090, Llama 3
     8B Q4_0, flash attention) measured what N rows cost per token: at 8 rows each token took 2.1 times
     as long as alone. The estimate's per-user decode falls with the users within 20% of those ratios
-    (16% at most; the constants are fitted on single-user rows only, and before the fit left out the
-    untied token embedding the 8-user ratio was 0.64 where 0.47 was measured), and the single row and
-    the 8 rows' per-token rate fall inside its ranges."""
+    (each further row's cost is fitted on published runs of several rows, this one among them; with
+    the single-row constants alone the 8-user ratio was 0.64 where 0.47 was measured), and the single
+    row and the 8 rows' per-token rate fall inside its ranges."""
     for run in json.loads((Path(__file__).parent / "data" / "multi_user_decode.json").read_text()):
         published = {int(n): v for n, v in run["tokens_per_s_by_rows"].items()}
         model = ModelChoice(kind="catalog", ref=run["model"], quant=run["quant"])
@@ -403,44 +405,64 @@ def test_several_users_slow_each_other_as_published_microbatches_do():
             assert r.low <= published[n] / n <= r.high, (n, r)
 
 
-def test_several_users_on_a_gpu_no_published_run_confirms_are_told_it_may_be_slower():
-    """Published runs of several tokens per step on other GPUs (tests/data/microbatch_runs.json) slowed
-    down more than the estimate: an Apple M1 Pro kept 0.48 of one token's rate per token at 4 (Llama
-    3.2 1B Q4_0) where the estimate keeps 0.85. Where only the GeForce run confirms the slowdown, the
-    assumptions say so for several users; one user, or a GeForce card, is not warned. The last checks
-    hold the gap the warning is for and the figure it states (the largest over the three published
-    runs the catalog can be set up for): once the estimate slows these users as the runs did, the
-    warning (``USERS_CHECKED``, ``UNCHECKED_USERS_EVIDENCE``) and this test change together."""
+def test_several_users_on_builds_no_published_run_checks_are_told_it_may_be_slower():
+    """Each further user's token costs the GPU arithmetic fitted on published runs of 1-8 rows per step
+    (tests/data/microbatch_runs.json, scripts/fit_rows.py), which check it on CUDA and ROCm builds; the
+    one Metal run (an M1 Pro) slowed down more than the estimate and no run is published for Vulkan or
+    SYCL builds. Several users on a Mac or an Intel GPU are told so; on CUDA and ROCm builds, or for one
+    user, they are not. The figures the statement gives are the data's: the held-out median error on
+    CUDA and ROCm, and the largest gap on Metal at the shipped constant."""
     small = ModelChoice(kind="catalog", ref="llama-3.2-1b", quant="Q4_0")
 
-    def warned(device_id, users):
+    def lines(device_id, users):
         hw = HardwareChoice(kind="catalog", device_id=device_id)
         view = view_of(small, hw, Controls(users=users, context_per_user_tokens=512))
         return [a for a in view.assumptions if a.startswith("Several users:")]
 
-    mac = warned("m1-pro-32gb", 4)
-    assert len(mac) == 1 and "Apple M1 Pro" in mac[0] and "may be lower" in mac[0]
-    assert warned("m1-pro-32gb", 1) == [] and warned("rtx-3090", 4) == []
-    assert warned("ryzen-ai-max-395-128gb", 8) and warned("rtx-pro-6000", 2)
-    # The published runs whose device and model the catalog has: (device, model, quant, rows).
-    runs = json.loads((Path(__file__).parent / "data" / "microbatch_runs.json").read_text())
-    gaps = []
-    for device, label, catalog_device, ref, quant, n in (
-        ("M1 Pro", "llama 1B Q4_0", "m1-pro-32gb", "llama-3.2-1b", "Q4_0", 4),
-        ("V100-PCIE-32GB", "llama 8B Q2_K_M", "v100-32gb", "llama-3.1-8b", "Q2_K", 8),
-        ("Radeon 8060S Graphics", "llama 8B IQ4_NL - 4.5 bpw", "ryzen-ai-max-395-128gb", "llama-3.1-8b", "IQ4_NL", 8),
-    ):
-        run = next(r for r in runs if r["usable"] and r["device"] == device and r["model_as_printed"] == label)
-        published = run["tokens_per_s_by_rows"]
-        model = ModelChoice(kind="catalog", ref=ref, quant=quant)
-        hw = HardwareChoice(kind="catalog", device_id=catalog_device)
-        one, many = (
-            view_of(model, hw, Controls(users=u, context_per_user_tokens=512)).speed.decode_typical for u in (1, n)
-        )
-        gaps.append((many / one) / (published[str(n)] / n / published["1"]))
-    # Each is slower than estimated, and the warning states the largest gap as it is.
-    assert min(gaps) > 1.2
-    assert f"up to {max(gaps):.1f} times as slow" in UNCHECKED_USERS_EVIDENCE
+    for device_id, users in (("m1-pro-32gb", 4), ("arc-b580", 2)):
+        said = lines(device_id, users)
+        assert len(said) == 1 and "may be lower" in said[0], (device_id, said)
+    for device_id, users in (("rtx-3090", 4), ("ryzen-ai-max-395-128gb", 8), ("rtx-pro-6000", 2), ("mi300x", 8)):
+        said = lines(device_id, users)
+        assert len(said) == 1 and "may be lower" not in said[0] and "FLOP per parameter" in said[0], device_id
+    assert lines("m1-pro-32gb", 1) == [] and lines("arc-b580", 1) == []
+    from tests.rows_data import held_out, points
+
+    found = points()
+    checked = [e for p, e in held_out(found) if p.device != "M1 Pro"]
+    assert f"within {100 * (math.exp(statistics.median(abs(e) for e in checked)) - 1):.0f}% of them" in (
+        UNCHECKED_USERS_EVIDENCE
+    )
+    k = load_speed_model().decode_row_flop_per_param
+    metal = max(math.exp(p.error(k)) for p in found if p.device == "M1 Pro")
+    assert metal > 1.25 and f"up to {metal:.1f} times as slow" in UNCHECKED_USERS_EVIDENCE
+
+
+def test_several_users_of_a_mixture_of_experts_read_every_expert_any_of_them_routes_to():
+    """One token of Qwen3-30B-A3B reads 8 of each layer's 128 experts; four users' conversations route
+    apart, so a step of their four tokens reads 1 - (120/128)^4 of them, 3.6 times as many expert bytes,
+    and each user gets less than the dense part alone would suggest. A published run of 2 and 4 rows of
+    one prompt (Gemma 4 26B-A4B on an RTX 3090: a prompt's tokens share more experts than users do) ran
+    no slower per token than the estimate for that many users."""
+    from app.core.memory.layers import tensor_totals
+    from app.core.speed.reads import placement
+    from tests.rows_data import points
+
+    model = model_from_catalog("qwen3-30b-a3b", "Q4_K_M")
+    hw = HardwareChoice(kind="catalog", device_id="rtx-4090")
+    view = view_of(ModelChoice(kind="catalog", ref="qwen3-30b-a3b", quant="Q4_K_M"), hw, Controls(users=4))
+    est = view.estimate
+    one = placement(model.arch, model.tensors, est, 1).bytes_per_token[0]
+    four = placement(model.arch, model.tensors, est, 1, rows=4).bytes_per_token[0]
+    totals = tensor_totals(model.arch, model.tensors)
+    experts_one = sum(totals.active_expert_bytes)
+    experts_four = sum(totals.expert_bytes) * (1 - (120 / 128) ** 4)
+    assert four - one == pytest.approx(experts_four - experts_one, rel=0.01)
+    assert experts_four / experts_one == pytest.approx(3.64, abs=0.01)
+    gemma = [p for p in points() if p.model.startswith("gemma4")]
+    assert {p.rows for p in gemma} == {2, 4}
+    k = load_speed_model().decode_row_flop_per_param
+    assert all(p.predicted(k) <= p.measured for p in gemma)
 
 
 def test_quality_in_words_follows_the_published_perplexity_order():

@@ -63,9 +63,9 @@ from app.core.advisor.records import (
 from app.core.advisor.sweep import Sweep
 from app.core.common.units import GIB
 from app.core.model.benchmarks import size_warning
+from app.core.model.catalog import find_device
 from app.core.report.lengths import WORDS_PER_TOKEN
 from app.core.report.verdict import gib, rate
-from app.core.speed.model import speed_family
 from app.core.speed.predict import UNCHECKED_USERS_EVIDENCE, USERS_CHECKED
 from app.services.advisor_evaluate import evaluate_box, evaluate_single
 from app.services.estimate import decode_depth_tokens
@@ -183,16 +183,16 @@ def workload_sentence(w: Workload, model_label: str) -> str:
 
 def advice_warnings(advice: HardwareAdvice) -> tuple[str, ...]:
     """What to hear before the machines: a model far too small for the people it must serve, and, for
-    several people, that the speed each gets on GPUs other than GeForce cards is not checked."""
+    several people, that the speed each gets on a build no published run of several rows checks may be lower."""
     w = advice.workload
     model_id = w.model.ref if w.model.kind == "catalog" else None
     warnings = [size_warning(model_id, advice.model_label, advice.arch.params_billions, w.users)]
     if w.users > 1 and any(
-        c.category != "cpu" and speed_family(c.device_name) not in USERS_CHECKED for c in advice.ranked
+        c.category != "cpu" and find_device(c.device_id).backend not in USERS_CHECKED for c in advice.ranked
     ):
         warnings.append(
-            "With several people at once, the machines listed other than GeForce boxes may give each person "
-            f"less than shown: {UNCHECKED_USERS_EVIDENCE}."
+            "With several people at once, the machines listed on Metal, Vulkan or SYCL builds (Macs, Intel's GPUs) "
+            f"may give each person less than shown: {UNCHECKED_USERS_EVIDENCE}."
         )
     return tuple(x for x in warnings if x)
 

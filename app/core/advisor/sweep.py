@@ -25,7 +25,8 @@ from app.core.model.architecture import Architecture
 from app.core.report.choices import Machine
 from app.core.report.verdict import gib
 from app.core.speed.model import decode_seconds_per_token, load_speed_model
-from app.core.speed.predict import Range, kv_read_bytes, memory_kind, target_family, weight_mix
+from app.core.speed.predict import Range, memory_kind, target_family
+from app.core.speed.reads import kv_read_bytes, weight_mix
 
 NO_MACHINE = Machine()  # catalog hardware only: nothing of this machine is looked at
 # A target large enough for any model, to read the KV bytes per token off one estimate.

@@ -20,6 +20,8 @@ class DeviceSpec(BaseModel):
     ``gpu_usable_fraction`` is the share of that memory a GPU may allocate: 1.0 for dedicated
     memory, about 0.67-0.75 for Apple's unified memory (macOS's recommended working set).
     ``fp16_tflops`` is dense FP16 tensor throughput with FP32 accumulate, no sparsity.
+    ``fp32_tflops`` is a GPU's vendor-published FP32 peak on its shader ALUs: the rate of llama.cpp's
+    small-batch decode kernels, which do not use the tensor units.
     ``aliases`` are other names a driver gives the device (an APU's graphics, "Radeon 8060S").
     """
 
@@ -35,6 +37,9 @@ class DeviceSpec(BaseModel):
     gpu_usable_fraction: float = Field(default=1.0, gt=0, le=1)
     bandwidth_gb_s: float = Field(gt=0, le=20000)
     fp16_tflops: float = Field(gt=0, le=10000)
+    fp32_tflops: float | None = Field(
+        default=None, gt=0, le=10000, description="a GPU's FP32 peak on its shader ALUs (no tensor or matrix units)"
+    )
     simd_lanes: int | None = Field(default=None, ge=4, le=16)  # a CPU's FP32 lanes: 16 with AVX-512, 8 with AVX2
     price_usd: float | None = Field(default=None, gt=0)
     release_year: int | None = Field(default=None, ge=2010, le=2030)

@@ -175,6 +175,12 @@ class Target(Frozen):
     capacity_bytes: int = Field(ge=0)
     bandwidth_gb_s: float = Field(gt=0)
     fp16_tflops: float = Field(gt=0)
+    vector_tflops: float | None = Field(
+        default=None,
+        gt=0,
+        description="a GPU's FP32 rate on its shader ALUs (no tensor units): what each further row of a decode "
+        "step (another user) costs arithmetic at; None: half of fp16_tflops",
+    )
     efficiency_class: Literal["nvidia", "amd", "apple", "intel", "cpu", "host-spec"] = Field(
         default="nvidia", description="cpu: a measured read bandwidth; host-spec: a DRAM spec-sheet peak"
     )

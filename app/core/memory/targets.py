@@ -28,6 +28,7 @@ def target_from_device(device: DeviceSpec, pcie: tuple[int, int] | None = None) 
         capacity_bytes=device.capacity_bytes,
         bandwidth_gb_s=device.bandwidth_gb_s,
         fp16_tflops=device.fp16_tflops,
+        vector_tflops=device.fp32_tflops if device.is_gpu else None,
         prompt_tflops=device.fp16_tflops * prompt_lanes(device.simd_lanes) / device.simd_lanes
         if device.simd_lanes and not device.is_gpu
         else None,
@@ -52,6 +53,7 @@ def target_from_gpu(gpu: GpuSnapshot, fallback: DeviceSpec | None = None, backen
         capacity_bytes=gpu.memory_for(backend).free_bytes,
         bandwidth_gb_s=bandwidth,
         fp16_tflops=tflops,
+        vector_tflops=fallback.fp32_tflops if fallback else None,
         efficiency_class=gpu.vendor,
         pcie_gen=link[0] if link else None,
         pcie_lanes=link[1] if link else None,

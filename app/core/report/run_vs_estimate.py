@@ -13,7 +13,8 @@ from app.core.model.architecture import Architecture
 from app.core.model.tensors import TensorInfo
 from app.core.report.verdict import rate, rate_range
 from app.core.speed.measure import RunResult, RunSettings, Spread, SweepRow, summary
-from app.core.speed.predict import SpeedEstimate, active_bytes_by_device, estimate_speed, kv_read_bytes
+from app.core.speed.predict import SpeedEstimate, estimate_speed
+from app.core.speed.reads import active_bytes_by_device, kv_read_bytes
 
 CUDA_INSTALL_HINT = 'CMAKE_ARGS="-DGGML_CUDA=on" pip install --force-reinstall --no-cache-dir llama-cpp-python==0.3.36'
 # The llama-cpp-python build each vendor's GPUs need, with its CMake switches (llama-cpp-python's

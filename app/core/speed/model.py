@@ -217,6 +217,14 @@ class SpeedModel(BaseModel):
         "efficiency a GPU reaches reading it: llama.cpp's matrix-vector kernels differ by format (one scale per "
         "block for Q4_0/Q8_0, super-blocks with sub-block scales for K-quants, codebooks for IQ formats)",
     )
+    decode_row_flop_per_param: float = Field(
+        default=0.0,
+        ge=0,
+        description="a GPU's work per active parameter, in FLOP at its shader ALUs' FP32 rate "
+        "(``Target.vector_tflops``), for each row a decode step carries beyond the first (several users): "
+        "llama.cpp's small-batch kernels multiply every weight they read with each row; fitted on published "
+        "runs of 1-8 rows per step (scripts/fit_rows.py)",
+    )
     fallback: dict[str, str] = Field(description="family -> the family whose constants it borrows when it has none")
     decode_interval: dict[str, tuple[float, float]] = Field(
         description="device group (gpu, apple, cpu, unified, all) -> (low, high) multipliers holding ~80% of results"

@@ -31,15 +31,13 @@ from dataclasses import dataclass
 
 from app.core.hardware.host_memory import DEFAULT_PCIE, pcie_gb_s, pcie_label
 from app.core.memory import backends
-from app.core.memory.kv import cache_type
 from app.core.memory.layers import tensor_totals
 from app.core.memory.records import Estimate, Settings, Target
 from app.core.model.architecture import Architecture
-from app.core.model.tensors import BLOCK, TensorInfo
+from app.core.model.tensors import TensorInfo
 from app.core.speed.model import (
     HybridConstants,
     decode_seconds_per_token,
-    expert_coverage,
     host_decode_seconds,
     load_speed_model,
     offload_copy_seconds,
@@ -47,7 +45,14 @@ from app.core.speed.model import (
     prefill_factor,
     speed_family,
     ubatch_read_seconds,
-    weight_format,
+)
+from app.core.speed.reads import (
+    active_params,
+    attention_flops,
+    attention_layers,
+    kv_read_bytes,
+    placement,
+    weight_mix,
 )
 
 # This machine's CPU against its own measured read bandwidth (not a spec sheet): llama.cpp's CPU
@@ -56,12 +61,14 @@ from app.core.speed.model import (
 DECODE_EFFICIENCY: dict[str, tuple[float, float]] = {"cpu": (0.70, 0.90)}
 
 
-# GPU families whose per-user slowdown with several users published runs of several tokens per step
-# confirm (tests/data/multi_user_decode.json; tests/data/microbatch_runs.json shows the others' gap).
-USERS_CHECKED = frozenset({"nvidia-geforce"})
+# llama.cpp builds whose cost of further decode rows (several users) published runs of 1-8 rows per
+# step check (tests/data/microbatch_runs.json, scripts/fit_rows.py): the one Metal run slowed down more
+# than the estimate, and none is published for Vulkan or SYCL builds.
+USERS_CHECKED = frozenset({"cuda", "rocm"})
 UNCHECKED_USERS_EVIDENCE = (
-    "published runs on Apple, AMD and other NVIDIA GPUs slowed down more at 4-8 users (each token up to 1.8 "
-    "times as slow as estimated)"
+    "published runs of several rows per step check it on CUDA and ROCm builds (each user's share of a step "
+    "within 9% of them, median, held out from the fit); the one on Metal (an M1 Pro, late 2024) slowed down "
+    "more, each token up to 1.4 times as slow as estimated, and none is published for Vulkan or SYCL builds"
 )
 
 
@@ -92,111 +99,10 @@ class SpeedEstimate:
         return Range(self.decode_tokens_per_s.low * self.users, self.decode_tokens_per_s.high * self.users)
 
 
-@dataclass(frozen=True)
-class Placement:
-    """What one decoded token and one prompt ubatch touch on each device of an estimate (same order
-    as ``Estimate.devices``; the host is last)."""
-
-    bytes_per_token: tuple[float, ...]  # weight bytes read per decoded token
-    params_per_token: tuple[float, ...]  # parameters computed per decoded token
-    host_layers: int  # layers with host-resident weights, in a run with GPUs
-    copy_bytes: float  # host-resident weight bytes one ubatch copies to GPU 0 (op offload)
-    ubatch_bytes: tuple[float, ...] = ()  # weight bytes one prompt ubatch reads on each device
-
-    @property
-    def hybrid(self) -> bool:
-        return self.host_layers > 0 and len(self.bytes_per_token) > 1 and self.bytes_per_token[-1] > 0
-
-
-def placement(
-    arch: Architecture, tensors: Sequence[TensorInfo], est: Estimate, ubatch_tokens: int, routing_exponent: float = 1.0
-) -> Placement:
-    """Bytes and parameters each device of ``est`` handles per decoded token, the layers whose weights
-    stay in host memory beside GPUs, the bytes a ``ubatch_tokens`` ubatch copies to GPU 0 (the
-    experts it routes to, ``expert_coverage`` at ``routing_exponent``, and every other host-resident
-    matrix) and the weight bytes it reads on each device (copied ones are read on GPU 0's side)."""
-    totals = tensor_totals(arch, tensors)
-    n_dev = len(est.devices)
-    host = n_dev - 1
-    by_bytes = [0.0] * n_dev
-    by_params = [0.0] * n_dev
-    has_gpu = any(d.kind == "gpu" for d in est.devices)
-    moe = arch.moe
-    coverage = expert_coverage(ubatch_tokens, moe.n_expert_used, moe.n_expert, routing_exponent) if moe else 1.0
-    by_ubatch = [0.0] * n_dev
-    host_layers = 0
-    copy = 0.0
-    expert_bytes = totals.expert_bytes or (0,) * (arch.n_layer + 1)
-    expert_active = totals.active_expert_bytes or (0.0,) * (arch.n_layer + 1)
-    expert_params = totals.active_expert_params or (0.0,) * (arch.n_layer + 1)
-    layer_params = totals.active_layer_params or (0.0,) * (arch.n_layer + 1)
-    for layer, n_bytes in enumerate(totals.active_layer_bytes):
-        device = est.layer_devices[layer]
-        params = layer_params[layer]
-        dense_bytes = totals.layer_bytes[layer] - expert_bytes[layer]
-        if layer == arch.n_layer and not totals.has_output:
-            dense_bytes += totals.token_embd_bytes  # the tied head reads the token embedding
-        if layer < est.cpu_moe_layers and device != host:
-            # --n-cpu-moe: this layer's routed experts are read (and computed) from host memory.
-            by_bytes[host] += expert_active[layer]
-            by_params[host] += expert_params[layer]
-            n_bytes -= expert_active[layer]
-            params -= expert_params[layer]
-            host_layers += 1
-            copy += expert_bytes[layer] * coverage
-            by_ubatch[device] += dense_bytes
-        elif device == host and has_gpu:
-            host_layers += 1
-            copy += dense_bytes + expert_bytes[layer] * coverage
-        else:
-            by_ubatch[device] += dense_bytes + expert_bytes[layer] * coverage
-        by_bytes[device] += n_bytes
-        by_params[device] += params
-    return Placement(tuple(by_bytes), tuple(by_params), host_layers, copy, tuple(by_ubatch))
-
-
-def active_bytes_by_device(arch: Architecture, tensors: Sequence[TensorInfo], est: Estimate) -> list[float]:
-    """Weight bytes read per decoded token on each device of ``est`` (same order)."""
-    return list(placement(arch, tensors, est, est.settings.effective_ubatch).bytes_per_token)
-
-
-def active_params(arch: Architecture, tensors: Sequence[TensorInfo]) -> float:
-    """Parameters touched per token (routed share of experts; embedding lookup excluded)."""
-    return tensor_totals(arch, tensors).active_params
-
-
-def kv_read_bytes(est: Estimate, depth_tokens: int, as_f16: bool = False) -> float:
-    """KV-cache bytes one decoded token reads at ``depth_tokens`` of context (both caches, one
-    sequence): each cache's bytes per cell over the cells it holds at that depth, so a sliding-window
-    cache never reads more than its window. ``as_f16``: what an f16 cache would read, for the CPU
-    backend, whose flash attention converts a quantized K/V tile to float before using it, so that a
-    smaller cache saves reads but not time (on this machine, q4_0 and q8_0 caches decoded 18% and 15%
-    slower than f16 with the demo model)."""
-    total = 0.0
-    for cache in est.kv_caches:
-        cells = cache.cells * cache.streams
-        if cells:
-            total += cache.total_bytes / cells * min(max(depth_tokens, 0), cache.cells)
-    if as_f16:
-        s = est.settings
-        total *= 2 / ((_element_bytes(s.cache_type_k) + _element_bytes(s.cache_type_v)) / 2)
-    return total
-
-
-def attention_flops(arch: Architecture, est: Estimate, depth_tokens: int) -> float:
-    """A token's attention FLOPs (QK^T and AV over each attention layer's heads) at ``depth_tokens``
-    of context: a sliding-window layer attends over its window's cells only, and a layer that shares
-    an earlier layer's cache (Gemma 3n/4) attends over that cache all the same."""
-    cells = {c.kind: c.cells for c in est.kv_caches}
-    full = cells.get("full", 0)
-    depth = max(depth_tokens, 0)
-    _, full_per_cell, swa_per_cell = _attention_shape(arch)
-    return float(full_per_cell * min(depth, full) + swa_per_cell * min(depth, cells.get("swa", full)))
-
-
-def _element_bytes(cache: str) -> float:
-    elements, size = BLOCK[cache_type(cache)]
-    return size / elements
+def vector_tflops(target: Target) -> float:
+    """A GPU's FP32 rate on its shader ALUs, the rate of the small-batch decode kernels; where it is not
+    known, half its FP16 tensor rate (a GeForce card's ratio since 2020)."""
+    return target.vector_tflops or target.fp16_tflops / 2
 
 
 def thread_share(target: Target, settings: Settings) -> tuple[float, int]:
@@ -230,11 +136,11 @@ def estimate_speed(
     by_name = {t.name: t for t in targets}
     n_ub = max(1, min(settings.effective_ubatch, prompt_tokens))
     model = load_speed_model()
-    where = placement(arch, tensors, est, n_ub, model.routing_exponent)
+    where = placement(arch, tensors, est, n_ub, model.routing_exponent, rows=users)
     weights = where.bytes_per_token
     kv_read = kv_read_bytes(est, depth)
     kv_cpu_read = kv_read_bytes(est, depth, as_f16=True)
-    n_attn_layers = _attention_layers(arch)
+    n_attn_layers = attention_layers(arch)
     assumptions = []
 
     h = model.hybrid
@@ -246,7 +152,7 @@ def estimate_speed(
     t_roof = 0.0  # the physical floor: every byte at full bandwidth
     prefill_s_per_flop = 0.0  # seconds per FLOP of a prompt token, summed over the devices' shares
     narrow_prompt = ""  # a CPU whose AVX-512 the quantized prompt kernels do not use
-    unchecked_users = ""  # a GPU family whose slowdown with several users no published run confirms
+    unchecked_users = ""  # a GPU on a build whose slowdown with several users no published run checks
     float_share, quant_format = weight_mix(tensors)
     host = len(est.devices) - 1
     moe_here, recurrent_here = _layer_kinds(arch, est)
@@ -270,8 +176,8 @@ def estimate_speed(
             continue
         family = target_family(target, est.backend)
         c = model.constants(family)
-        if users > 1 and d.kind == "gpu" and family not in USERS_CHECKED:
-            unchecked_users = unchecked_users or target.name
+        if users > 1 and d.kind == "gpu" and est.backend not in USERS_CHECKED:
+            unchecked_users = unchecked_users or f"{target.name} ({est.backend})"
         (d_lo, d_hi), band_pp = model.intervals(family, group)
         kv_share = (kv_cpu_read if d.kind == "cpu" and not where.hybrid else kv_read) * (d.layers / n_attn_layers)
         # Each user's decoded token attends over its own cache (what a slow attention kernel costs).
@@ -286,6 +192,12 @@ def estimate_speed(
         tflops = target.fp16_tflops * threads
         host_share = i == host and where.hybrid
         params_here = where.params_per_token[i] * users
+        rows_s = 0.0
+        if d.kind == "gpu" and not host_share:
+            # The first row at the family's constants; each further row (another user) at the work the
+            # published runs of 1-8 rows per step show, on the shader ALUs (``decode_row_flop_per_param``).
+            params_here = where.params_per_token[i]
+            rows_s = (users - 1) * model.decode_row_flop_per_param * params_here / (vector_tflops(target) * 1e12)
         measured = bool(measured_efficiency and d.name in measured_efficiency)
         measured_read = False  # this device's decode range is its read at this machine's measured bandwidth
 
@@ -310,9 +222,9 @@ def estimate_speed(
             )
         elif measured:
             m = (measured_efficiency or {})[d.name]
-            t_low += bytes_read / (min(1.0, m * 1.1) * bw)
-            t_high += bytes_read / (m * 0.9 * bw)
-            t_mid += bytes_read / (m * bw)
+            t_low += bytes_read / (min(1.0, m * 1.1) * bw) + rows_s / d_hi
+            t_high += bytes_read / (m * 0.9 * bw) + rows_s / d_lo
+            t_mid += bytes_read / (m * bw) + rows_s
             assumptions.append(f"{d.name}: decode efficiency {m:.2f} measured on this machine.")
         elif target.efficiency_class == "cpu":
             # This machine's measured read bandwidth: llama.cpp's CPU backend reaches 0.70-0.90 of it;
@@ -340,7 +252,7 @@ def estimate_speed(
                 f"fixed and arithmetic cost per token ({family} constants, {n_threads or 'all'} thread(s))."
             )
         else:
-            t = decode_seconds_per_token(
+            t = rows_s + decode_seconds_per_token(
                 bytes_read,
                 max(d.layers, 1),
                 target.bandwidth_gb_s,
@@ -448,11 +360,20 @@ def estimate_speed(
         assumptions.append(
             f"Mixture of experts: {arch.moe.n_expert_used} of {arch.moe.n_expert} experts read per token."
         )
-    if unchecked_users:
+    if users > 1 and bands:
+        gpu_rows = [t for t in targets if t.kind == "gpu" and t.name in {d.name for d in est.devices}]
         assumptions.append(
-            "Several users: how much they slow each other matches a published GeForce run of 1-8 tokens per "
-            f"step; for {unchecked_users} it is not checked, and {UNCHECKED_USERS_EVIDENCE}, so the speed per "
-            "user may be lower."
+            f"Several users: each decode step reads the weights once for all {users} (a mixture of experts: every "
+            f"expert any of them routes to), each user's cache apart; each further user's token costs "
+            f"{model.decode_row_flop_per_param:.1f} FLOP per parameter on the GPU's shader ALUs"
+            + (f" ({vector_tflops(gpu_rows[0]):.1f} TFLOPS FP32)" if gpu_rows else "")
+            + ", fitted on published runs of 1-8 rows per step"
+            + (
+                f"; for {unchecked_users} it is not checked: {UNCHECKED_USERS_EVIDENCE}, so the speed per user "
+                "may be lower."
+                if unchecked_users
+                else "."
+            )
         )
     assumptions.append(
         "Ranges hold about 80% of published results for hardware the model was not fitted on "
@@ -511,69 +432,9 @@ def target_family(target: Target, backend: str = "") -> str:
     return speed_family(target.name, "gpu", backend)
 
 
-_WEIGHT_MIX_CACHE: dict[int, tuple[Sequence[TensorInfo], tuple[float, str]]] = {}
-_ATTENTION_SHAPES: dict[int, tuple[Architecture, tuple[int, int, int]]] = {}
-
-
-def _attention_layers(arch: Architecture) -> int:
-    """Layers with an attention KV cache (at least 1)."""
-    return _attention_shape(arch)[0]
-
-
-def _attention_shape(arch: Architecture) -> tuple[int, int, int]:
-    """(attention layers, at least 1; attention FLOPs per cell of context over the full-attention
-    layers; the same over the sliding-window layers), remembered per architecture object: a sweep over
-    hardware asks for the same model thousands of times."""
-    hit = _ATTENTION_SHAPES.get(id(arch))
-    if hit is not None and hit[0] is arch:
-        return hit[1]
-    full = swa = 0
-    for i in range(arch.n_layer):
-        if not arch.is_attention_layer(i) or arch.is_nextn_layer(i):
-            continue
-        head_dim = arch.mla.kv_lora_rank if arch.mla is not None else arch.head_dim_k_at(i)
-        flops = 4 * arch.heads(i) * head_dim
-        if arch.is_swa_layer(i):
-            swa += flops
-        else:
-            full += flops
-    shape = (sum(1 for i in range(arch.n_layer) if arch.is_attention_layer(i)) or 1, full, swa)
-    if len(_ATTENTION_SHAPES) >= 128:
-        _ATTENTION_SHAPES.pop(next(iter(_ATTENTION_SHAPES)))
-    _ATTENTION_SHAPES[id(arch)] = (arch, shape)
-    return shape
-
-
 def _format_work(h: HybridConstants, weight_format: str) -> str:
     """The clause naming the CPU's further work per parameter of ``weight_format``, where one is fitted."""
     extra = h.format_flop_per_param.get(weight_format, 0.0)
     if not extra:
         return ""
     return f"; {weight_format} weights take {extra:.1f} FLOP per parameter on top of {h.host_flop_per_param:.1f}"
-
-
-def weight_mix(tensors: Sequence[TensorInfo]) -> tuple[float, str]:
-    """(share of weight bytes stored as F16/BF16/F32, the format of most of the quantized bytes,
-    ``weight_format``): float weights run on cuBLAS/float kernels, each quantized format on its own.
-    Remembered per tensor tuple (it cannot change) as ``tensor_totals`` remembers its sums: a sweep over
-    hardware asks it for the same model thousands of times."""
-    hit = _WEIGHT_MIX_CACHE.get(id(tensors))
-    if hit is not None and hit[0] is tensors:
-        return hit[1]
-    mix = _sum_weight_mix(tensors)
-    if isinstance(tensors, tuple):
-        if len(_WEIGHT_MIX_CACHE) >= 128:
-            _WEIGHT_MIX_CACHE.pop(next(iter(_WEIGHT_MIX_CACHE)))
-        _WEIGHT_MIX_CACHE[id(tensors)] = (tensors, mix)
-    return mix
-
-
-def _sum_weight_mix(tensors: Sequence[TensorInfo]) -> tuple[float, str]:
-    matrices = [t for t in tensors if len(t.shape) >= 2]
-    total = sum(t.n_bytes for t in matrices) or 1
-    by_format: dict[str, int] = {}
-    for t in matrices:
-        fmt = weight_format(t.ggml_type.name)
-        by_format[fmt] = by_format.get(fmt, 0) + t.n_bytes
-    floats = by_format.pop("float", 0)
-    return floats / total, max(by_format, key=by_format.__getitem__) if by_format else ""
