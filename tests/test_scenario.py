@@ -29,7 +29,7 @@ from app.core.report.choices import (
 )
 from app.core.report.prefs import SCHEMA_VERSION, Preferences, load_preferences, save_preferences
 from app.core.speed.model import load_speed_model
-from app.core.speed.predict import UNCHECKED_USERS_EVIDENCE
+from app.core.speed.predict import UNCHECKED_USERS_EVIDENCE, USERS_UNCHECKED
 from app.services.view import Evaluator, Request, context_grid
 
 HOST = HostSnapshot(
@@ -426,8 +426,11 @@ def test_several_users_on_builds_no_published_run_checks_are_told_it_may_be_slow
         said = lines(device_id, users)
         assert len(said) == 1 and "may be lower" not in said[0] and "FLOP per parameter" in said[0], device_id
     assert lines("m1-pro-32gb", 1) == [] and lines("arc-b580", 1) == []
-    from tests.rows_data import held_out, points
+    from tests.rows_data import held_out, points, usable_tables
 
+    # The builds the published runs check are the ones the estimate does not warn for.
+    assert {t["backend"].lower() for t in usable_tables()} == {"cuda", "rocm", "metal"}
+    assert USERS_UNCHECKED.isdisjoint({"cuda", "rocm"}) and {"metal", "vulkan", "sycl"} <= USERS_UNCHECKED
     found = points()
     checked = [e for p, e in held_out(found) if p.device != "M1 Pro"]
     assert f"within {100 * (math.exp(statistics.median(abs(e) for e in checked)) - 1):.0f}% of them" in (

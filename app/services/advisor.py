@@ -66,7 +66,7 @@ from app.core.model.benchmarks import size_warning
 from app.core.model.catalog import find_device
 from app.core.report.lengths import WORDS_PER_TOKEN
 from app.core.report.verdict import gib, rate
-from app.core.speed.predict import UNCHECKED_USERS_EVIDENCE, USERS_CHECKED
+from app.core.speed.predict import UNCHECKED_USERS_EVIDENCE, USERS_UNCHECKED
 from app.services.advisor_evaluate import evaluate_box, evaluate_single
 from app.services.estimate import decode_depth_tokens
 
@@ -188,7 +188,7 @@ def advice_warnings(advice: HardwareAdvice) -> tuple[str, ...]:
     model_id = w.model.ref if w.model.kind == "catalog" else None
     warnings = [size_warning(model_id, advice.model_label, advice.arch.params_billions, w.users)]
     if w.users > 1 and any(
-        c.category != "cpu" and find_device(c.device_id).backend not in USERS_CHECKED for c in advice.ranked
+        c.category != "cpu" and find_device(c.device_id).backend in USERS_UNCHECKED for c in advice.ranked
     ):
         warnings.append(
             "With several people at once, the machines listed on Metal, Vulkan or SYCL builds (Macs, Intel's GPUs) "

@@ -61,10 +61,10 @@ from app.core.speed.reads import (
 DECODE_EFFICIENCY: dict[str, tuple[float, float]] = {"cpu": (0.70, 0.90)}
 
 
-# llama.cpp builds whose cost of further decode rows (several users) published runs of 1-8 rows per
-# step check (tests/data/microbatch_runs.json, scripts/fit_rows.py): the one Metal run slowed down more
-# than the estimate, and none is published for Vulkan or SYCL builds.
-USERS_CHECKED = frozenset({"cuda", "rocm"})
+# llama.cpp builds whose cost of further decode rows (several users) no published run of 1-8 rows per
+# step checks (tests/data/microbatch_runs.json, scripts/fit_rows.py checks CUDA and ROCm builds): the one
+# Metal run slowed down more than the estimate, and none is published for Vulkan or SYCL builds.
+USERS_UNCHECKED = frozenset({"metal", "vulkan", "sycl"})
 UNCHECKED_USERS_EVIDENCE = (
     "published runs of several rows per step check it on CUDA and ROCm builds (each user's share of a step "
     "within 9% of them, median, held out from the fit); the one on Metal (an M1 Pro, late 2024) slowed down "
@@ -176,7 +176,7 @@ def estimate_speed(
             continue
         family = target_family(target, est.backend)
         c = model.constants(family)
-        if users > 1 and d.kind == "gpu" and est.backend not in USERS_CHECKED:
+        if users > 1 and d.kind == "gpu" and est.backend in USERS_UNCHECKED:
             unchecked_users = unchecked_users or f"{target.name} ({est.backend})"
         (d_lo, d_hi), band_pp = model.intervals(family, group)
         kv_share = (kv_cpu_read if d.kind == "cpu" and not where.hybrid else kv_read) * (d.layers / n_attn_layers)
