@@ -21,7 +21,9 @@ results (``app.core.speed.model``), for the llama.cpp builds from ``SpeedModel.b
 GPU decoded about a tenth slower on older ones, which the fit reads at a rate of their own); every
 figure is a range that held about 80% of published results for hardware left out of the fit, and a
 later measurement on the user's machine replaces it. Several users share each decode step: the
-weights are read once per step, each user's KV cache once per user.
+weights are read once per step (a mixture of experts: every expert any of the users routes to), each
+user's KV cache once per user, and on a GPU each further user's row costs arithmetic on the shader ALUs
+(``SpeedModel.decode_row_flop_per_param``, fitted on published runs of 1-8 rows per step).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ class Placement:
     """What one decoded token and one prompt ubatch touch on each device of an estimate (same order
     as ``Estimate.devices``; the host is last)."""
 
-    bytes_per_token: tuple[float, ...]  # weight bytes read per decoded token
+    bytes_per_token: tuple[float, ...]  # weight bytes one decode step reads (of ``rows`` tokens; default one)
     params_per_token: tuple[float, ...]  # parameters computed per decoded token
     host_layers: int  # layers with host-resident weights, in a run with GPUs
     copy_bytes: float  # host-resident weight bytes one ubatch copies to GPU 0 (op offload)
