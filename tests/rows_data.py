@@ -92,10 +92,16 @@ def usable_tables() -> list[dict]:
     """The tables that start at one row, at a shallow depth, of a model the catalog has."""
     tables = []
     for t in json.loads((DATA / "microbatch_runs.json").read_text()):
-        deep = t["depth"] is not None or "@" in t["test"] or int(re.sub(r"\D", "", t["test"])[:5] or 0) > 4096
+        deep = t["depth"] is not None or "@" in t["test"] or _rows_tokens(t["test"]) > 4096
         if t["usable"] and not deep and _model(t["model_as_printed"]):
             tables.append(t)
     return tables
+
+
+def _rows_tokens(test: str) -> int:
+    """The tokens of a table's last ``ppN`` test ("pp512", "pp1..pp4": 4); 0 where it names none."""
+    found = re.findall(r"pp(\d+)", test)
+    return int(found[-1]) if found else 0
 
 
 def _model(label: str) -> tuple[str, str] | None:
@@ -116,7 +122,7 @@ def points() -> list[RowPoint]:
         gpu = target_from_device(device)
         targets = [gpu, host_ram_target(64 * GIB)]
         model = load_model(ModelChoice(kind="catalog", ref=ref, quant=quant))
-        tokens = int(re.sub(r"\D", "", t["test"].split("..")[-1]) or 2)
+        tokens = _rows_tokens(t["test"])
         published = {int(n): v for n, v in t["tokens_per_s_by_rows"].items()}
         steps = {}
         for n in sorted(r for r in published if r <= MAX_ROWS):

@@ -426,6 +426,9 @@ def test_several_users_on_builds_no_published_run_checks_are_told_it_may_be_slow
         said = lines(device_id, users)
         assert len(said) == 1 and "may be lower" not in said[0] and "FLOP per parameter" in said[0], device_id
     assert lines("m1-pro-32gb", 1) == [] and lines("arc-b580", 1) == []
+    # A CPU computes every user's row itself: no GPU shader rate is claimed for it.
+    cpu = lines("epyc-9655", 4)
+    assert len(cpu) == 1 and "shader" not in cpu[0] and "on the CPU" in cpu[0]
     from tests.rows_data import held_out, points, usable_tables
 
     # The builds the published runs check are the ones the estimate does not warn for.

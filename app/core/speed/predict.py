@@ -155,6 +155,7 @@ def estimate_speed(
     prefill_s_per_flop = 0.0  # seconds per FLOP of a prompt token, summed over the devices' shares
     narrow_prompt = ""  # a CPU whose AVX-512 the quantized prompt kernels do not use
     unchecked_users = ""  # a GPU on a build whose slowdown with several users no published run checks
+    rows_gpu: Target | None = None  # the first GPU computing users' rows
     float_share, quant_format = weight_mix(tensors)
     host = len(est.devices) - 1
     moe_here, recurrent_here = _layer_kinds(arch, est)
@@ -193,12 +194,14 @@ def estimate_speed(
         read_factor = model.read_factor(memory_kind(target), float_share, quant_format)
         tflops = target.fp16_tflops * threads
         host_share = i == host and where.hybrid
-        params_here = where.params_per_token[i] * users
+        # A GPU computes the first row at its family's constants and each further row (another user) at
+        # the work published runs of 1-8 rows per step show, on its shader ALUs (``decode_row_flop_per_param``);
+        # a CPU computes every user's row at its family's constants.
+        gpu_rows = d.kind == "gpu" and not host_share
+        params_here = where.params_per_token[i] * (1 if gpu_rows else users)
         rows_s = 0.0
-        if d.kind == "gpu" and not host_share:
-            # The first row at the family's constants; each further row (another user) at the work the
-            # published runs of 1-8 rows per step show, on the shader ALUs (``decode_row_flop_per_param``).
-            params_here = where.params_per_token[i]
+        if gpu_rows:
+            rows_gpu = rows_gpu or target
             rows_s = (users - 1) * model.decode_row_flop_per_param * params_here / (vector_tflops(target) * 1e12)
         measured = bool(measured_efficiency and d.name in measured_efficiency)
         measured_read = False  # this device's decode range is its read at this machine's measured bandwidth
@@ -363,13 +366,16 @@ def estimate_speed(
             f"Mixture of experts: {arch.moe.n_expert_used} of {arch.moe.n_expert} experts read per token."
         )
     if users > 1 and bands:
-        gpu_rows = [t for t in targets if t.kind == "gpu" and t.name in {d.name for d in est.devices}]
         assumptions.append(
             f"Several users: each decode step reads the weights once for all {users} (a mixture of experts: every "
-            f"expert any of them routes to), each user's cache apart; each further user's token costs "
-            f"{model.decode_row_flop_per_param:.1f} FLOP per parameter on the GPU's shader ALUs"
-            + (f" ({vector_tflops(gpu_rows[0]):.1f} TFLOPS FP32)" if gpu_rows else "")
-            + ", fitted on published runs of 1-8 rows per step"
+            f"expert any of them routes to), each user's cache apart; "
+            + (
+                f"each further user's token costs {model.decode_row_flop_per_param:.1f} FLOP per parameter on "
+                f"the GPU's shader ALUs ({vector_tflops(rows_gpu):.1f} TFLOPS FP32), fitted on published runs "
+                "of 1-8 rows per step"
+                if rows_gpu
+                else "on the CPU each user's token costs its arithmetic per parameter again"
+            )
             + (
                 f"; for {unchecked_users} it is not checked: {UNCHECKED_USERS_EVIDENCE}, so the speed per user "
                 "may be lower."
