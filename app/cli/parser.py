@@ -10,10 +10,18 @@ from __future__ import annotations
 import argparse
 
 from app.cli import _Parser
-from app.core.hardware.host_memory import HOST_MEMORY
+from app.core.hardware.host_memory import HOST_MEMORY, parse_host_memory
 from app.core.model.tensors import CACHE_TYPES
 
 CACHE_TYPE_NAMES = list(CACHE_TYPES)
+
+
+def _host_memory(text: str) -> str:
+    """``--host-memory``'s value as its canonical key (``parse_host_memory``)."""
+    try:
+        return parse_host_memory(text).key
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _add_estimate_args(p: argparse.ArgumentParser) -> None:
@@ -83,9 +91,12 @@ def _add_estimate_args(p: argparse.ArgumentParser) -> None:
     dev.add_argument("--cpu", action="store_true", help="run on the CPU only (host memory)")
     dev.add_argument(
         "--host-memory",
-        choices=sorted(HOST_MEMORY),
+        type=_host_memory,
         default=None,
-        help="host RAM beside catalog GPUs, for its bandwidth (default ddr5-5600-2ch)",
+        metavar="DDRn-SPEED-Nch",
+        help="host RAM beside catalog GPUs, for its bandwidth: its generation, speed and 64-bit channels, e.g. "
+        "ddr4-2666-2ch (ddr4-2ch when the speed is not known: the decode range spans the generation's grades); "
+        f"presets {', '.join(HOST_MEMORY)} (default ddr5-5600-2ch)",
     )
     dev.add_argument(
         "--host-ram-gib", type=float, default=None, help="host memory beside catalog GPUs (default: this machine's)"

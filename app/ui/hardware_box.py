@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.hardware.devices import DeviceSpec
-from app.core.hardware.host_memory import DEFAULT_HOST_MEMORY, HOST_CPU, HOST_MEMORY, PCIE_CHOICES
+from app.core.hardware.host_memory import DEFAULT_HOST_MEMORY, HOST_MEMORY, PCIE_CHOICES, parse_host_memory
 from app.core.report.choices import HardwareChoice
 from app.core.report.prefs import MAX_COMPARED
 from app.ui.panels import DeviceCombo, HardwareView, device_label, device_tooltip
@@ -77,7 +77,10 @@ class HardwareBox(QGroupBox):
         row.addWidget(self.count_spin)
         row.addWidget(QLabel("host RAM"))
         row.addWidget(self.host_ram_spin)
+        # The presets, and any DDR generation, speed and channels typed in ("DDR4-2666, 2 channels").
         self.host_memory_combo = QComboBox()
+        self.host_memory_combo.setEditable(True)
+        self.host_memory_combo.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
         for key, (memory_label, peak) in HOST_MEMORY.items():
             # The kind of machine it belongs to goes in the item's tooltip, so the choice reads whole.
             self.host_memory_combo.addItem(f"{memory_label.split(' (')[0]}, {peak:.0f} GB/s", key)
@@ -86,8 +89,15 @@ class HardwareBox(QGroupBox):
             )
         self.host_memory_combo.setAccessibleName("Host memory type")
         self.host_memory_combo.setToolTip(
-            "The system memory of the box: how fast layers and experts left in system memory are read"
+            "The system memory of the box: how fast layers and experts left in system memory are read. Pick one "
+            "or type its generation, speed and channels, e.g. DDR4-2666, 2 channels (DDR4, 2 channels when the "
+            "speed is not known: the decode range spans the generation's speeds)"
         )
+        self.host_memory_error = QLabel()
+        self.host_memory_error.setWordWrap(True)
+        self.host_memory_error.setStyleSheet("color: #b00020")
+        self.host_memory_error.hide()
+        self._host_memory = DEFAULT_HOST_MEMORY  # the last memory type read from the combo
         self.pcie_combo = QComboBox()
         self.pcie_combo.addItem("PCIe as the card is sold", "")
         for link in PCIE_CHOICES:
@@ -109,6 +119,7 @@ class HardwareBox(QGroupBox):
         form.addRow("Estimate &for", self.target_combo)
         form.addRow("", row)
         form.addRow("", self.host_memory_combo)
+        form.addRow("", self.host_memory_error)
         form.addRow("", self.host_cores_spin)
         form.addRow("", self.pcie_combo)
         self.compare_combos: list[QComboBox] = []
@@ -141,7 +152,10 @@ class HardwareBox(QGroupBox):
         for combo, count in zip(self.compare_combos, self.compare_counts, strict=True):
             combo.activated.connect(self._compare_edited)
             count.valueChanged.connect(self._compare_edited)
-        self.host_memory_combo.activated.connect(self._hardware_edited)
+        self.host_memory_combo.activated.connect(self._host_memory_edited)
+        memory_edit = self.host_memory_combo.lineEdit()
+        if memory_edit is not None:
+            memory_edit.editingFinished.connect(self._host_memory_edited)
         self.pcie_combo.activated.connect(self._hardware_edited)
         self.host_cores_spin.valueChanged.connect(self._hardware_edited)
 
@@ -168,7 +182,7 @@ class HardwareBox(QGroupBox):
                 choice = compare[i] if i < len(compare) else None
                 select_combo(combo, hardware_key(choice) if choice else "")
                 self.compare_counts[i].setValue(choice.count if choice else 1)
-            select_combo(self.host_memory_combo, hardware.host_memory or DEFAULT_HOST_MEMORY)
+            self._show_host_memory(hardware.host_memory)
             select_combo(self.pcie_combo, hardware.pcie or "")
             self.host_cores_spin.setValue(hardware.host_cores or 0)
         finally:
@@ -185,8 +199,37 @@ class HardwareBox(QGroupBox):
         self.host_cores_spin.setEnabled(multi)
         # This machine's GPUs report their link, but a riser or an eGPU may be worth trying.
         self.pcie_combo.setEnabled(multi or hardware.kind == "local")
-        key = self.host_memory_combo.currentData() or DEFAULT_HOST_MEMORY
-        self.host_cores_spin.setSpecialValueText(f"CPU cores: {HOST_CPU[key][0]}")
+        self.host_cores_spin.setSpecialValueText(f"CPU cores: {parse_host_memory(self._host_memory).cores}")
+
+    def _show_host_memory(self, key: str | None) -> None:
+        """Put a memory type on the combo: its preset's item, or its own words."""
+        try:
+            memory = parse_host_memory(key)
+        except ValueError:
+            memory = parse_host_memory(None)
+        self._host_memory = memory.key
+        self.host_memory_error.hide()
+        index = self.host_memory_combo.findData(memory.key)
+        if index >= 0:
+            self.host_memory_combo.setCurrentIndex(index)
+        else:
+            self.host_memory_combo.setEditText(f"{memory.label}, {memory.peak_gb_s:.0f} GB/s")
+
+    def _host_memory_edited(self, *_args: Any) -> None:
+        """Read the memory type from the combo's text; words it cannot read are said below it and
+        change nothing."""
+        if self._updating:
+            return
+        try:
+            key = parse_host_memory(self.host_memory_combo.currentText()).key
+        except ValueError as exc:
+            self.host_memory_error.setText(str(exc))
+            self.host_memory_error.show()
+            return
+        self.host_memory_error.hide()
+        if key != self._host_memory:
+            self._host_memory = key
+            self._hardware_edited()
 
     def _hardware_edited(self, *_args: Any) -> None:
         if self._updating:
@@ -204,7 +247,7 @@ class HardwareBox(QGroupBox):
             device_id=device_id or None,
             count=self.count_spin.value(),
             host_ram_gib=ram,
-            host_memory=self.host_memory_combo.currentData(),
+            host_memory=self._host_memory,
             host_cores=self.host_cores_spin.value() or None,
             pcie=self.pcie_combo.currentData() or None,
         )

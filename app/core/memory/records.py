@@ -197,6 +197,11 @@ class Target(Frozen):
         ge=1,
         description="host memory: the physical cores doing the CPU's share (fp16_tflops is all of them)",
     )
+    bandwidth_span_gb_s: tuple[float, float] | None = Field(
+        default=None,
+        description="host memory named without its speed: the peaks of its generation's slowest and fastest common "
+        "grades (bandwidth_gb_s is the grade assumed); the decode range spans them",
+    )
     prompt_tflops: float | None = Field(
         default=None,
         gt=0,

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from app.core.common.units import GIB
 from app.core.hardware.devices import DeviceSpec, default_pcie
-from app.core.hardware.host_memory import DEFAULT_HOST_MEMORY, HOST_CPU, HOST_MEMORY
+from app.core.hardware.host_memory import parse_host_memory
 from app.core.memory.records import CPU_RUNTIME_OVERHEAD_BYTES, RepackProfile, Target
 
 if TYPE_CHECKING:
@@ -153,9 +153,9 @@ def host_ram_target(
     """Host memory beside GPUs (its size does not limit GPU memory, only spills), and the CPU that
     computes what stays there. ``bandwidth_gb_s`` is this machine's measured read bandwidth when the
     host is this machine (``host`` then gives its cores and SIMD); otherwise the theoretical peak of
-    ``host_memory`` (a HOST_MEMORY key, default dual-channel DDR5), which the speed model discounts
-    as a spec-sheet figure, with the CPU such a box has (HOST_CPU) or ``cores`` of it. Raises
-    KeyError for an unknown ``host_memory``."""
+    ``host_memory`` (``parse_host_memory``: a preset or any DDR generation, speed and channels; default
+    dual-channel DDR5), which the speed model discounts as a spec-sheet figure, with the CPU such a
+    box has or ``cores`` of it. Raises ValueError for memory ``parse_host_memory`` does not read."""
     if bandwidth_gb_s:
         n_cores = cores or (host.physical_cores or host.logical_cores if host else 8)
         avx512 = host is not None and "avx512f" in host.cpu_flags
@@ -170,15 +170,15 @@ def host_ram_target(
             efficiency_class="cpu",
             cpu_cores=n_cores,
         )
-    key = host_memory or DEFAULT_HOST_MEMORY
-    label, peak = HOST_MEMORY[key]
-    default_cores, avx512 = HOST_CPU[key]
-    n_cores = cores or default_cores
+    memory = parse_host_memory(host_memory)
+    avx512 = memory.avx512
+    n_cores = cores or memory.cores
     return Target(
-        name=f"Host RAM ({label})",
+        name=f"Host RAM ({memory.label})",
         kind="cpu",
         capacity_bytes=capacity_bytes,
-        bandwidth_gb_s=peak,
+        bandwidth_gb_s=memory.peak_gb_s,
+        bandwidth_span_gb_s=None if memory.speed_stated else (memory.slow_gb_s, memory.fast_gb_s),
         fp16_tflops=cores_flops_tflops(n_cores, simd_fp32_lanes(avx512)),
         prompt_tflops=prompt_tflops(n_cores, simd_fp32_lanes(avx512)),
         efficiency_class="host-spec",

@@ -23,7 +23,7 @@ from pydantic import Field, ValidationError
 from app.core.common.errors import EstimateError, FitScopeError
 from app.core.common.units import GIB, Frozen
 from app.core.hardware.devices import DeviceSpec
-from app.core.hardware.host_memory import parse_pcie
+from app.core.hardware.host_memory import parse_host_memory, parse_pcie
 from app.core.hardware.snapshots import GpuSnapshot, HostSnapshot
 from app.core.memory.consumers import ollama_batch_tokens
 from app.core.memory.records import MAX_CONTEXT_TOKENS, GpuLayers, RepackProfile, Settings, SpeculativeSpec, Target
@@ -55,7 +55,9 @@ class HardwareChoice(Frozen):
         default=None, gt=0, le=65536, description="host memory beside catalog GPUs; None: this machine's"
     )
     host_memory: str | None = Field(
-        default=None, description="a HOST_MEMORY key for catalog GPUs' host RAM; None: dual-channel DDR5"
+        default=None,
+        description="catalog GPUs' host RAM as ``parse_host_memory`` reads it (a preset, or e.g. 'ddr4-2666-2ch'); "
+        "None: dual-channel DDR5",
     )
     host_cores: int | None = Field(
         default=None, ge=1, le=1024, description="physical cores of the CPU beside catalog GPUs; None: by host_memory"
@@ -298,7 +300,11 @@ def resolve_targets(choice: HardwareChoice, machine: Machine, backend: str = "au
         int(choice.host_ram_gib * GIB) if choice.host_ram_gib is not None else None,
         host.ram_total_bytes if host else 64 * GIB,
     )
-    return [*gpus, host_ram_target(host_bytes, host_memory=choice.host_memory, cores=choice.host_cores)]
+    try:
+        memory = parse_host_memory(choice.host_memory).key
+    except ValueError as exc:
+        raise EstimateError(str(exc)) from None
+    return [*gpus, host_ram_target(host_bytes, host_memory=memory, cores=choice.host_cores)]
 
 
 def _link(choice: HardwareChoice) -> tuple[int, int] | None:

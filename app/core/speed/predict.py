@@ -215,9 +215,16 @@ def estimate_speed(
             t = host_decode_seconds(
                 bytes_read, target.bandwidth_gb_s, params_here, tflops, where.host_layers, h, eff, quant_format
             )
+            # Memory named without its speed: the fast end reads at its generation's fastest common grade,
+            # the slow end at the grade modules run without a faster profile.
+            slow_bw, fast_bw = target.bandwidth_span_gb_s or (target.bandwidth_gb_s, target.bandwidth_gb_s)
+            t_fast, t_slow = (
+                host_decode_seconds(bytes_read, bw_gb_s, params_here, tflops, where.host_layers, h, eff, quant_format)
+                for bw_gb_s in (fast_bw, slow_bw)
+            )
             t_mid += t
-            t_low += t / d_hi
-            t_high += t / d_lo
+            t_low += t_fast / d_hi
+            t_high += t_slow / d_lo
             assumptions.append(
                 f"{d.name}: reads {w / 1e9:.2f} GB of host-resident weights per token at {target.bandwidth_gb_s:.0f} "
                 f"GB/s ({eff if eff is not None else h.host_efficiency:.2f} of it), computed on "
@@ -225,6 +232,12 @@ def estimate_speed(
                 f"GPU-CPU handoff at each of {where.host_layers} layers ({h.sync_s * 1e6:.0f} us each; fitted on "
                 f"{h.rows} published rows with weights in system memory)."
             )
+            if target.bandwidth_span_gb_s:
+                assumptions.append(
+                    f"The host memory's speed is not stated: the decode range reads it at {slow_bw:.0f}-{fast_bw:.0f} "
+                    "GB/s (its generation's base grade, as modules run with no XMP/EXPO profile, to its fastest "
+                    "common one); naming the speed narrows it."
+                )
         elif measured:
             m = (measured_efficiency or {})[d.name]
             t_low += bytes_read / (min(1.0, m * 1.1) * bw) + rows_s / d_hi
