@@ -52,6 +52,8 @@ def test_any_host_memory_typed_beside_a_catalog_gpu_sets_the_hybrid_decode(qtbot
     combo.lineEdit().editingFinished.emit()
     view = settle(qtbot, window, lambda v: v.request.hardware.host_memory == "ddr4-2ch")
     assert box.host_memory_error.isHidden()
+    box.show_choices(window.preferences.hardware, ())
+    assert combo.currentText() == "DDR4, speed not stated, 2 channels, 34-58 GB/s"
     unstated = view.speed.decode_tokens_per_s
     assert unstated.low < ddr4.low and any("speed is not stated" in a for a in view.speed.assumptions)
 

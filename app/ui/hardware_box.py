@@ -213,7 +213,10 @@ class HardwareBox(QGroupBox):
         if index >= 0:
             self.host_memory_combo.setCurrentIndex(index)
         else:
-            self.host_memory_combo.setEditText(f"{memory.label}, {memory.peak_gb_s:.0f} GB/s")
+            rate = (
+                f"{memory.peak_gb_s:.0f}" if memory.speed_stated else f"{memory.slow_gb_s:.0f}-{memory.fast_gb_s:.0f}"
+            )
+            self.host_memory_combo.setEditText(f"{memory.label}, {rate} GB/s")
 
     def _host_memory_edited(self, *_args: Any) -> None:
         """Read the memory type from the combo's text; words it cannot read are said below it and
