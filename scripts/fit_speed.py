@@ -161,6 +161,7 @@ def main() -> int:
             "decode_format": g.read_rates(),
             # Fitted apart, on runs of several rows per step, by scripts/fit_rows.py (run it next).
             "decode_row_flop_per_param": load_speed_model().decode_row_flop_per_param,
+            "decode_row_flop_by_build": load_speed_model().decode_row_flop_by_build,
             "fallback": GROUP_FALLBACK,
             "decode_interval": bands["tg"],
             "prefill_interval": bands["pp"],

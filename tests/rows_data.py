@@ -6,8 +6,9 @@ rows, as a decode step does for N users. A table counts where it starts at one r
 at a shallow depth (a deep single sequence's rows share one cache, where N users read N caches). The
 estimate's per-token rate at N users against its rate for one is compared with the published
 ``t/s(N) / N / t/s(1)``. The estimate's step time is its time without the further rows' arithmetic
-plus ``decode_row_flop_per_param`` x (N - 1) x the parameters / the GPU's shader rate, so the
-constant is fitted in closed form per point. Devices the catalog lacks come from
+plus the constant x (N - 1) x the parameters / the GPU's shader rate, so the constant is fitted in
+closed form per point: one for CUDA and ROCm builds, one for Metal's own small-batch kernels
+(``SpeedModel.row_flop_per_param``). Devices the catalog lacks come from
 tests/data/microbatch_devices.json; a printed model is the catalog's model of the same shape
 (``MODELS``).
 """
@@ -39,6 +40,7 @@ DEVICES = {
     "RTX 4090": "rtx-4090",
     "V100-PCIE-32GB": "v100-32gb",
     "M1 Pro": "m1-pro-32gb",
+    "M2 Ultra": "m2-ultra-192gb",
     "Radeon 8060S Graphics": "ryzen-ai-max-395-128gb",
     "RX 9070 XT": "rx-9070-xt",
     "MI60 / MI50": "mi50",
@@ -53,12 +55,18 @@ MODELS = (
     ("llama 8B", "llama-3.1-8b"),
     ("llama 1B", "llama-3.2-1b"),
     ("llama 7B", "mistral-7b"),
+    ("llama 3B", "llama-3.2-3b"),
+    ("qwen2 7B", "qwen2.5-7b"),
+    ("qwen2 14B", "qwen2.5-14b"),
     ("qwen2 1.5B", "qwen2.5-1.5b"),
     ("deepseek2 16B", "deepseek-v2-lite"),
     ("gemma4 26B.A4B", "gemma-4-26b-a4b"),
 )
-QUANTS = ("Q2_K", "Q3_K_S", "Q4_K_S", "Q4_0", "Q4_1", "Q5_0", "Q8_0", "IQ1_M", "IQ1_S", "IQ4_NL", "BF16", "F16", "F32")
-MAX_ROWS = 8  # the small-batch kernels' range (llama.cpp's MMVQ on CUDA and ROCm)
+QUANTS = (
+    *("Q2_K", "Q3_K_S", "Q4_K_S", "Q4_0", "Q4_1", "Q5_0", "Q6_K", "Q8_0"),
+    *("IQ1_M", "IQ1_S", "IQ4_NL", "BF16", "F16", "F32"),
+)
+MAX_ROWS = 8  # the small-batch kernels' range (llama.cpp's MMVQ on CUDA and ROCm, mul_mv_ext on Metal)
 
 
 @dataclass(frozen=True)
@@ -71,6 +79,7 @@ class RowPoint:
     base_s: float  # its step time for ``rows`` rows without their further arithmetic
     per_flop_s: float  # seconds each FLOP per parameter of the further rows adds
     measured: float  # published per-token rate at ``rows`` against one row's
+    build: str = ""  # "metal" for Metal's own small-batch kernels; "" for CUDA and ROCm's (pooled)
 
     def predicted(self, row_flop_per_param: float) -> float:
         """The estimate's per-token rate at ``rows`` against one row's, at this constant."""
@@ -86,6 +95,14 @@ def extra_devices() -> dict[str, DeviceSpec]:
         d["id"]: DeviceSpec(**{k: v for k, v in d.items() if k != "notes"})
         for d in json.loads((DATA / "microbatch_devices.json").read_text())
     }
+
+
+OWN_BUILDS = ("metal",)  # builds whose small-batch kernels are their own, fitted apart
+
+
+def own_build(backend: str) -> str:
+    """The build a table's further rows are fitted for: "metal", or "" for the pooled CUDA and ROCm."""
+    return backend.lower() if backend.lower() in OWN_BUILDS else ""
 
 
 def usable_tables() -> list[dict]:
@@ -113,9 +130,11 @@ def _model(label: str) -> tuple[str, str] | None:
 def points() -> list[RowPoint]:
     """Every table's rows 2..MAX_ROWS as the estimate sees them at the shipped constants."""
     extra = extra_devices()
-    k = load_speed_model().decode_row_flop_per_param
+    model_constants = load_speed_model()
     out = []
     for t in usable_tables():
+        build = own_build(t["backend"])
+        k = model_constants.row_flop_per_param(build) if build else model_constants.decode_row_flop_per_param
         ref, quant = _model(t["model_as_printed"]) or ("", "")
         device_id = DEVICES[t["device"]]
         device = extra.get(device_id) or find_device(device_id)
@@ -142,6 +161,7 @@ def points() -> list[RowPoint]:
                         base_s=step - k * per_flop,
                         per_flop_s=per_flop,
                         measured=published[n] / n / published[1],
+                        build=build,
                     )
                 )
     return out
@@ -158,12 +178,22 @@ def fit(chosen: list[RowPoint]) -> float:
     return min(GRID, key=lambda k: sum(abs(p.error(k)) / per_source[p.source] for p in chosen))
 
 
-def held_out(all_points: list[RowPoint]) -> list[tuple[RowPoint, float]]:
-    """Each source's points with the constant fitted on the other sources: (point, log error)."""
+def fit_by_build(found: list[RowPoint]) -> tuple[float, dict[str, float]]:
+    """The pooled constant (CUDA, ROCm) and each own build's (``OWN_BUILDS``), on its own points."""
+    own = {b: fit([p for p in found if p.build == b]) for b in sorted({p.build for p in found} - {""})}
+    return fit([p for p in found if not p.build]), own
+
+
+def held_out(all_points: list[RowPoint], by: str = "source") -> list[tuple[RowPoint, float]]:
+    """Each source's (or device's, ``by="device"``) points with the constant of their build fitted on the
+    others of that build: (point, log error). A build with no other source (device) is left out."""
     out = []
-    for source in sorted({p.source for p in all_points}):
-        k = fit([p for p in all_points if p.source != source])
-        out += [(p, p.error(k)) for p in all_points if p.source == source]
+    for key in sorted({getattr(p, by) for p in all_points}):
+        here = [p for p in all_points if getattr(p, by) == key]
+        others = [p for p in all_points if getattr(p, by) != key and p.build == here[0].build]
+        if others:
+            k = fit(others)
+            out += [(p, p.error(k)) for p in here]
     return out
 
 

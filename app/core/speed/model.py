@@ -225,6 +225,12 @@ class SpeedModel(BaseModel):
         "llama.cpp's small-batch kernels multiply every weight they read with each row; fitted on published "
         "runs of 1-8 rows per step (scripts/fit_rows.py)",
     )
+    decode_row_flop_by_build: dict[str, float] = Field(
+        default_factory=dict,
+        description="a llama.cpp build whose small-batch kernels are its own (Metal's mul_mv_ext) -> its work per "
+        "active parameter for each further row, fitted on its own published runs; other builds take "
+        "decode_row_flop_per_param",
+    )
     fallback: dict[str, str] = Field(description="family -> the family whose constants it borrows when it has none")
     decode_interval: dict[str, tuple[float, float]] = Field(
         description="device group (gpu, apple, cpu, unified, all) -> (low, high) multipliers holding ~80% of results"
@@ -236,6 +242,10 @@ class SpeedModel(BaseModel):
     )
     builds_from_date: str = Field(description="about when that build was published (YYYY-MM)")
     source: str
+
+    def row_flop_per_param(self, build: str) -> float:
+        """FLOP per active parameter each further row of a decode step costs on ``build``'s GPU kernels."""
+        return self.decode_row_flop_by_build.get(build, self.decode_row_flop_per_param)
 
     def intervals(self, family: str, group: str | None = None) -> tuple[tuple[float, float], tuple[float, float]]:
         """(decode, prefill) range multipliers for a family's device group, or for ``group`` ("hybrid":

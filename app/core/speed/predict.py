@@ -23,7 +23,8 @@ figure is a range that held about 80% of published results for hardware left out
 later measurement on the user's machine replaces it. Several users share each decode step: the
 weights are read once per step (a mixture of experts: every expert any of the users routes to), each
 user's KV cache once per user, and on a GPU each further user's row costs arithmetic on the shader ALUs
-(``SpeedModel.decode_row_flop_per_param``, fitted on published runs of 1-8 rows per step).
+(``SpeedModel.row_flop_per_param``: Metal's kernels at a cost of their own; fitted on published runs of
+1-8 rows per step).
 """
 
 from __future__ import annotations
@@ -63,14 +64,16 @@ from app.core.speed.reads import (
 DECODE_EFFICIENCY: dict[str, tuple[float, float]] = {"cpu": (0.70, 0.90)}
 
 
-# llama.cpp builds whose cost of further decode rows (several users) no published run of 1-8 rows per
-# step checks (tests/data/microbatch_runs.json, scripts/fit_rows.py checks CUDA and ROCm builds): the one
-# Metal run slowed down more than the estimate, and none is published for Vulkan or SYCL builds.
+# llama.cpp builds whose cost of further decode rows (several users) published runs of 1-8 rows per
+# step check little or not at all (tests/data/microbatch_runs.json, scripts/fit_rows.py): CUDA and
+# ROCm builds are checked by eleven sources; Metal's own constant rests on one source's two chips, and
+# no run is published for Vulkan or SYCL builds.
 USERS_UNCHECKED = frozenset({"metal", "vulkan", "sycl"})
 UNCHECKED_USERS_EVIDENCE = (
     "published runs of several rows per step check it on CUDA and ROCm builds (each user's share of a step "
-    "within 9% of them, median, held out from the fit); the one on Metal (an M1 Pro, late 2024) slowed down "
-    "more, each token up to 1.4 times as slow as estimated, and none is published for Vulkan or SYCL builds"
+    "within 9% of them, median, held out from the fit); Metal's own cost is fitted on one source's runs (an "
+    "M1 Pro and an M2 Ultra, late 2024), each chip's within 23% of the estimate fitted on the other's (median) "
+    "and up to 1.6 times as slow; none is published for Vulkan or SYCL builds"
 )
 
 
@@ -156,6 +159,7 @@ def estimate_speed(
     narrow_prompt = ""  # a CPU whose AVX-512 the quantized prompt kernels do not use
     unchecked_users = ""  # a GPU on a build whose slowdown with several users no published run checks
     rows_gpu: Target | None = None  # the first GPU computing users' rows
+    row_flop = model.row_flop_per_param(est.backend)  # FLOP per parameter of each further user's row
     float_share, quant_format = weight_mix(tensors)
     host = len(est.devices) - 1
     moe_here, recurrent_here = _layer_kinds(arch, est)
@@ -202,7 +206,7 @@ def estimate_speed(
         rows_s = 0.0
         if gpu_rows:
             rows_gpu = rows_gpu or target
-            rows_s = (users - 1) * model.decode_row_flop_per_param * params_here / (vector_tflops(target) * 1e12)
+            rows_s = (users - 1) * row_flop * params_here / (vector_tflops(target) * 1e12)
         measured = bool(measured_efficiency and d.name in measured_efficiency)
         measured_read = False  # this device's decode range is its read at this machine's measured bandwidth
 
@@ -383,15 +387,16 @@ def estimate_speed(
             f"Several users: each decode step reads the weights once for all {users} (a mixture of experts: every "
             f"expert any of them routes to), each user's cache apart; "
             + (
-                f"each further user's token costs {model.decode_row_flop_per_param:.1f} FLOP per parameter on "
+                f"each further user's token costs {row_flop:.1f} FLOP per parameter on "
                 f"the GPU's shader ALUs ({vector_tflops(rows_gpu):.1f} TFLOPS FP32), fitted on published runs "
                 "of 1-8 rows per step"
+                + (f" of {est.backend.capitalize()} builds" if est.backend in model.decode_row_flop_by_build else "")
                 if rows_gpu
                 else "on the CPU each user's token costs its arithmetic per parameter again"
             )
             + (
-                f"; for {unchecked_users} it is not checked: {UNCHECKED_USERS_EVIDENCE}, so the speed per user "
-                "may be lower."
+                f"; for {unchecked_users} it is checked little or not at all: {UNCHECKED_USERS_EVIDENCE}, so the "
+                "speed per user may be lower."
                 if unchecked_users
                 else "."
             )
