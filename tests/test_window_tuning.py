@@ -54,6 +54,9 @@ def test_any_host_memory_typed_beside_a_catalog_gpu_sets_the_hybrid_decode(qtbot
     assert box.host_memory_error.isHidden()
     box.show_choices(window.preferences.hardware, ())
     assert combo.currentText() == "DDR4, speed not stated, 2 channels, 34-58 GB/s"
+    # A settings file naming memory it cannot read shows it and says why, without failing.
+    box.show_choices(HardwareChoice(kind="catalog", device_id="rtx-4070", host_memory="ddr9-2ch"), ())
+    assert combo.currentText() == "ddr9-2ch" and not box.host_memory_error.isHidden()
     unstated = view.speed.decode_tokens_per_s
     assert unstated.low < ddr4.low and any("speed is not stated" in a for a in view.speed.assumptions)
 

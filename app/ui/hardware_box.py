@@ -199,14 +199,23 @@ class HardwareBox(QGroupBox):
         self.host_cores_spin.setEnabled(multi)
         # This machine's GPUs report their link, but a riser or an eGPU may be worth trying.
         self.pcie_combo.setEnabled(multi or hardware.kind == "local")
-        self.host_cores_spin.setSpecialValueText(f"CPU cores: {parse_host_memory(self._host_memory).cores}")
+        try:
+            cores = parse_host_memory(self._host_memory).cores
+        except ValueError:
+            cores = parse_host_memory(None).cores
+        self.host_cores_spin.setSpecialValueText(f"CPU cores: {cores}")
 
     def _show_host_memory(self, key: str | None) -> None:
         """Put a memory type on the combo: its preset's item, or its own words."""
         try:
             memory = parse_host_memory(key)
-        except ValueError:
-            memory = parse_host_memory(None)
+        except ValueError as exc:
+            # A saved choice it cannot read (an edited settings file): shown as it is, and said why.
+            self._host_memory = key or ""
+            self.host_memory_combo.setEditText(key or "")
+            self.host_memory_error.setText(str(exc))
+            self.host_memory_error.show()
+            return
         self._host_memory = memory.key
         self.host_memory_error.hide()
         index = self.host_memory_combo.findData(memory.key)
