@@ -59,8 +59,9 @@ def pcie_label(gen: int, lanes: int) -> str:
 
 
 # A DDR generation's speeds when a box's memory is named without one: the JEDEC base grade a module
-# runs at when no faster profile (XMP, EXPO) is switched on, the grade FitScope assumes, and the
-# fastest common module grade (JEDEC JESD79-3/-4/-5 speed bins; vendors' XMP/EXPO kits).
+# runs at when no faster profile (XMP, EXPO) is switched on, the grade FitScope assumes (the presets'
+# DDR4-3200 and DDR5-5600; DDR3-1600), and the fastest common module grade (JEDEC JESD79-3/-4/-5
+# speed bins; vendors' XMP/EXPO kits).
 DDR_SPEEDS: dict[int, tuple[int, int, int]] = {3: (1333, 1600, 1866), 4: (2133, 3200, 3600), 5: (4800, 5600, 6400)}
 DDR_LIMITS: dict[int, tuple[int, int]] = {3: (800, 3200), 4: (1600, 5600), 5: (3200, 10000)}  # MT/s, any module
 MAX_CHANNELS = 24  # two sockets of 12-channel EPYC
@@ -92,7 +93,7 @@ def ddr_gb_s(mt_s: int, channels: int) -> float:
 def parse_host_memory(text: str | None) -> HostMemory:
     """A HOST_MEMORY key, or a DDR generation with its speed and 64-bit channels: "ddr4-2666-2ch",
     "DDR5-6000, 2 channels", "ddr4 2ch" (speed not known: its generation's common grades, assuming
-    the top JEDEC one). None is the default (dual-channel DDR5). Raises ValueError with a sentence a
+    the presets' DDR4-3200 or DDR5-5600). None is the default (dual-channel DDR5). Raises ValueError with a sentence a
     person can act on."""
     key = (text or DEFAULT_HOST_MEMORY).strip().lower()
     if key in HOST_MEMORY:
