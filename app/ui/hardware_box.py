@@ -213,11 +213,10 @@ class HardwareBox(QGroupBox):
             # A saved choice it cannot read (an edited settings file): shown as it is, and said why.
             self._host_memory = key or ""
             self.host_memory_combo.setEditText(key or "")
-            self.host_memory_error.setText(str(exc))
-            self.host_memory_error.show()
+            self._say_memory_error(str(exc))
             return
         self._host_memory = memory.key
-        self.host_memory_error.hide()
+        self._say_memory_error("")
         index = self.host_memory_combo.findData(memory.key)
         if index >= 0:
             self.host_memory_combo.setCurrentIndex(index)
@@ -227,6 +226,11 @@ class HardwareBox(QGroupBox):
             )
             self.host_memory_combo.setEditText(f"{memory.label}, {rate} GB/s")
 
+    def _say_memory_error(self, text: str) -> None:
+        """Say under the memory type box why its words cannot be read; hidden when ``text`` is empty."""
+        self.host_memory_error.setText(text)
+        self.host_memory_error.setVisible(bool(text))
+
     def _host_memory_edited(self, *_args: Any) -> None:
         """Read the memory type from the combo's text; words it cannot read are said below it and
         change nothing."""
@@ -235,10 +239,9 @@ class HardwareBox(QGroupBox):
         try:
             key = parse_host_memory(self.host_memory_combo.currentText()).key
         except ValueError as exc:
-            self.host_memory_error.setText(str(exc))
-            self.host_memory_error.show()
+            self._say_memory_error(str(exc))
             return
-        self.host_memory_error.hide()
+        self._say_memory_error("")
         if key != self._host_memory:
             self._host_memory = key
             self._hardware_edited()

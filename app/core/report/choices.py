@@ -23,7 +23,7 @@ from pydantic import Field, ValidationError
 from app.core.common.errors import EstimateError, FitScopeError
 from app.core.common.units import GIB, Frozen
 from app.core.hardware.devices import DeviceSpec
-from app.core.hardware.host_memory import parse_host_memory, parse_pcie
+from app.core.hardware.host_memory import parse_pcie
 from app.core.hardware.snapshots import GpuSnapshot, HostSnapshot
 from app.core.memory.consumers import ollama_batch_tokens
 from app.core.memory.records import MAX_CONTEXT_TOKENS, GpuLayers, RepackProfile, Settings, SpeculativeSpec, Target
@@ -301,10 +301,10 @@ def resolve_targets(choice: HardwareChoice, machine: Machine, backend: str = "au
         host.ram_total_bytes if host else 64 * GIB,
     )
     try:
-        memory = parse_host_memory(choice.host_memory).key
-    except ValueError as exc:
+        host_target = host_ram_target(host_bytes, host_memory=choice.host_memory, cores=choice.host_cores)
+    except ValueError as exc:  # memory parse_host_memory cannot read (an edited settings file)
         raise EstimateError(str(exc)) from None
-    return [*gpus, host_ram_target(host_bytes, host_memory=memory, cores=choice.host_cores)]
+    return [*gpus, host_target]
 
 
 def _link(choice: HardwareChoice) -> tuple[int, int] | None:

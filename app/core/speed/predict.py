@@ -221,11 +221,13 @@ def estimate_speed(
             )
             # Memory named without its speed: the fast end reads at its generation's fastest common grade,
             # the slow end at the grade modules run without a faster profile.
-            slow_bw, fast_bw = target.bandwidth_span_gb_s or (target.bandwidth_gb_s, target.bandwidth_gb_s)
-            t_fast, t_slow = (
-                host_decode_seconds(bytes_read, bw_gb_s, params_here, tflops, where.host_layers, h, eff, quant_format)
-                for bw_gb_s in (fast_bw, slow_bw)
-            )
+            t_slow = t_fast = t
+            span = target.bandwidth_span_gb_s
+            if span:
+                t_slow, t_fast = (
+                    host_decode_seconds(bytes_read, bw, params_here, tflops, where.host_layers, h, eff, quant_format)
+                    for bw in span
+                )
             t_mid += t
             t_low += t_fast / d_hi
             t_high += t_slow / d_lo
@@ -236,9 +238,9 @@ def estimate_speed(
                 f"GPU-CPU handoff at each of {where.host_layers} layers ({h.sync_s * 1e6:.0f} us each; fitted on "
                 f"{h.rows} published rows with weights in system memory)."
             )
-            if target.bandwidth_span_gb_s:
+            if span:
                 assumptions.append(
-                    f"The host memory's speed is not stated: the decode range reads it at {slow_bw:.0f}-{fast_bw:.0f} "
+                    f"The host memory's speed is not stated: the decode range reads it at {span[0]:.0f}-{span[1]:.0f} "
                     "GB/s (its generation's base grade, as modules run with no XMP/EXPO profile, to its fastest "
                     "common one); naming the speed narrows it."
                 )
