@@ -11,8 +11,10 @@ sources (a repository, a thread, a page: rows of one source share a build, setti
 methodology, and a new machine is a new source) and whole devices; their rows are predicted from
 constants fitted on the rest (by source, each source left out in turn; by device, 5 folds of whole
 devices; each prediction's range comes from an inner 5-fold cross-validation of its training rows,
-grouped the same way). First it prints how far apart two sources are where they measured the same
-device, build, model, weight format and test: the floor under any held-out figure on those devices.
+grouped the same way). The sources gathered in one batch after the constants were fitted
+(FRESH_SOURCES) stay out of the fit, a test set its constants are judged on. First it prints how far
+apart two sources are where they measured the same device, build, model, weight format and test: the
+floor under any held-out figure on those devices.
 Targets, grouped by source: decode median error <= 10% with >= 80% inside the range; prefill median
 <= 20%; rows with weights in system memory <= 20% for both; x86 CPUs <= 15%.
 """
@@ -35,9 +37,11 @@ from tests.speed_data import (  # noqa: E402
     DECODE_RELEASE,
     DECODE_RELEASE_DATE,
     EXCLUDED_SOURCES,
+    FRESH_SOURCES,
     GROUP_FALLBACK,
     cross_validate,
     fit_model,
+    fresh_held,
     held_out_intervals,
     load_rows,
     source_key,
@@ -124,6 +128,13 @@ def main() -> int:
         print(f"Cross-validation grouped by {by} ({how}):\n")
         print("\n".join(table(cross_validate(rows, by=by), args.markdown)))
         print()
+    fresh = load_rows(fresh=True)
+    print(
+        f"Sources kept out of the fit as a test set ({len(fresh)} rows on {len({r.device for r in fresh})} devices "
+        f"from {len(FRESH_SOURCES)} sources, tests/data/llama_bench_fresh.md), predicted from the fit on the others:\n"
+    )
+    print("\n".join(table(fresh_held(rows), args.markdown)))
+    print()
     model = fit_model(rows)
     fitted, h, g = model.families, model.hybrid, model.globals
     print(

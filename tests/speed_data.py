@@ -92,6 +92,9 @@ EXTRA_GPUS: dict[str, tuple[float, float]] = {
     "gb10": (273.0, 62.5),  # the DGX Spark's chip as CUDA prints it: the catalog's DGX Spark figures
     # 188 SMs as the full card's 503.8, at the 300 W edition's 2,280 MHz boost instead of 2,617
     "rtx pro 6000 blackwell max-q": (1792.0, 438.9),
+    # NVIDIA's laptop RTX 4070: 36 SMs at the top of its 1.23-2.175 GHz boost range (the maker sets it by
+    # the laptop's power limit), 128-bit GDDR6 at 16 Gbps
+    "rtx 4070 laptop": (256.0, 40.1),
     "rtx 2060": (336.0, 25.8),  # 30 SMs at 1.68 GHz x 512, 192-bit GDDR6 at 14 Gbps
     "quadro rtx 5000": (448.0, 89.2),  # NVIDIA's tensor figure (48 SMs at 1.815 GHz x 1024), 256-bit at 14 Gbps
     # RDNA 1/2 have no matrix cores: packed FP16 on 64 lanes, 256 FLOP per CU per clock at the boost clock
@@ -118,6 +121,11 @@ HOSTS: dict[str, str] = {
     "epyc 9554": "AMD EPYC 9554 64-Core Processor",
     "i3-14100": "Intel(R) Core(TM) i3-14100",
     "7700x": "AMD Ryzen 7 7700X",
+    "i9-14900hx": "Intel Core i9-14900HX",
+    "i9-13900h": "Intel Core i9-13900H",
+    "epyc 9374f": "AMD EPYC 9374F",
+    "5700x": "AMD Ryzen 7 5700X",
+    "ultra 7 265k": "Intel Core Ultra 7 265K",
 }
 
 # Model shapes by llama-bench's model string: layers, f16 KV bytes per token of depth, active share.
@@ -375,12 +383,54 @@ def model_figures(shape: ModelShape) -> ModelFigures:
     )
 
 
+# Dense (and hybrid recurrent) models of the catalog, by a fragment of llama-bench's model string or the
+# file's name: their shape is the catalog architecture's (``_catalog_shape``).
+_CATALOG_MODELS: list[tuple[str, str]] = [
+    (r"qwen3\.5-0\.8b|qwen35 0\.8b", "qwen3.5-0.8b"),
+    (r"qwen3\.6-27b|qwen36 27b", "qwen3.6-27b"),
+    (r"qwen3\.5-27b|qwen35 27b", "qwen3.5-27b"),
+    (r"gemma-4-e2b|gemma4 e2b", "gemma-4-e2b"),
+    (r"gemma-4-e4b|gemma4 e4b", "gemma-4-e4b"),
+    (r"ministral-3-3b", "ministral-3-3b"),
+    (r"ministral-3-8b", "ministral-3-8b"),
+    (r"nemotron_h 9b|nemotron-nano-9b", "nemotron-nano-9b-v2"),
+    (r"gemma3 1b|gemma-3-1b", "gemma-3-1b"),
+    (r"gemma2 2b|gemma-2-2b", "gemma-2-2b"),
+]
+
+
+@functools.cache
+def _catalog_shape(catalog: str) -> ModelShape:
+    """A dense catalog model's shape from its architecture: its layers (less NextN ones), f16 KV bytes
+    per token of depth (``kv_widths``: none on recurrent layers and on layers sharing an earlier cache),
+    its recurrent layers and its parameters."""
+    from app.core.memory.kv import kv_widths
+    from app.core.model.source import model_from_catalog
+
+    m = model_from_catalog(catalog, "Q4_K_M")
+    a = m.arch
+    layers = [i for i in range(a.n_layer) if not a.is_nextn_layer(i)]
+    kv = 2 * sum(k + v for k, v in kv_widths(a))
+    params = sum(t.n_elements for t in m.tensors) / 1e9
+    recurrent = sum(1 for i in layers if a.is_recurrent_layer(i))
+    return ModelShape(len(layers), kv, params, params, catalog=catalog, recurrent=recurrent)
+
+
 def _shape_of(text: str, size_gib: float | None = None) -> ModelShape | None:
     t = text.lower()
     if "gpt-oss ?b" in t and size_gib:
         # Builds of August 2025 printed gpt-oss's size class as "?B": the file's size tells which.
         t = t.replace("?b", "120b" if size_gib > 30 else "20b")
-    return next((shape for pattern, shape in _MODELS if re.search(pattern, t)), None)
+    shape = next((shape for pattern, shape in _MODELS if re.search(pattern, t)), None)
+    if shape is None:
+        catalog = next((cid for pattern, cid in _CATALOG_MODELS if re.search(pattern, t)), None)
+        shape = _catalog_shape(catalog) if catalog else None
+    return shape
+
+
+# The fit evaluates these for every row at every trial of the shared constants; rows share their arguments.
+_coverage = functools.lru_cache(maxsize=65536)(expert_coverage)
+_batch_factor = functools.lru_cache(maxsize=65536)(prefill_batch_factor)
 
 
 @dataclass(frozen=True)
@@ -397,9 +447,17 @@ class Globals:
     # FitScope predicts for): fitted, never shipped.
     older_rate: float = 1.0
 
+    @functools.cached_property
+    def _read_rate(self) -> dict[tuple[str, str], float]:
+        return dict(self.decode_format)
+
+    @functools.cached_property
+    def _prompt_rate(self) -> dict[tuple[str, str], float]:
+        return dict(self.prefill_format)
+
     def decode_factor(self, r: BenchRow) -> float:
         """A row's weight format's decode read rate against its family's efficiency (1 where none is fitted)."""
-        return dict(self.decode_format).get((r.format_kind, r.weight_format), 1.0)
+        return self._read_rate.get((r.format_kind, r.weight_format), 1.0)
 
     def token_rate(self, r: BenchRow) -> float:
         """A decoded token's read rate against its family's efficiency: its format's (``decode_factor``)
@@ -411,7 +469,7 @@ class Globals:
         """A row's quantized format's prefill factor (1 for float GEMMs and formats without one)."""
         if r.gemm_float:
             return 1.0
-        return dict(self.prefill_format).get((r.format_kind, r.weight_format), 1.0)
+        return self._prompt_rate.get((r.format_kind, r.weight_format), 1.0)
 
     def formats(self) -> dict[str, dict[str, float]]:
         """The prefill factors as ``SpeedModel.prefill_format`` holds them."""
@@ -493,7 +551,7 @@ class BenchRow:
     def coverage(self, g: Globals) -> float:
         """Share of the experts one ubatch reaches (``expert_coverage``)."""
         n_ub = max(1, min(self.ubatch_tokens, self.tokens))
-        return expert_coverage(n_ub, self.experts_used, self.experts, g.routing_exponent) if self.experts else 1.0
+        return _coverage(n_ub, self.experts_used, self.experts, g.routing_exponent) if self.experts else 1.0
 
     def copy_bytes(self, g: Globals) -> float:
         return self.copy_dense_bytes + self.copy_expert_bytes * self.coverage(g)
@@ -504,7 +562,7 @@ class BenchRow:
     def moe_factor(self, g: Globals) -> float:
         """The ubatch's matrix rate against the kernels' full rate (``prefill_batch_factor``)."""
         n_ub = max(1, min(self.ubatch_tokens, self.tokens))
-        return prefill_batch_factor(
+        return _batch_factor(
             n_ub, self.experts_used, self.experts, self.routed_share, g.half_tokens, g.routing_exponent
         )
 
@@ -613,6 +671,10 @@ class BenchRow:
 
 
 def _catalog_gpu(device: str):
+    """The catalog's card a printed device name is; a laptop GPU is none of the desktop cards of its name
+    (NVIDIA's laptop RTX 4070 has half the desktop card's memory bus and fewer SMs)."""
+    if re.search(r"laptop|mobile", device.lower()):
+        return None
     name = re.sub(r"\s*\(.*?\)", "", device).replace("NVIDIA ", "").replace("GeForce ", "").strip().lower()
     name = name.replace("-sxm4-80gb", " 80gb sxm").replace("v100-pcie-32gb", "v100")
     key = name.replace("amd ", "")
@@ -745,11 +807,59 @@ EXCLUDED_SOURCES: dict[str, str] = {
 }
 
 
-def load_rows(excluded: bool = False) -> list[BenchRow]:
-    """Every published row whose device, model and test are understood: single GPUs and boxes, CPUs,
-    and GPUs with weights in system memory, less the EXCLUDED_SOURCES (or only those, ``excluded``)."""
-    rows = _single_device_rows() + _budget_rows()
-    return [r for r in rows if (source_key(r.source) in EXCLUDED_SOURCES) == excluded]
+# The sources gathered in one batch after the constants were fitted (December 2026,
+# tests/data/llama_bench_fresh.md), kept out of the fit as a test set: ``fresh_held`` predicts their rows
+# from the fit on the other sources, a standing answer to how the model does on sources it never saw.
+FRESH_SOURCES: frozenset[str] = frozenset(
+    (
+        "66666kbit/vulkan-slowpath-rx9070xt",
+        "FlagOpen/FlagScale",
+        "OSH-2026/9P-Walkers",
+        "OSH-2026/IronHook",
+        "Orion-zhen/llama-bench-dashboard",
+        "chrisdesrochers/MoEArc",
+        "daimonionnn/AMD-RDNA-LLM-Tuning-Toolkit",
+        "gaperton/cicero-home-ai",
+        "ggml-org/llama.cpp#16095",
+        "ggml-org/llama.cpp#17576",
+        "ggml-org/llama.cpp#17879",
+        "ggml-org/llama.cpp#17917",
+        "ggml-org/llama.cpp#18537",
+        "ggml-org/llama.cpp#18666",
+        "ggml-org/llama.cpp#22880",
+        "ggml-org/llama.cpp#26705",
+        "ghost91-/llama-bench",
+        "github-document-52043577398",
+        "github-document-53143770214",
+        "github-document-60236002535",
+        "github-document-60384482074",
+        "github-document-60478284340",
+        "ikawrakow/ik_llama.cpp#180",
+        "ikawrakow/ik_llama.cpp#334",
+        "ikawrakow/ik_llama.cpp#683",
+        "jbettcher-wg/omarchy-ppc64le-packaging",
+        "jiegec/kb",
+        "kennel-org/llama-bench-tuner",
+        "michal-konik-human/radeon-r9700-rocm-notes",
+    )
+)
+
+
+def load_rows(excluded: bool = False, fresh: bool = False) -> list[BenchRow]:
+    """The rows the constants are fitted on: every published row whose device, model and test are
+    understood (single GPUs and boxes, CPUs, and GPUs with weights in system memory) less the
+    EXCLUDED_SOURCES (or only those, ``excluded``) and the FRESH_SOURCES (or only those, ``fresh``)."""
+    rows = _all_rows()
+    return [
+        r
+        for r in rows
+        if (source_key(r.source) in EXCLUDED_SOURCES) == excluded and (source_key(r.source) in FRESH_SOURCES) == fresh
+    ]
+
+
+@functools.cache
+def _all_rows() -> tuple[BenchRow, ...]:
+    return tuple(_single_device_rows() + _budget_rows())
 
 
 def _single_device_rows() -> list[BenchRow]:
@@ -967,7 +1077,8 @@ def _budget_rows() -> list[BenchRow]:
             if not experts_in_ram and "exps" in ot and "=cpu" in ot:
                 experts_in_ram = n  # -ot exps=CPU: every layer's routed experts
         ngl = r.get("ngl")
-        layers_in_ram = max(0, n + 1 - ngl) if ngl is not None and ngl <= n else 0
+        # llama-bench prints its default (every layer on the GPU) as -1 since 2025.
+        layers_in_ram = max(0, n + 1 - ngl) if ngl is not None and 0 <= ngl <= n else 0
         expert_layer = size * fig.expert_share / n
         dense_layer = size * (1 - fig.expert_share) / n
         ratio = shape.used / shape.experts if shape.experts else 0.0
@@ -1154,13 +1265,19 @@ def _fit_roofline(
     names = [k for k, v in cols.items() if np.any(v)]
     subsets = [tuple(k for i, k in enumerate(names) if mask >> i & 1) for mask in range(1 << len(names))]
     best: tuple[float, float, dict[str, float]] = (float("inf"), 1.0, {})
-    for eta in np.linspace(0.2, 1.0, 41):
-        rest = (y - offset - x / eta) / y
+    etas = np.linspace(0.2, 1.0, 41)
+    rests = (y[:, None] - offset[:, None] - x[:, None] / etas[None, :]) / y[:, None]  # one column per eta
+    # Each subset's least squares for every eta at once (the design matrix does not depend on eta).
+    solutions = {
+        keep: np.linalg.lstsq(np.column_stack([cols[k] / y for k in keep]), rests, rcond=None)[0]
+        for keep in subsets
+        if keep
+    }
+    for j, eta in enumerate(etas):
         for keep in subsets:
             values: dict[str, float] = {}
             if keep:
-                a = np.column_stack([cols[k] / y for k in keep])
-                sol, *_ = np.linalg.lstsq(a, rest, rcond=None)
+                sol = solutions[keep][:, j]
                 if (sol < 0).any():
                     continue
                 values = dict(zip(keep, (float(v) for v in sol), strict=True))
@@ -1179,6 +1296,17 @@ def _prefill_ratio(r: BenchRow, g: Globals, efficiency: float) -> float | None:
     (at ``efficiency`` of the bandwidth) are taken off. None where those reads take half of the time or
     more: only rows whose time is mostly arithmetic tell the rate factor (a prompt of a few tokens is a
     batched decode, read-bound)."""
+    return _ratio_at(_prefill_parts(r, g, efficiency), g.half_tokens)
+
+
+_Parts = tuple[int, float, float, float, tuple[int, int, int, float, float]]
+
+
+def _prefill_parts(r: BenchRow, g: Globals, efficiency: float) -> _Parts | None:
+    """What ``_prefill_ratio`` needs of a row that does not depend on the prompt kernels' batch constant
+    (``Globals.half_tokens``, which the fit tries many values of): the ubatch's tokens, twice its active
+    parameters, its attention FLOPs per token, its arithmetic time x peak, and ``prefill_batch_factor``'s
+    arguments but the constant; None where the weight reads take half of the time or more."""
     n_ub = max(1, min(r.ubatch_tokens, r.tokens))
     t = n_ub / r.tokens_per_s
     read = r.ubatch_bytes(g) / (efficiency * g.decode_factor(r) * r.bandwidth_gb_s * 1e9)
@@ -1186,7 +1314,16 @@ def _prefill_ratio(r: BenchRow, g: Globals, efficiency: float) -> float | None:
         return None
     t = max(t - read, 0.1 * t)
     peak = r.fp16_tflops * 1e12 * prefill_peak_multiplier(r.family, r.gemm_float) * g.format_factor(r)
-    return n_ub * (2 * r.active_params / r.moe_factor(g) + r.attention_flops) / (t * peak)
+    batch = (n_ub, r.experts_used, r.experts, r.routed_share, g.routing_exponent)
+    return n_ub, 2 * r.active_params, r.attention_flops, t * peak, batch
+
+
+def _ratio_at(parts: _Parts | None, half_tokens: float) -> float | None:
+    """``_prefill_ratio`` from a row's ``_prefill_parts`` at the batch constant ``half_tokens``."""
+    if parts is None:
+        return None
+    n_ub, work, attention, time_peak, (n, used, experts, routed, exponent) = parts
+    return n_ub * (work / _batch_factor(n, used, experts, routed, half_tokens, exponent) + attention) / time_peak
 
 
 def _compute_bound(r: BenchRow, efficiency: float, g: Globals) -> bool:
@@ -1423,9 +1560,9 @@ def _fit_prefill_constants(
         (p, r) for p, pr in pools.items() for r in pr if not r.gemm_float and r.family not in ON_TOP_FAMILIES
     ]
     all_pp = [r for pr in pools.values() for r in pr]
+    parts = {id(r): _prefill_parts(r, base, eff.get(r.family, 0.8)) for r in all_pp}
     for half in [0.0, *np.geomspace(1, 512, 37)]:
-        g_try = replace(base, half_tokens=float(half))
-        ratios = _prefill_ratios(all_pp, g_try, eff)
+        ratios = {k: _ratio_at(v, float(half)) for k, v in parts.items()}
         factor = {p: _fit_prefill(pr, False, ratios) for p, pr in pools.items()}
         res, wts = [], []
         for p, r in chosen_rows:
@@ -1693,6 +1830,12 @@ def cross_validate(rows: list[BenchRow], by: str = "device", workers: int | None
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_folds, initargs=(groups, by)) as pool:
         return [x for held in pool.map(_worker_fold, range(len(groups))) for x in held]
+
+
+def fresh_held(rows: list[BenchRow]) -> list[Held]:
+    """The FRESH_SOURCES' rows predicted from constants (and ranges) fitted on ``rows`` (``load_rows()``,
+    which leaves them out)."""
+    return _held_fold([rows, load_rows(fresh=True)], 1, "source")
 
 
 _WORKER: tuple[list[list[BenchRow]], str] = ([], "device")

@@ -20,7 +20,9 @@ from tests.speed_data import (
     constants_for,
     cross_validate,
     fit_model,
+    fresh_held,
     load_rows,
+    source_key,
 )
 
 
@@ -63,6 +65,23 @@ def test_every_row_is_understood_and_sourced(rows):
     assert {r.group for r in rows} == {"gpu", "apple", "cpu", "unified", "hybrid"}
 
 
+def test_rows_are_read_as_llama_bench_prints_them(rows):
+    """llama-bench prints its default -ngl (every layer on the GPU) as -1: a row with experts in RAM
+    keeps its layers on the GPU and only its ``-ncmoe`` experts on the host. A laptop GPU is not the
+    desktop card of its name (the laptop RTX 4070 has half the memory bus). A catalog model's shape is
+    the catalog's: Qwen3.5 27B has 48 recurrent (Gated DeltaNet) layers of 64."""
+    fresh = load_rows(fresh=True)
+    hybrid = [r for r in rows + fresh if r.group == "hybrid"]
+    assert all(r.n_layer > 0 and r.host_layers > 0 for r in hybrid)
+    gpt_oss_20b = [r for r in hybrid if "B580" in r.device and abs(r.params - 20.91e9) < 0.1e9]
+    # -ncmoe 2 to 24 over gpt-oss-20b's 24 layers, every layer's attention on the GPU.
+    assert all(r.n_layer == 24 for r in gpt_oss_20b) and {2, 12, 24} <= {r.host_layers for r in gpt_oss_20b}
+    laptop = [r for r in fresh if "4070 Laptop" in r.device]
+    assert len(laptop) > 100 and {r.bandwidth_gb_s for r in laptop} == {256.0}
+    qwen35 = [r for r in rows + fresh if r.group != "hybrid" and 27.0e9 < r.params < 27.5e9 and r.recurrent_layers]
+    assert qwen35 and all((r.n_layer, r.recurrent_layers) == (64, 48) for r in qwen35)
+
+
 def test_held_out_devices_meet_the_accuracy_targets(rows):
     """Folds grouped by device, as before the budget rows (hybrid, CPU-only, AMD) joined: decode keeps
     its 10% / 80%; prefill's median and coverage were 11.5% / 75% on the first 496 rows, 24% / 64% with
@@ -84,13 +103,13 @@ def test_held_out_sources_stay_at_what_the_readme_reports(rows):
     """Each source left out in turn (a repository, thread or page: one build, one methodology): what a
     new buyer's machine gets. The issue's targets (decode <= 10% with >= 80% inside, prefill <= 20%,
     rows with weights in RAM <= 20%, x86 CPUs <= 15%) are not all met; these bounds hold the figures the
-    README reports so that they cannot silently get worse: decode 9.8%/89% and prefill 17.9%/89% on the
+    README reports so that they cannot silently get worse: decode 9.2%/90% and prefill 18.4%/89% on the
     other vendors' rows, whose figures the Intel rows (fitted on top of the shared constants) leave as they
-    were, and 10.7%/87% and 19.6%/87% with Intel's; Intel's own are 23-51% (one card, two sources)."""
+    were, and 10.3%/87% and 20.2%/87% with Intel's; Intel's own are 23-51% (one card, two sources)."""
     held = cross_validate(rows, by="source")
     for test, median_limit, inside_floor, all_limit, all_floor in (
-        ("tg", 0.10, 0.88, 0.11, 0.86),
-        ("pp", 0.185, 0.88, 0.20, 0.86),
+        ("tg", 0.095, 0.88, 0.105, 0.86),
+        ("pp", 0.19, 0.88, 0.205, 0.86),
     ):
         h = [x for x in held if x.row.test == test]
         assert statistics.median(abs(x.error) for x in h) <= all_limit, test
@@ -99,14 +118,33 @@ def test_held_out_sources_stay_at_what_the_readme_reports(rows):
         assert statistics.median(abs(x.error) for x in h) <= median_limit, test
         assert sum(x.inside for x in h) / len(h) >= inside_floor, test
     hybrid = [x for x in held if x.row.kind == "hybrid"]
-    # 84 usable rows with weights in RAM (decode and prefill; 18.1% median, 86% inside); with the 10 of
-    # the source left out (EXCLUDED_SOURCES), 94.
-    assert len(hybrid) >= 80
-    assert len(hybrid) + sum(r.group == "hybrid" for r in load_rows(excluded=True)) >= 90
-    median = statistics.median(abs(x.error) for x in hybrid)
-    assert median <= 0.19, median
+    # 88 usable rows with weights in RAM (decode 19.4%, prefill 15.0%; together 17.8% median, 86% inside);
+    # with the 10 of the source left out (EXCLUDED_SOURCES), 98.
+    assert len(hybrid) >= 85
+    assert len(hybrid) + sum(r.group == "hybrid" for r in load_rows(excluded=True)) >= 95
+    for test, limit in (("tg", 0.20), ("pp", 0.16), (None, 0.185)):
+        chosen = [x for x in hybrid if test in (None, x.row.test)]
+        assert statistics.median(abs(x.error) for x in chosen) <= limit, test
     inside = sum(x.inside for x in hybrid) / len(hybrid)
     assert inside >= 0.85, inside
+
+
+def test_sources_kept_out_of_the_fit_are_predicted_as_the_readme_reports(rows):
+    """The 29 sources gathered after the constants were fitted (FRESH_SOURCES) stay out of the fit, a test
+    set: 1,836 of their rows, from 20 of them, are rows the loader can read (device and model known), and
+    the 1,614 of those that are decode, or prefill at depth 0, are judged.
+    Decode comes within 11.9% (median) with 91% inside the ranges, about what leaving one source out
+    of the fit's own rows says (10.3%, 87%); prefill within 29.7% with 79% inside, far worse than the
+    20.2% the fit's own sources say (a laptop RTX 4070 prefilling twice as fast as predicted, and one
+    Radeon AI PRO R9700 host's experts in RAM). These bounds hold the figures the README reports."""
+    held = fresh_held(rows)
+    assert len(held) >= 1600 and len({source_key(x.row.source) for x in held}) >= 19
+    for test, limit, floor in (("tg", 0.125, 0.88), ("pp", 0.30, 0.77)):
+        h = [x for x in held if x.row.test == test]
+        assert statistics.median(abs(x.error) for x in h) <= limit, test
+        assert sum(x.inside for x in h) / len(h) >= floor, test
+    hybrid = [x for x in held if x.row.kind == "hybrid" and x.row.test == "tg"]
+    assert len(hybrid) >= 300 and statistics.median(abs(x.error) for x in hybrid) <= 0.18
 
 
 def test_amd_builds_before_the_2025_prompt_kernels_are_fitted_apart(rows):
@@ -127,7 +165,7 @@ def test_amd_builds_before_the_2025_prompt_kernels_are_fitted_apart(rows):
 def test_gpus_decode_slower_on_builds_before_the_autumn_2025_kernels(rows):
     """Every GPU family with decode rows of builds before 7000 (autumn 2025; rows that print no build:
     dated before November 2025) and of later ones shows the older ones slower than the later ones against
-    one prediction, by 5-20%: the fit reads them at a rate of their own (0.89), so that the constants
+    one prediction, by 4-20%: the fit reads them at a rate of their own (0.88), so that the constants
     FitScope predicts with are current builds', and decode held out by source goes from 11.6% to 10.7%.
     A CPU's rows keep theirs (its decode is memory and arithmetic, not GPU kernels)."""
     model = fit_model(rows)
@@ -142,7 +180,7 @@ def test_gpus_decode_slower_on_builds_before_the_autumn_2025_kernels(rows):
         current = [x for old, x in logs if not old]
         if older and current:
             shown += 1
-            assert statistics.median(older) < statistics.median(current) - 0.04, family
+            assert statistics.median(older) < statistics.median(current) - 0.035, family
     assert shown >= 6
     cpu = next(r for r in rows if r.group == "cpu" and r.test == "tg" and r.older_kernels)
     c = constants_for(cpu.family, model.families)

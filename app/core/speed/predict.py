@@ -71,7 +71,7 @@ DECODE_EFFICIENCY: dict[str, tuple[float, float]] = {"cpu": (0.70, 0.90)}
 USERS_UNCHECKED = frozenset({"metal", "vulkan", "sycl"})
 UNCHECKED_USERS_EVIDENCE = (
     "published runs of several rows per step check it on CUDA and ROCm builds (each user's share of a step "
-    "within 9% of them, median, held out from the fit); Metal's own cost is fitted on one source's runs (an "
+    "within 11% of them, median, held out from the fit); Metal's own cost is fitted on one source's runs (an "
     "M1 Pro and an M2 Ultra, late 2024), each chip's within 23% of the estimate fitted on the other's (median) "
     "and up to 1.6 times as slow; none is published for Vulkan or SYCL builds"
 )
