@@ -59,6 +59,11 @@ def is_expert_tensor(name: str) -> bool:
     return _EXPERT_TENSOR.search(name) is not None
 
 
+# Tables that only have a token's row looked up (llama-arch.cpp: LLM_TENSOR_LAYER_INPUT, GGML_OP_GET_ROWS),
+# besides the token embedding: Gemma 3n's and 4's per-layer embeddings, 2.3 B parameters of Gemma 4 E2B's 4.6 B.
+_LOOKUP_ONLY = ("per_layer_token_embd",)
+
+
 def _layer_of(t: TensorInfo, n_layer: int) -> int:
     """Placement layer: -1 for the input (token embedding), n_layer for the output layer."""
     idx = t.layer
@@ -189,6 +194,8 @@ def _sum_tensors(arch: Architecture, tensors: Sequence[TensorInfo]) -> TensorTot
                 active[n_layer] += t.n_bytes
                 params += t.n_elements
                 layer_params[n_layer] += t.n_elements
+        elif t.name.startswith(_LOOKUP_ONLY):
+            pass  # a token's row is looked up (GGML_OP_GET_ROWS): neither read whole nor multiplied per token
         else:
             at = n_layer if t.layer is None else t.layer
             active[at] += t.n_bytes * (share if expert else 1.0)
