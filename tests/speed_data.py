@@ -1290,20 +1290,11 @@ def _fit_roofline(
     return best[1], best[2], best[0]
 
 
-def _prefill_ratio(r: BenchRow, g: Globals, efficiency: float) -> float | None:
-    """The rate factor a prefill row implies against its family's peak (``prefill_peak_multiplier``
-    x FP16 FLOP/s): prompt tokens x 2 x active parameters over the ubatch's time once its weight reads
-    (at ``efficiency`` of the bandwidth) are taken off. None where those reads take half of the time or
-    more: only rows whose time is mostly arithmetic tell the rate factor (a prompt of a few tokens is a
-    batched decode, read-bound)."""
-    return _ratio_at(_prefill_parts(r, g, efficiency), g.half_tokens)
-
-
 _Parts = tuple[int, float, float, float, tuple[int, int, int, float, float]]
 
 
 def _prefill_parts(r: BenchRow, g: Globals, efficiency: float) -> _Parts | None:
-    """What ``_prefill_ratio`` needs of a row that does not depend on the prompt kernels' batch constant
+    """What ``_ratio_at`` needs of a prefill row that does not depend on the prompt kernels' batch constant
     (``Globals.half_tokens``, which the fit tries many values of): the ubatch's tokens, twice its active
     parameters, its attention FLOPs per token, its arithmetic time x peak, and ``prefill_batch_factor``'s
     arguments but the constant; None where the weight reads take half of the time or more."""
@@ -1319,7 +1310,11 @@ def _prefill_parts(r: BenchRow, g: Globals, efficiency: float) -> _Parts | None:
 
 
 def _ratio_at(parts: _Parts | None, half_tokens: float) -> float | None:
-    """``_prefill_ratio`` from a row's ``_prefill_parts`` at the batch constant ``half_tokens``."""
+    """The rate factor a prefill row implies against its family's peak (``prefill_peak_multiplier``
+    x FP16 FLOP/s), from its ``_prefill_parts`` at the batch constant ``half_tokens``: prompt tokens x 2 x
+    active parameters over the ubatch's time once its weight reads are taken off. None where those reads
+    take half of the time or more: only rows whose time is mostly arithmetic tell the rate factor (a
+    prompt of a few tokens is a batched decode, read-bound)."""
     if parts is None:
         return None
     n_ub, work, attention, time_peak, (n, used, experts, routed, exponent) = parts
@@ -1327,20 +1322,14 @@ def _ratio_at(parts: _Parts | None, half_tokens: float) -> float | None:
 
 
 def _compute_bound(r: BenchRow, efficiency: float, g: Globals) -> bool:
-    """Whether most of a prefill row's time is arithmetic (``_prefill_ratio``)."""
+    """Whether most of a prefill row's time is arithmetic (``_prefill_parts``)."""
     n_ub = max(1, min(r.ubatch_tokens, r.tokens))
     read = r.ubatch_bytes(g) / (efficiency * g.decode_factor(r) * r.bandwidth_gb_s * 1e9)
     return read < 0.5 * n_ub / r.tokens_per_s
 
 
-def _prefill_ratios(rows: list[BenchRow], g: Globals, eff: dict[str, float]) -> dict[int, float | None]:
-    """``_prefill_ratio`` of each row (by ``id``) at its family's decode efficiency: worked out once per
-    trial of the shared constants, for the pools' fits and their residuals alike."""
-    return {id(r): _prefill_ratio(r, g, eff.get(r.family, 0.8)) for r in rows}
-
-
 def _fit_prefill(rows: list[BenchRow], float_weights: bool, ratios: dict[int, float | None]) -> float | None:
-    """The source-weighted median rate factor (``_prefill_ratio``) of ``rows``' compute-bound prefill
+    """The source-weighted median rate factor (``_ratio_at``) of ``rows``' compute-bound prefill
     results on float (or quantized) kernels."""
     chosen = [r for r in rows if r.gemm_float == float_weights and ratios[id(r)] is not None]
     if not chosen:
@@ -1555,7 +1544,7 @@ def _fit_prefill_constants(
     # best explains the rows' rates against their pool's (``source_weights``), shown
     # mostly by mixtures of experts, whose experts get a few rows each.
     base = replace(decoding or Globals(), routing_exponent=routing, prefill_format=formats)
-    best = (float("inf"), 0.0)
+    best: tuple[float, float, dict[int, float | None]] = (float("inf"), 0.0, {})
     chosen_rows = [
         (p, r) for p, pr in pools.items() for r in pr if not r.gemm_float and r.family not in ON_TOP_FAMILIES
     ]
@@ -1572,9 +1561,9 @@ def _fit_prefill_constants(
                 wts.append(r)
         err = float(np.sum(source_weights(wts) * np.array(res) ** 2)) if res else 0.0
         if err < best[0]:
-            best = (err, float(half))
+            best = (err, float(half), ratios)
     g = replace(base, half_tokens=best[1])
-    ratios = _prefill_ratios(all_pp, g, eff)
+    ratios = best[2]
     out: dict[str, FamilyConstants] = {}
     for fam, (eta, k, _) in decode.items():
         chosen_pp = pools.get(pool_of.get(fam, fam), pp.get(fam, []))
