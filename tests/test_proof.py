@@ -13,12 +13,18 @@ from pathlib import Path
 
 import pytest
 
+from app.adapters.host import detect_host
+from app.adapters.llamacpp_probe import dry_run
 from app.core.memory.estimate import estimate
 from app.core.memory.graphs import ALLOWANCE, ALLOWANCE_CELLS, ALLOWANCE_ROWS, ALLOWANCE_UBATCHES, MODEL_ALLOWANCE
 from app.core.memory.records import Settings
+from app.core.memory.targets import repack_profile
 from app.core.model.coverage import PROVEN
 from app.core.model.gguf_model import read_gguf
+from app.core.model.quant import quantize_layout
+from app.core.plans.rpc import PRINT_PRECISION_BYTES
 from tests.support.proof import CASES, CPU_HOST, KNOWN_OVER, Case, architecture_for, compare_files, measure, run_case
+from tests.support.synthetic_gguf import write_sparse_gguf
 
 pytestmark = pytest.mark.llamacpp
 
@@ -147,3 +153,45 @@ def test_demo_model_matches_llama_cpp(demo_gguf: Path, settings: Settings) -> No
     assert est.model_bytes == measured.model_size_bytes == 246_587_904
     # Two caches (3 full-attention layers, 15 sliding-window layers), as llama.cpp builds them.
     assert sorted(c.layers for c in est.kv_caches) == sorted(c.layers for c in measured.kv_caches) == [3, 15]
+
+
+# One synthetic file of each structure the CPU's repack buffer meets: tied and untied embeddings, Q4_0,
+# Gemma 3n's 3-D AltUp projections and per-layer embeddings (Gemma 4's too), routed-expert stacks beside
+# linear attention and beside full attention, Mamba, LFM2's convolutions and a Mamba-2 hybrid.
+REPACK_CASES = (
+    ("llama-3.2-1b", "Q4_K_M"),
+    ("qwen2.5-0.5b", "Q4_0"),
+    ("gemma3n-30l-shape", "Q4_K_M"),
+    ("gemma-4-e2b", "Q4_K_M"),
+    ("kimi-linear-small-shape", "Q4_K_M"),
+    ("hy-v3-small-shape", "Q4_K_M"),
+    ("mamba-2.8b", "Q4_K_M"),
+    ("lfm2-1.2b", "Q4_K_M"),
+    ("nemotron-nano-9b-v2", "Q4_K_M"),
+)
+
+
+@pytest.mark.parametrize(("model_id", "quant"), REPACK_CASES, ids=[f"{m}-{q}" for m, q in REPACK_CASES])
+def test_cpu_repack_matches_a_real_llama_cpp_load(model_id: str, quant: str, synthetic_dir: Path) -> None:
+    """A CPU build copies the weights its GEMMs take repacked into the CPU_REPACK buffer (resident memory
+    beside the mapped file): llama.cpp's real load of each structure (mmap on, this machine's CPU) prints
+    exactly the bytes the estimate counts. Its repack buffer takes 2-D matrices and routed-expert stacks
+    only (``supports_op``: GGML_OP_MUL_MAT, MUL_MAT_ID), and never the input layer: Gemma 3n's 3-D AltUp
+    projections and Gemma 3n's and 4's per-layer embeddings (GET_ROWS) stay in the mapped file. Counted
+    as repacked, they put Gemma 4 E2B's repack at 2,128 MiB where llama.cpp makes 868."""
+    host = detect_host(measure_bandwidth=False)
+    profile = repack_profile(host)
+    if profile not in ("x86-avx2", "x86-avx512"):
+        pytest.skip(f"the repack cases are for x86 CPUs with AVX2 (this one: {profile})")
+    arch = architecture_for(model_id)
+    tensors = quantize_layout(arch, quant)
+    path = synthetic_dir / f"{model_id}-{quant}.gguf"
+    if not path.exists():
+        write_sparse_gguf(path, arch, quant, tensors)
+    est = estimate(arch, tensors, Settings(context_tokens=512, repack=profile), [CPU_HOST])
+    measured = dry_run(path, n_ctx=512, flash_attn=True, real_load=True, timeout_s=600)
+    assert measured.repack_bytes is not None and measured.repack_bytes > 0
+    assert abs(est.devices[0].repack_bytes - measured.repack_bytes) <= PRINT_PRECISION_BYTES, (
+        est.devices[0].repack_bytes / 2**20,
+        measured.repack_bytes / 2**20,
+    )

@@ -251,3 +251,38 @@ def test_the_dry_run_proof_splits_over_rpc_devices_and_a_real_load_equals_the_pl
         # Compute: the plan counts the pipelined split's four input copies; measured up to 1% above it.
         assert 0 <= probe.compute_bytes_by_device[device] - h.compute_bytes <= 0.01 * h.compute_bytes + MIB
     assert abs(probe.model_buffers_by_device["CPU_Mapped"] - plan.client.weights_bytes) <= PRINT_PRECISION_BYTES
+
+
+@pytest.mark.llamacpp
+@needs_rpc
+def test_per_layer_embeddings_stay_in_host_memory_when_every_layer_is_offloaded(tmp_path):
+    """llama.cpp gives input-layer tensors the CPU's buffers whatever -ngl says, Gemma 3n's and 4's
+    per-layer embedding table (1,080 MiB here) as well as the token embedding: with every layer on another
+    device (an RPC server, as a GPU would be) the table stays in host memory. A real load's buffers equal
+    the plan's: the server's exactly, the host's mapped span within the 13.5 MiB of the two output-layer
+    AltUp projections the file stores between the two tables (mapped, never read on the host)."""
+    from app.adapters.llamacpp_probe import dry_run
+    from app.core.model.quant import quantize_layout
+    from app.core.report.run_vs_estimate import estimate_settings
+    from tests.support.proof import architecture_for
+    from tests.support.synthetic_gguf import write_sparse_gguf
+
+    arch = architecture_for("gemma3n-30l-shape")
+    tensors = quantize_layout(arch, "Q4_K_M")
+    path = tmp_path / "gemma3n-30l-shape.gguf"
+    write_sparse_gguf(path, arch, "Q4_K_M", tensors)
+    table = next(t for t in tensors if t.name == "per_layer_token_embd.weight").n_bytes
+    with LocalRpcServers(1) as servers:
+        endpoints = servers.endpoints
+        probe = dry_run(path, n_ctx=2048, flash_attn=True, n_gpu_layers=999, rpc_servers=endpoints, real_load=True)
+    model = model_from_gguf(path)
+    settings = estimate_settings(RunSettings(gguf_path=str(path), context_tokens=2048, gpu_layers=-1), "x86-avx2")
+    plan = cpu_servers_plan(model.arch, model.tensors, settings, endpoints, _cpu(), 16 * GIB, shared_memory=True)
+    assert probe.layers_offloaded == arch.n_layer + 1
+    server = plan.hosts[0]
+    on_server = probe.model_buffers_by_device[f"RPC0[{server.endpoint}]"]
+    assert abs(on_server - server.weights_bytes) <= PRINT_PRECISION_BYTES
+    assert plan.client.weights_bytes >= table
+    between = sum(t.n_bytes for t in tensors if t.name.startswith("altup"))
+    mapped = probe.model_buffers_by_device["CPU_Mapped"]
+    assert abs(mapped - between - plan.client.weights_bytes) <= PRINT_PRECISION_BYTES

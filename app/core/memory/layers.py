@@ -62,14 +62,29 @@ def is_expert_tensor(name: str) -> bool:
 # Tables that only have a token's row looked up (llama-arch.cpp: LLM_TENSOR_LAYER_INPUT, GGML_OP_GET_ROWS),
 # besides the token embedding: Gemma 3n's and 4's per-layer embeddings, 2.3 B parameters of Gemma 4 E2B's 4.6 B.
 _LOOKUP_ONLY = ("per_layer_token_embd",)
+# Input-layer tensors: llama.cpp gives them the CPU's buffer types whatever -ngl says
+# (``pimpl->dev_input = { cpu_dev, ... }``, create_tensor's LLM_TENSOR_LAYER_INPUT case), and a GET_ROWS
+# tensor is never repacked (the repack buffers take matrix products only).
+_INPUT = ("token_embd", "token_types", "position", *_LOOKUP_ONLY)
+
+
+def _repackable_shape(t: TensorInfo, expert: bool) -> bool:
+    """Whether the CPU's repack buffer can take ``t`` by its shape: a matrix (GGML_OP_MUL_MAT, 2-D) or a
+    routed-expert stack (GGML_OP_MUL_MAT_ID, 3-D); the repack buffer type's supports_op refuses other 3-D
+    weights (Gemma 3n's ``altup_proj``)."""
+    dims = len(t.shape)
+    while dims > 2 and t.shape[dims - 1] == 1:
+        dims -= 1
+    return dims == 2 or (dims == 3 and expert)
 
 
 def _layer_of(t: TensorInfo, n_layer: int) -> int:
-    """Placement layer: -1 for the input (token embedding), n_layer for the output layer."""
+    """Placement layer: -1 for the input layer (token and per-layer embeddings), n_layer for the output
+    layer."""
     idx = t.layer
     if idx is not None:
         return idx
-    if t.name.startswith("token_embd") or t.name.startswith("token_types") or t.name.startswith("position"):
+    if t.name.startswith(_INPUT):
         return -1
     return n_layer
 
@@ -207,7 +222,7 @@ def _sum_tensors(arch: Architecture, tensors: Sequence[TensorInfo]) -> TensorTot
             input_bytes += t.n_bytes
             continue
         layer_bytes[layer] += t.n_bytes
-        if len(t.shape) >= 2 and t.shape[1] % 8 == 0:
+        if _repackable_shape(t, expert) and t.shape[1] % 8 == 0:
             for name, types in REPACK_TYPES.items():
                 if t.ggml_type in types:
                     repack[name][layer] += t.n_bytes
