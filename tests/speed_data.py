@@ -36,7 +36,7 @@ import numpy as np
 
 from app.core.hardware.devices import default_pcie
 from app.core.hardware.host_memory import DEFAULT_HOST_MEMORY, HOST_CPU, HOST_MEMORY, parse_pcie, pcie_gb_s
-from app.core.memory.targets import cores_flops_tflops, prompt_tflops
+from app.core.memory.targets import cores_flops_tflops, kernel_tflops, prompt_tflops
 from app.core.model.catalog import load_devices
 from app.core.speed.model import (
     DEFAULT_HYBRID,
@@ -87,7 +87,6 @@ EXTRA_GPUS: dict[str, tuple[float, float]] = {
     "rtx 3050": (168.0, 13.5),  # 6 GB: 18 SMs at 1.47 GHz, 96-bit GDDR6 at 14 Gbps
     "gtx 1650 super": (192.0, 8.8),  # 1280 cores at 1.725 GHz, 128-bit GDDR6 at 12 Gbps
     "arc pro b70": (608.0, 183.5),  # 256 XMX engines x 256 FP16 FLOP/clock at 2.8 GHz; 256-bit GDDR6, 19 Gbps
-    "radeon ai pro r9700": (644.6, 97.3),  # the RX 9070 XT's Navi 48 at the same clocks and memory
     "a100-sxm4-40gb": (1555.0, 312.0),  # NVIDIA's A100 datasheet: HBM2 at 1,555 GB/s, 312 dense FP16 tensor TFLOPS
     "gb10": (273.0, 62.5),  # the DGX Spark's chip as CUDA prints it: the catalog's DGX Spark figures
     # 188 SMs as the full card's 503.8, at the 300 W edition's 2,280 MHz boost instead of 2,617
@@ -742,6 +741,14 @@ def _parse_test(text: str) -> tuple[str, int, int] | None:
     return None
 
 
+def _kernel_flops(flops: float | None, spec, quantized: bool) -> float | None:
+    """A GPU row's FP16 rate: for a decode or a prompt of quantized weights, the rate llama.cpp's quantized
+    kernels run at where it is below the card's matrix peak (``targets.kernel_tflops``: an RDNA 4 card's
+    packed-FP16 rate), as FitScope predicts them; the peak otherwise."""
+    own = kernel_tflops(spec) if quantized and spec is not None else None
+    return own or flops
+
+
 def _gpu_spec(device: str, gpu_dev: dict) -> tuple[float | None, float | None, object]:
     spec = _catalog_gpu(device)
     info = gpu_dev.get(device, {})
@@ -891,7 +898,8 @@ def _single_device_rows() -> list[BenchRow]:
         device = r["device"]
         threads = r.get("threads")
         if group == "gpu":
-            bw, flops, _ = _gpu_spec(device, gpu_dev)
+            bw, flops, spec = _gpu_spec(device, gpu_dev)
+            flops = _kernel_flops(flops, spec, kind_test == "tg" or not _float(label))
         elif group == "apple":
             bw = other_dev.get(device, {}).get("bandwidth_gb_s")
             flops = _apple(device)
@@ -1057,6 +1065,7 @@ def _budget_rows() -> list[BenchRow]:
         size_gib = r.get("size_gib") or _quant_size(label) or fig.size_gib
         params_b = r.get("params_b") or fig.params_b
         bw, flops, spec = _gpu_spec(r["device"], gpu_dev)
+        flops = _kernel_flops(flops, spec, kind_test == "tg" or not _float(label))
         if not bw or not flops or not size_gib:
             continue
         host = host_of(r.get("host_cpu"))

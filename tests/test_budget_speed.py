@@ -347,6 +347,35 @@ def test_avx512_does_not_double_a_cpus_quantized_prompt_rate():
     assert ryzen.prompt_tflops == pytest.approx(ryzen.fp16_tflops / 2)
 
 
+def test_an_rdna4_cards_quantized_kernels_run_at_its_packed_fp16_rate():
+    """RDNA 4 doubled the matrix rate per CU over RDNA 3 (the catalog lists the RX 9070 XT at 194.6 TFLOPS,
+    the Radeon AI PRO R9700 at 191.4), but llama.cpp's kernels for quantized weights measure at RDNA 3's
+    share of the shader ALUs' packed-FP16 rate, twice ``fp32_tflops``; float weights' GEMMs outrun that rate
+    and are modelled at the matrix peak. The estimate prefills a Q4_K_M model on an RX 9070 XT at half
+    the rate the peak gives, an F16 model at the peak, and says so; an RDNA 3 card's figures are that
+    rate already. On the R9700's published ROCm runs (build 7423) the prefill ranges
+    hold what was measured: gpt-oss-20b 4,517 and Qwen3-Coder-30B-A3B Q4_K_M 2,830 tokens/s at pp512."""
+    xt, xtx, r9700 = (target_from_device(find_device(i)) for i in ("rx-9070-xt", "rx-7900-xtx", "radeon-ai-pro-r9700"))
+    assert xt.prompt_tflops == pytest.approx(2 * 48.7) and r9700.prompt_tflops == pytest.approx(2 * 47.8)
+    assert xtx.prompt_tflops is None and target_from_device(find_device("mi300x")).prompt_tflops is None
+
+    def speed(model_id: str, quant: str, target: Target):
+        model = model_from_catalog(model_id, quant)
+        targets = [target, host_ram_target(64 * GIB)]
+        est = estimate(model.arch, model.tensors, Settings(context_tokens=4096), targets)
+        return estimate_speed(model.arch, model.tensors, est, targets, prompt_tokens=512, depth_tokens=0)
+
+    at_peak = xt.model_copy(update={"prompt_tflops": None})
+    q4, q4_peak = speed("llama-3.1-8b", "Q4_K_M", xt), speed("llama-3.1-8b", "Q4_K_M", at_peak)
+    assert q4.prefill_typical == pytest.approx(q4_peak.prefill_typical / 2, rel=0.1)
+    assert "packed-FP16" in "\n".join(q4.assumptions) and "packed-FP16" not in "\n".join(q4_peak.assumptions)
+    f16, f16_peak = speed("llama-3.1-8b", "F16", xt), speed("llama-3.1-8b", "F16", at_peak)
+    assert f16.prefill_typical == pytest.approx(f16_peak.prefill_typical, rel=0.01)
+    for model_id, quant, measured in (("gpt-oss-20b", "MXFP4_MOE", 4517.14), ("qwen3-30b-a3b", "Q4_K_M", 2830.34)):
+        prefill = speed(model_id, quant, r9700).prefill_tokens_per_s
+        assert prefill.low <= measured <= prefill.high, (model_id, prefill)
+
+
 def test_i_quants_in_ram_cost_the_cpu_more_work_each_source_predicting_the_others():
     """With IQ weights in system memory the CPU's dot products (codebook lookups) take far longer than
     K-quants' or MXFP4's: an RTX 4070 beside an i5-12600K decoded Qwen3.5-122B-A10B IQ4_XS, all experts in

@@ -205,8 +205,10 @@ class Target(Frozen):
     prompt_tflops: float | None = Field(
         default=None,
         gt=0,
-        description="a CPU: its rate in llama.cpp's quantized prompt kernels, at AVX2's width even where it has "
-        "AVX-512 (``prompt_lanes``); fp16_tflops where None",
+        description="the rate of llama.cpp's kernels for quantized weights where it is below fp16_tflops "
+        "(``targets.kernel_tflops``): a CPU's prompt kernels at AVX2's width even where it has AVX-512 "
+        "(``prompt_lanes``); an RDNA 4 GPU's prompt and decode kernels at its packed-FP16 rate, half its "
+        "matrix peak; fp16_tflops where None",
     )
 
     @property

@@ -29,9 +29,7 @@ def target_from_device(device: DeviceSpec, pcie: tuple[int, int] | None = None) 
         bandwidth_gb_s=device.bandwidth_gb_s,
         fp16_tflops=device.fp16_tflops,
         vector_tflops=device.fp32_tflops if device.is_gpu else None,
-        prompt_tflops=device.fp16_tflops * prompt_lanes(device.simd_lanes) / device.simd_lanes
-        if device.simd_lanes and not device.is_gpu
-        else None,
+        prompt_tflops=kernel_tflops(device),
         efficiency_class=cls,  # type: ignore[arg-type]
         pcie_gen=link[0] if link else None,
         pcie_lanes=link[1] if link else None,
@@ -46,6 +44,7 @@ def target_from_gpu(gpu: GpuSnapshot, fallback: DeviceSpec | None = None, backen
     driver reports it (``GpuSnapshot.pcie_link``), else the catalog card's."""
     bandwidth = gpu.bandwidth_gb_s or (fallback.bandwidth_gb_s if fallback else 500.0)
     tflops = fallback.fp16_tflops if fallback else 50.0
+    kernels = kernel_tflops(fallback) if fallback else None
     link = gpu.pcie_link or (default_pcie(fallback) if fallback else None)
     return Target(
         name=f"GPU {gpu.index}: {gpu.name}",
@@ -54,11 +53,30 @@ def target_from_gpu(gpu: GpuSnapshot, fallback: DeviceSpec | None = None, backen
         bandwidth_gb_s=bandwidth,
         fp16_tflops=tflops,
         vector_tflops=fallback.fp32_tflops if fallback else None,
+        prompt_tflops=kernels,
         efficiency_class=gpu.vendor,
         pcie_gen=link[0] if link else None,
         pcie_lanes=link[1] if link else None,
         pcie_stated=gpu.pcie_link is not None,
     )
+
+
+def kernel_tflops(device: DeviceSpec) -> float | None:
+    """The rate llama.cpp's kernels for quantized weights are modelled at on ``device``, where it is below
+    its FP16 matrix peak (``Target.prompt_tflops``); None where they are modelled at that peak.
+
+    A catalog CPU: its cores at AVX2's width (``prompt_lanes``). A Radeon GPU: its shader ALUs' packed
+    FP16 rate, twice ``fp32_tflops`` (which counts dual issue). RDNA 1-3's FP16 figures are that rate (RDNA
+    3's WMMA runs at it); RDNA 4 doubled the matrix rate per CU, and published runs of its quantized
+    kernels (Radeon AI PRO R9700 on ROCm and Vulkan, RX 9070 XT on Vulkan; tests/data) measure at RDNA 3's
+    share of the packed rate, not of the doubled peak; its float weights' GEMMs (hipBLASLt) outrun the packed
+    rate and are modelled at the matrix peak."""
+    if not device.is_gpu:
+        return device.fp16_tflops * prompt_lanes(device.simd_lanes) / device.simd_lanes if device.simd_lanes else None
+    if device.vendor == "amd" and device.segment != "datacenter" and device.fp32_tflops:
+        packed = 2 * device.fp32_tflops
+        return packed if packed < device.fp16_tflops * 0.95 else None
+    return None
 
 
 def simd_fp32_lanes(avx512: bool, avx2: bool = True) -> int:

@@ -71,7 +71,7 @@ DECODE_EFFICIENCY: dict[str, tuple[float, float]] = {"cpu": (0.70, 0.90)}
 USERS_UNCHECKED = frozenset({"metal", "vulkan", "sycl"})
 UNCHECKED_USERS_EVIDENCE = (
     "published runs of several rows per step check it on CUDA and ROCm builds (each user's share of a step "
-    "within 11% of them, median, held out from the fit); Metal's own cost is fitted on one source's runs (an "
+    "within 10% of them, median, held out from the fit); Metal's own cost is fitted on one source's runs (an "
     "M1 Pro and an M2 Ultra, late 2024), each chip's within 23% of the estimate fitted on the other's (median) "
     "and up to 1.6 times as slow; none is published for Vulkan or SYCL builds"
 )
@@ -108,6 +108,15 @@ def vector_tflops(target: Target) -> float:
     """A GPU's FP32 rate on its shader ALUs, the rate of the small-batch decode kernels; where it is not
     known, half its FP16 tensor rate (a GeForce card's ratio since 2020)."""
     return target.vector_tflops or target.fp16_tflops / 2
+
+
+def kernel_tflops(target: Target) -> float:
+    """The FP16 rate a device's decode arithmetic is modelled at: a GPU's quantized kernels' rate where it is
+    below its matrix peak (``Target.prompt_tflops``: an RDNA 4 card's packed-FP16 rate); a CPU's
+    ``fp16_tflops`` (its decode kernels use every SIMD lane)."""
+    if target.kind == "gpu" and target.prompt_tflops:
+        return target.prompt_tflops
+    return target.fp16_tflops
 
 
 def thread_share(target: Target, settings: Settings) -> tuple[float, int]:
@@ -157,6 +166,7 @@ def estimate_speed(
     t_roof = 0.0  # the physical floor: every byte at full bandwidth
     prefill_s_per_flop = 0.0  # seconds per FLOP of a prompt token, summed over the devices' shares
     narrow_prompt = ""  # a CPU whose AVX-512 the quantized prompt kernels do not use
+    packed_prompt = ""  # a GPU whose quantized kernels run below its matrix peak (RDNA 4)
     unchecked_users = ""  # a GPU on a build whose slowdown with several users no published run checks
     rows_gpu: Target | None = None  # the first GPU computing users' rows
     row_flop = model.row_flop_per_param(est.backend)  # FLOP per parameter of each further user's row
@@ -196,7 +206,7 @@ def estimate_speed(
         threads, n_threads = thread_share(target, settings) if d.kind == "cpu" else (1.0, 0)
         # The weights' formats read at their own rates on a GPU (``SpeedModel.decode_format``).
         read_factor = model.read_factor(memory_kind(target), float_share, quant_format)
-        tflops = target.fp16_tflops * threads
+        tflops = kernel_tflops(target) * threads
         host_share = i == host and where.hybrid
         # A GPU computes the first row at its family's constants and each further row (another user) at
         # the work published runs of 1-8 rows per step show, on its shader ALUs (``decode_row_flop_per_param``);
@@ -314,11 +324,14 @@ def estimate_speed(
         quant_factor = prefill_factor(rate_c, False, build) * model.format_factor(
             "cpu" if build == "cpu" else "gpu", quant_format
         )
-        if build == "cpu" and rate_target.prompt_tflops and float_share < 1.0:
-            # A CPU's quantized prompt kernels run at AVX2's width (``targets.PROMPT_LANES``).
+        if rate_target.prompt_tflops and float_share < 1.0:
+            # Quantized prompt kernels below the device's peak (``Target.prompt_tflops``): a CPU's at AVX2's
+            # width (``targets.PROMPT_LANES``), an RDNA 4 card's at its packed-FP16 rate.
             quant_factor *= rate_target.prompt_tflops / rate_target.fp16_tflops
-            if rate_target.prompt_tflops < rate_target.fp16_tflops:
+            if build == "cpu" and rate_target.prompt_tflops < rate_target.fp16_tflops:
                 narrow_prompt = rate_target.name
+            elif build != "cpu" and rate_target.prompt_tflops < rate_target.fp16_tflops:
+                packed_prompt = rate_target.name
         factor = prefill_factor(rate_c, True, build) * float_share + quant_factor * (1 - float_share)
         prefill_s_per_flop += share / (factor * rate_tflops * 1e12)
         if i < len(where.ubatch_bytes):
@@ -379,6 +392,11 @@ def estimate_speed(
         assumptions.append(
             f"{narrow_prompt}: llama.cpp's prompt kernels for quantized weights work at AVX2's width "
             "(8 FP32 lanes), so AVX-512 does not double the prefill rate."
+        )
+    if packed_prompt:
+        assumptions.append(
+            f"{packed_prompt}: llama.cpp's kernels for quantized weights are modelled at its shaders' packed-FP16 "
+            "rate, half its matrix peak: published RDNA 4 runs measure there (float weights run at the peak)."
         )
     if arch.moe:
         assumptions.append(
