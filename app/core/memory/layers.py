@@ -62,10 +62,11 @@ def is_expert_tensor(name: str) -> bool:
 # Tables that only have a token's row looked up (llama-arch.cpp: LLM_TENSOR_LAYER_INPUT, GGML_OP_GET_ROWS),
 # besides the token embedding: Gemma 3n's and 4's per-layer embeddings, 2.3 B parameters of Gemma 4 E2B's 4.6 B.
 _LOOKUP_ONLY = ("per_layer_token_embd",)
-# Input-layer tensors: llama.cpp gives them the CPU's buffer types whatever -ngl says
-# (``pimpl->dev_input = { cpu_dev, ... }``, create_tensor's LLM_TENSOR_LAYER_INPUT case), and a GET_ROWS
-# tensor is never repacked (the repack buffers take matrix products only).
-_INPUT = ("token_embd", "token_types", "position", *_LOOKUP_ONLY)
+# Input-layer tensors (llama-arch.cpp's LLM_TENSOR_LAYER_INPUT: token, position and token-type embeddings,
+# Gemma 4 assistant's masked-embedding centroids and ordering, the per-layer embeddings): llama.cpp gives
+# them the CPU's buffer types whatever -ngl says (``pimpl->dev_input = { cpu_dev, ... }``, create_tensor's
+# LLM_TENSOR_LAYER_INPUT case), and none is repacked (the repack buffers take matrix products only).
+_INPUT = ("token_embd", "token_types", "position", "masked_embd", *_LOOKUP_ONLY)
 
 
 def _repackable_shape(t: TensorInfo, expert: bool) -> bool:
