@@ -170,6 +170,11 @@ def estimate(
     if gpu_build:
         copies = backends.pipeline_copies(backend, len(gpu_used), all_on_gpus, cpu_moe > 0)
         inputs = n_ub * arch.n_embd * 4 + copies * (n_ub * 16 + masks)
+        if arch.n_embd_per_layer:
+            # Gemma 3n's and 4's per-layer inputs are looked up where their table is, in host memory (an
+            # input-layer tensor), and scaled there beside the scaled token embeddings (F32): measured
+            # over an RPC device, within 1 MiB above llama.cpp's host compute buffer (tests/test_rpc.py).
+            inputs += n_ub * (arch.n_embd_per_layer * arch.n_layer + arch.n_embd) * 4
         if copies > 1:
             for g in gpu_used:
                 compute[g] += (copies - 1) * (masks + n_ub * arch.n_embd * 4)
