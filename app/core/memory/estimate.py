@@ -238,7 +238,9 @@ def estimate(
         gpu_layers=ngl,
         n_layer=n_layer,
         layer_devices=breakdown_indices(layer_dev, len(breakdown)),
-        assumptions=tuple(_assumptions(settings, gpus, cpu, backend, repacks, cpu_moe, rules))
+        assumptions=tuple(
+            _assumptions(settings, gpus, cpu, backend, repacks, cpu_moe, rules, arch.n_embd_per_layer > 0)
+        )
         + _projector_notes(projector, projector_device, breakdown)
         + _speculative_notes(speculative, breakdown)
         + _mtp_head_notes(arch, totals.unloaded_bytes, settings)
@@ -414,12 +416,18 @@ def _assumptions(
     repacks: bool,
     cpu_moe: int,
     rules: ArchCoverage,
+    per_layer_table: bool = False,
 ) -> list[str]:
     out = [] if rules.status == "exact" else [f"{APPROXIMATE_NOTE.capitalize()} ({rules.arch}): {rules.detail}."]
     out += [
         f"llama.cpp settings: {settings.describe()}; a {backend.upper() if backend != 'cpu' else 'CPU'} build "
         f"of llama.cpp, as {settings.consumer} uses it.",
-        "Weights are summed tensor by tensor; the token embedding always stays in host memory.",
+        "Weights are summed tensor by tensor; "
+        + (
+            "the token embedding and the per-layer embedding table always stay in host memory."
+            if per_layer_table
+            else "the token embedding always stays in host memory."
+        ),
         f"Host runtime overhead (process, libraries, threads): {CPU_RUNTIME_OVERHEAD_BYTES // MIB} MiB.",
     ]
     if settings.consumer == "llama-server":
