@@ -59,9 +59,7 @@ def compute_parts(arch: Architecture, settings: Settings, kv_cells: int, swa_cel
     return out, p_layers + extra
 
 
-def _modelled_parts(
-    arch: Architecture, settings: Settings, kv_cells: int, swa_cells: int | None
-) -> tuple[int, int]:
+def _modelled_parts(arch: Architecture, settings: Settings, kv_cells: int, swa_cells: int | None) -> tuple[int, int]:
     n_ub = settings.graph_tokens
     # Logits are reserved for n_outputs_max rows only (llama_context::sched_reserve); the last
     # layer selects those rows (inp_out_ids) before the output norm and head.
@@ -116,11 +114,19 @@ def _modelled_parts(
     p_moe_down = 0
     if arch.moe is not None:
         moe = arch.moe
-        dense = max((arch.ff(i) for i in range(arch.n_layer) if not arch.is_moe_layer(i)), default=0)
+        dense = memo_per_arch(
+            arch,
+            ("dense-ff",),
+            lambda: max((arch.ff(i) for i in range(arch.n_layer) if not arch.is_moe_layer(i)), default=0),
+        )
         # Routed experts: per token, n_expert_used rows of gate/up/act per expert; Gemma 4 runs its
         # dense MLP beside them (llama_model_gemma4::graph).
         routed = moe.n_expert_used * moe.expert_ff
-        beside = max(arch.ff(i) for i in range(arch.n_layer)) if arch.arch == "gemma4" else moe.shared_ff
+        beside = (
+            memo_per_arch(arch, ("ff",), lambda: max(arch.ff(i) for i in range(arch.n_layer)))
+            if arch.arch == "gemma4"
+            else moe.shared_ff
+        )
         ff = max(dense, routed + beside)
         # build_moe_ffn's down projection: the activation, each expert's output and its weighted
         # copy are alive together (n_used x (ff_exp + 2 width)), which outgrows gate/up/act on models
@@ -162,9 +168,7 @@ def _modelled_parts(
         _, streams = context_cells(settings)
         p_ffn = max(p_ffn, msa_layer_bytes(arch, n_ub, n_kv, streams))
     if arch.mla is not None and arch.arch in MLA_ARCHS:
-        mla_out, mla_layer = mla_parts(
-            arch, n_ub, n_out, n_kv, settings.flash_attn, cache_type(settings.cache_type_k)
-        )
+        mla_out, mla_layer = mla_parts(arch, n_ub, n_out, n_kv, settings.flash_attn, cache_type(settings.cache_type_k))
         return mla_out, max(p_ffn, mla_layer)
 
     if settings.flash_attn:

@@ -25,7 +25,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.core.memory.kv import cache_type, context_cells
+from app.core.memory.kv import cache_type, context_cells, memo_per_arch
 from app.core.memory.records import Settings
 from app.core.model.architecture import Architecture
 from app.core.model.catalog import RESOURCES_DIR
@@ -84,9 +84,7 @@ def load_allowance(path: Path = ALLOWANCE_PATH) -> dict[str, MeasuredAllowance]:
             entry["key"],
             int(entry["n_embd"]),
             int(entry["n_vocab"]),
-            _complete(
-                tuple(tuple(tuple(int(v) for v in cells) for cells in row) for row in entry["floats_per_token"])
-            ),
+            _complete(tuple(tuple(tuple(int(v) for v in cells) for cells in row) for row in entry["floats_per_token"])),
             tuple(int(c) for c in entry.get("cells", ALLOWANCE_CELLS)),
         )
         for model_id, entry in raw["models"].items()
@@ -131,7 +129,12 @@ def allowance_key(arch: Architecture) -> str:
 
 def measured_tables(arch: Architecture) -> list[MeasuredAllowance]:
     """The tables measured on ``arch`` itself: its catalog model's, or, for a file of a measured model
-    under another name (its GGUF's general.name), those of the models with its shapes."""
+    under another name (its GGUF's general.name), those of the models with its shapes (remembered per
+    architecture: the advisor's sweeps ask it for every estimate)."""
+    return memo_per_arch(arch, ("measured-tables",), lambda: _measured_tables(arch))
+
+
+def _measured_tables(arch: Architecture) -> list[MeasuredAllowance]:
     shape = (allowance_key(arch), arch.n_embd, arch.n_vocab)
     own = MODEL_ALLOWANCE.get(arch.id)
     if own is not None and (own.key, own.n_embd, own.n_vocab) == shape:
@@ -202,10 +205,7 @@ def allowance_per_token(
     # The largest over the tables (several models of these shapes) and the measured sizes around.
     ubs = _neighbours(ALLOWANCE_UBATCHES, n_ub)
     value = max(
-        t[r][u][c]
-        for cells, t in tables
-        for u in ubs
-        for c in ((0,) if smallest_cache else _neighbours(cells, n_kv))
+        t[r][u][c] for cells, t in tables for u in ubs for c in ((0,) if smallest_cache else _neighbours(cells, n_kv))
     )
     # Beyond the largest cache measured a positive allowance (a mask kept below the logits) grows with
     # the cache; a negative one (a modelled term measured high) does not.
@@ -218,7 +218,7 @@ def allowance_bytes(arch: Architecture, settings: Settings, n_kv: int) -> int:
     n_ub = settings.reserve_ubatch  # the measured ubatch; the graph's tokens (rounded to the sequences) scale it
     n_tokens = settings.graph_tokens
     _, streams = context_cells(settings)
-    window = arch.uses_swa and not settings.swa_full
+    window = memo_per_arch(arch, ("uses-swa",), lambda: arch.uses_swa) and not settings.swa_full
     few = settings.n_outputs_max < n_ub
     quantized = is_quantized(cache_type(settings.cache_type_k))
     # MiniMax-M3 with a unified cache over several sequences attends densely (flash attention on, one

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from app.core.hardware.host_memory import DEFAULT_PCIE, pcie_gb_s, pcie_label
 from app.core.memory import backends
+from app.core.memory.kv import memo_per_arch
 from app.core.memory.layers import tensor_totals
 from app.core.memory.records import Estimate, Settings, Target
 from app.core.model.architecture import Architecture
@@ -464,10 +465,14 @@ def _layer_kinds(arch: Architecture, est: Estimate) -> tuple[list[int], list[int
     layers, whose fixed decode costs exceed a plain layer's (``FamilyConstants``)."""
     moe = [0] * len(est.devices)
     recurrent = [0] * len(est.devices)
-    for layer in range(arch.n_layer):
-        device = est.layer_devices[layer]
-        moe[device] += arch.is_moe_layer(layer)
-        recurrent[device] += arch.is_recurrent_layer(layer)
+    kinds = memo_per_arch(
+        arch,
+        ("layer-kinds",),
+        lambda: tuple((arch.is_moe_layer(i), arch.is_recurrent_layer(i)) for i in range(arch.n_layer)),
+    )
+    for device, (is_moe, is_recurrent) in zip(est.layer_devices, kinds, strict=False):
+        moe[device] += is_moe
+        recurrent[device] += is_recurrent
     return moe, recurrent
 
 
