@@ -1331,10 +1331,8 @@ def _ratio_at(parts: _Parts | None, half_tokens: float) -> float | None:
 
 
 def _compute_bound(r: BenchRow, efficiency: float, g: Globals) -> bool:
-    """Whether most of a prefill row's time is arithmetic (``_prefill_parts``)."""
-    n_ub = max(1, min(r.ubatch_tokens, r.tokens))
-    read = r.ubatch_bytes(g) / (efficiency * g.decode_factor(r) * r.bandwidth_gb_s * 1e9)
-    return read < 0.5 * n_ub / r.tokens_per_s
+    """Whether most of a prefill row's time is arithmetic (``_prefill_parts`` has its parts)."""
+    return _prefill_parts(r, g, efficiency) is not None
 
 
 def _fit_prefill(rows: list[BenchRow], float_weights: bool, ratios: dict[int, float | None]) -> float | None:

@@ -25,7 +25,7 @@ from app.core.model.architecture import Architecture
 from app.core.report.choices import Machine
 from app.core.report.verdict import gib
 from app.core.speed.model import decode_seconds_per_token, load_speed_model
-from app.core.speed.predict import Range, kernel_tflops, memory_kind, target_family
+from app.core.speed.predict import Range, decode_tflops, memory_kind, target_family
 from app.core.speed.reads import kv_read_bytes, weight_mix
 
 NO_MACHINE = Machine()  # catalog hardware only: nothing of this machine is looked at
@@ -99,7 +99,7 @@ def speed_bound(sw: Sweep, v: Variant, parts: Sequence[tuple[Target, float]], la
         params = v.active_params * weights / total * sw.workload.users
         rate = model.read_factor(memory_kind(target), *mix)
         seconds += decode_seconds_per_token(
-            read, 0, target.bandwidth_gb_s, c, params, kernel_tflops(target), read_factor=rate
+            read, 0, target.bandwidth_gb_s, c, params, decode_tflops(target), read_factor=rate
         )
         per_layer = min(per_layer, c.per_layer_s)
     seconds += layers * per_layer

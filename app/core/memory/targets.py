@@ -62,15 +62,15 @@ def target_from_gpu(gpu: GpuSnapshot, fallback: DeviceSpec | None = None, backen
 
 
 def kernel_tflops(device: DeviceSpec) -> float | None:
-    """The rate llama.cpp's kernels for quantized weights are modelled at on ``device``, where it is below
-    its FP16 matrix peak (``Target.prompt_tflops``); None where they are modelled at that peak.
+    """The rate llama.cpp's kernels for quantized weights are modelled at on ``device``
+    (``Target.prompt_tflops``); None where they are modelled at its FP16 peak.
 
-    A catalog CPU: its cores at AVX2's width (``prompt_lanes``). A Radeon GPU: its shader ALUs' packed
-    FP16 rate, twice ``fp32_tflops`` (which counts dual issue). RDNA 1-3's FP16 figures are that rate (RDNA
-    3's WMMA runs at it); RDNA 4 doubled the matrix rate per CU, and published runs of its quantized
-    kernels (Radeon AI PRO R9700 on ROCm and Vulkan, RX 9070 XT on Vulkan; tests/data) measure at RDNA 3's
-    share of the packed rate, not of the doubled peak; its float weights' GEMMs (hipBLASLt) outrun the packed
-    rate and are modelled at the matrix peak."""
+    A catalog CPU with known lanes: its cores at AVX2's width (``prompt_lanes``). A Radeon GPU whose
+    packed rate is below its matrix peak: its shader ALUs' packed FP16 rate, twice ``fp32_tflops`` (which
+    counts dual issue). RDNA 1-3's FP16 figures are that rate (RDNA 3's WMMA runs at it); RDNA 4 doubled the
+    matrix rate per CU, and published runs of its quantized kernels (Radeon AI PRO R9700 on ROCm and Vulkan,
+    RX 9070 XT on Vulkan; tests/data) measure at RDNA 3's share of the packed rate, not of the doubled peak;
+    its float weights' GEMMs (hipBLASLt) outrun the packed rate and are modelled at the matrix peak."""
     if not device.is_gpu:
         return device.fp16_tflops * prompt_lanes(device.simd_lanes) / device.simd_lanes if device.simd_lanes else None
     if device.vendor == "amd" and device.segment != "datacenter" and device.fp32_tflops:

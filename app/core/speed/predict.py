@@ -111,7 +111,7 @@ def vector_tflops(target: Target) -> float:
     return target.vector_tflops or target.fp16_tflops / 2
 
 
-def kernel_tflops(target: Target) -> float:
+def decode_tflops(target: Target) -> float:
     """The FP16 rate a device's decode arithmetic is modelled at: a GPU's quantized kernels' rate where it is
     below its matrix peak (``Target.prompt_tflops``: an RDNA 4 card's packed-FP16 rate); a CPU's
     ``fp16_tflops`` (its decode kernels use every SIMD lane)."""
@@ -207,7 +207,7 @@ def estimate_speed(
         threads, n_threads = thread_share(target, settings) if d.kind == "cpu" else (1.0, 0)
         # The weights' formats read at their own rates on a GPU (``SpeedModel.decode_format``).
         read_factor = model.read_factor(memory_kind(target), float_share, quant_format)
-        tflops = kernel_tflops(target) * threads
+        tflops = decode_tflops(target) * threads
         host_share = i == host and where.hybrid
         # A GPU computes the first row at its family's constants and each further row (another user) at
         # the work published runs of 1-8 rows per step show, on its shader ALUs (``decode_row_flop_per_param``);
@@ -329,10 +329,11 @@ def estimate_speed(
             # Quantized prompt kernels below the device's peak (``Target.prompt_tflops``): a CPU's at AVX2's
             # width (``targets.PROMPT_LANES``), an RDNA 4 card's at its packed-FP16 rate.
             quant_factor *= rate_target.prompt_tflops / rate_target.fp16_tflops
-            if build == "cpu" and rate_target.prompt_tflops < rate_target.fp16_tflops:
-                narrow_prompt = rate_target.name
-            elif build != "cpu" and rate_target.prompt_tflops < rate_target.fp16_tflops:
-                packed_prompt = rate_target.name
+            if rate_target.prompt_tflops < rate_target.fp16_tflops:
+                if build == "cpu":
+                    narrow_prompt = rate_target.name
+                else:
+                    packed_prompt = rate_target.name
         factor = prefill_factor(rate_c, True, build) * float_share + quant_factor * (1 - float_share)
         prefill_s_per_flop += share / (factor * rate_tflops * 1e12)
         if i < len(where.ubatch_bytes):
