@@ -88,8 +88,14 @@ def auto_fit(
         est = estimate(arch, tensors, base, targets)
         return FitPlan(estimate=est, gpu_layers=0, n_cpu_moe=0, margin_bytes=margin_bytes, steps=("No GPU: CPU only.",))
 
+    tried: dict[tuple[int, int], Estimate] = {}
+
     def at(layers: int, cpu_moe: int) -> Estimate:
-        return estimate(arch, tensors, base.model_copy(update={"gpu_layers": layers, "n_cpu_moe": cpu_moe}), targets)
+        # The searches below ask some placements twice (the last probe, the answer).
+        if (layers, cpu_moe) not in tried:
+            update = {"gpu_layers": layers, "n_cpu_moe": cpu_moe}
+            tried[layers, cpu_moe] = estimate(arch, tensors, base.model_copy(update=update), targets)
+        return tried[layers, cpu_moe]
 
     def plan(est: Estimate, layers: int, cpu_moe: int, *steps: str) -> FitPlan:
         return FitPlan(
