@@ -261,8 +261,8 @@ def test_per_layer_embeddings_stay_in_host_memory_when_every_layer_is_offloaded(
     device (an RPC server, as a GPU would be) the table stays in host memory. A real load's buffers equal
     the plan's: the server's exactly, the host's mapped span within the 13.5 MiB of the two output-layer
     AltUp projections the file stores between the two tables (mapped, never read on the host). The
-    server's compute buffer is not checked here: with every layer offloaded it measures 16 MiB above the
-    plan for this shape (3%), a gap the CPU-only proof of the same file does not show."""
+    server's compute buffer is at or below the plan's, within 6% (compute.per_layer_input_gpu_bytes; the
+    CPU-measured figures alone were 16 MiB under it for this shape)."""
     from app.adapters.llamacpp_probe import dry_run
     from app.core.model.quant import quantize_layout
     from app.core.report.run_vs_estimate import estimate_settings
@@ -293,3 +293,51 @@ def test_per_layer_embeddings_stay_in_host_memory_when_every_layer_is_offloaded(
     host_compute = probe.compute_bytes_by_device["CPU"]
     assert host_compute > 25 * MIB
     assert 0 <= plan.client.compute_bytes - host_compute <= MIB
+    server_compute = probe.compute_bytes_by_device[f"RPC0[{server.endpoint}]"]
+    assert 0 <= server.compute_bytes - server_compute <= 0.06 * server_compute
+
+
+@pytest.mark.llamacpp
+@needs_rpc
+def test_a_gpu_running_gemma_4_e2b_gets_the_compute_buffer_llama_cpp_reserves(tmp_path):
+    """Gemma 4 E2B's device compute buffer, from no-alloc dry runs over an RPC server (as a GPU would
+    hold the layers). With every layer offloaded, the per-layer inputs and masks copied from host memory
+    lie below the logits: the plan is within one embedding row per token (0.6%) with flash attention (it was
+    25 MiB, 4.5%, under at 8k cells). With 20 of 36 layers offloaded, the shared-KV layers on the device read the
+    caches of layers 13 and 14, left in host memory: the device copies one cache per shared layer (736 MiB
+    at 32k cells), which the plan was 258 MiB (30%) under."""
+    from app.adapters.llamacpp_probe import dry_run
+    from app.core.model.quant import quantize_layout
+    from app.core.report.run_vs_estimate import estimate_settings
+    from tests.support.proof import architecture_for
+    from tests.support.synthetic_gguf import write_sparse_gguf
+
+    arch = architecture_for("gemma-4-e2b")
+    path = tmp_path / "gemma-4-e2b.gguf"
+    write_sparse_gguf(path, arch, "Q4_K_M", quantize_layout(arch, "Q4_K_M"))
+    model = model_from_gguf(path)
+    cases = [  # (context, -ngl, flash attention, the plan's largest excess over the device's buffer)
+        (8192, 999, True, 0.01),
+        (16384, 999, False, 0.02),
+        (32768, 20, True, 0.12),
+    ]
+    with LocalRpcServers(1) as servers:
+        endpoints = servers.endpoints
+        for context, ngl, flash_attn, slack in cases:
+            probe = dry_run(path, n_ctx=context, flash_attn=flash_attn, n_gpu_layers=ngl, rpc_servers=endpoints)
+            run = RunSettings(
+                gguf_path=str(path), context_tokens=context, gpu_layers=-1 if ngl == 999 else ngl, flash_attn=flash_attn
+            )
+            settings = estimate_settings(run, "x86-avx2")
+            plan = cpu_servers_plan(
+                model.arch, model.tensors, settings, endpoints, _cpu(), 16 * GIB, shared_memory=True
+            )
+            server = plan.hosts[0]
+            device = probe.compute_bytes_by_device[f"RPC0[{server.endpoint}]"]
+            assert 0 <= server.compute_bytes - device <= slack * device, (
+                context,
+                ngl,
+                flash_attn,
+                server.compute_bytes,
+                device,
+            )

@@ -33,6 +33,7 @@ from app.core.memory.compute import (
     host_attention_bytes,
     host_staging_bytes,
     offload_peak,
+    per_layer_input_gpu_bytes,
 )
 from app.core.memory.consumers import ollama_batch_tokens, ollama_default_context
 from app.core.memory.graphs import allowance_bytes, allowance_key, measured_tables
@@ -42,6 +43,7 @@ from app.core.memory.kv import (
     mask_bytes,
     memo_per_arch,
     recurrent_state_bytes_per_layer,
+    shared_kv_copy_bytes,
 )
 from app.core.memory.layers import TensorTotals, breakdown_indices, layer_devices, tensor_totals
 from app.core.memory.records import (
@@ -166,6 +168,16 @@ def estimate(
         # (public two-GPU logs: 256 MiB without the head, 363 MiB with it, Qwen2.5-32B at 2k).
         compute[g] = max(p_layers, p_out if g == out_dev else 0)
     masks = mask_bytes(settings, details)
+    if arch.n_kv_shared_layers:
+        for g, copied in shared_kv_copy_bytes(arch, caches, layer_dev).items():
+            if g != -1:
+                # With flash attention the copies lie below the first shared layer's intermediates;
+                # without it, measured peaks reach up to 22% above those (at 8k-32k cells), below the
+                # copies plus the output head's peak.
+                compute[g] = max(compute[g], copied + (p_layers if settings.flash_attn else peak))
+    if arch.n_embd_per_layer:
+        for g in gpu_used:
+            compute[g] = max(compute[g], per_layer_input_gpu_bytes(arch, settings, masks, p_layers, g == out_dev))
     gpu_build = bool(gpus) and backend != "cpu"
     if gpu_build:
         copies = backends.pipeline_copies(backend, len(gpu_used), all_on_gpus, cpu_moe > 0)

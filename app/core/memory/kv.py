@@ -198,3 +198,29 @@ def mask_bytes(settings: Settings, caches: Sequence[KVCacheDetail]) -> int:
     n_ub = settings.graph_tokens
     per = 2 if settings.flash_attn else 4
     return sum(c.cells * n_ub * per for c in caches)
+
+
+def shared_kv_copy_bytes(
+    arch: Architecture, caches: Sequence[tuple[KVCacheDetail, list[int]]], layer_dev: Sequence[int]
+) -> dict[int, int]:
+    """Per device, the bytes of the KV copies its shared-KV layers (Gemma 3n / 4) need when the layer
+    whose cache they read is on another device.
+
+    A shared layer attends over a view of its source layer's K and V (the reuse callback in
+    llama_model::create_memory: the last sliding-window layer with a cache for sliding-window layers,
+    the last full one for the others). Where that cache is in another device's memory, ggml-backend's
+    scheduler copies each layer's views into the device running the attention, and allocates every
+    input of a split at its start (ggml_backend_sched_split_graph), so the copies of all its shared
+    layers are alive together below the first layer's own intermediates: one source layer's whole
+    cache per shared layer."""
+    start = arch.n_layer - arch.n_kv_shared_layers
+    per_layer: dict[int, int] = {}
+    for detail, group in caches:
+        for i in group:
+            per_layer[i] = (detail.k_bytes + detail.v_bytes) // max(1, len(group))
+    copies: dict[int, int] = {}
+    for i in range(start, arch.n_layer):
+        src = start - (2 if arch.is_swa_layer(i) else 1)
+        if layer_dev[i] != layer_dev[src]:
+            copies[layer_dev[i]] = copies.get(layer_dev[i], 0) + per_layer.get(src, 0)
+    return copies
