@@ -248,8 +248,10 @@ def test_the_dry_run_proof_splits_over_rpc_devices_and_a_real_load_equals_the_pl
         device = f"RPC0[{h.endpoint}]"
         assert abs(probe.model_buffers_by_device[device] - h.weights_bytes) <= PRINT_PRECISION_BYTES
         assert abs(probe.kv_buffers_by_device[device] - h.kv_cache_bytes) <= PRINT_PRECISION_BYTES
-        # Compute: the plan counts the pipelined split's four input copies; measured up to 1% above it.
-        assert 0 <= probe.compute_bytes_by_device[device] - h.compute_bytes <= 0.01 * h.compute_bytes + MIB
+        # Compute: the plan counts the pipelined split's four input copies (splits.pipeline_gpu_bytes); at
+        # or above llama.cpp, within 2% (it was up to 1% under before the copies below the logits counted).
+        measured = probe.compute_bytes_by_device[device]
+        assert 0 <= h.compute_bytes - measured <= 0.02 * measured + MIB
     assert abs(probe.model_buffers_by_device["CPU_Mapped"] - plan.client.weights_bytes) <= PRINT_PRECISION_BYTES
 
 
@@ -261,7 +263,7 @@ def test_per_layer_embeddings_stay_in_host_memory_when_every_layer_is_offloaded(
     device (an RPC server, as a GPU would be) the table stays in host memory. A real load's buffers equal
     the plan's: the server's exactly, the host's mapped span within the 13.5 MiB of the two output-layer
     AltUp projections the file stores between the two tables (mapped, never read on the host). The
-    server's compute buffer is at or below the plan's, within 6% (compute.per_layer_input_gpu_bytes; the
+    server's compute buffer is at or below the plan's, within 6% (splits.per_layer_input_gpu_bytes; the
     CPU-measured figures alone were 16 MiB under it for this shape)."""
     from app.adapters.llamacpp_probe import dry_run
     from app.core.model.quant import quantize_layout
@@ -334,10 +336,91 @@ def test_a_gpu_running_gemma_4_e2b_gets_the_compute_buffer_llama_cpp_reserves(tm
             )
             server = plan.hosts[0]
             device = probe.compute_bytes_by_device[f"RPC0[{server.endpoint}]"]
-            assert 0 <= server.compute_bytes - device <= slack * device, (
-                context,
-                ngl,
-                flash_attn,
-                server.compute_bytes,
-                device,
+            assert 0 <= server.compute_bytes - device <= slack * device, (context, ngl, server.compute_bytes, device)
+            if ngl != 999:
+                # The layers left in host memory run there whole (the RPC backend takes no op offload).
+                host = probe.compute_bytes_by_device["CPU"]
+                assert 0 <= plan.client.compute_bytes - host <= 0.45 * host, (
+                    context,
+                    ngl,
+                    plan.client.compute_bytes,
+                    host,
+                )
+
+
+@pytest.mark.llamacpp
+@needs_rpc
+def test_layers_left_on_the_client_run_there_whole_without_op_offload(tmp_path):
+    """With 8 of Llama 3.2 1B's 17 layers on an RPC server, the client's CPU runs the other layers itself
+    (the RPC backend takes no op offload, unlike CUDA): its compute buffer holds their feed-forward block
+    and masks, 96 MiB at 32k cells where the inputs and attention alone came to 44.5. The plan is within
+    1 MiB of llama.cpp's at ubatch 512 and 2048."""
+    from app.adapters.llamacpp_probe import dry_run
+    from app.core.model.quant import quantize_layout
+    from app.core.report.run_vs_estimate import estimate_settings
+    from tests.support.proof import architecture_for
+    from tests.support.synthetic_gguf import write_sparse_gguf
+
+    arch = architecture_for("llama-3.2-1b")
+    path = tmp_path / "llama-3.2-1b.gguf"
+    write_sparse_gguf(path, arch, "Q4_K_M", quantize_layout(arch, "Q4_K_M"))
+    model = model_from_gguf(path)
+    with LocalRpcServers(1) as servers:
+        endpoints = servers.endpoints
+        for ubatch in (512, 2048):
+            probe = dry_run(path, n_ctx=32768, n_ubatch=ubatch, flash_attn=True, n_gpu_layers=8, rpc_servers=endpoints)
+            run = RunSettings(gguf_path=str(path), context_tokens=32768, gpu_layers=8, ubatch_tokens=ubatch)
+            settings = estimate_settings(run, "x86-avx2")
+            plan = cpu_servers_plan(
+                model.arch, model.tensors, settings, endpoints, _cpu(), 16 * GIB, shared_memory=True
             )
+            host = probe.compute_bytes_by_device["CPU"]
+            assert host > 90 * MIB * ubatch // 512
+            assert 0 <= plan.client.compute_bytes - host <= MIB
+
+
+@pytest.mark.llamacpp
+@needs_rpc
+def test_two_devices_in_a_pipeline_keep_four_copies_of_their_inputs(tmp_path):
+    """Across two RPC devices with every layer offloaded, llama.cpp runs a pipeline: its scheduler keeps
+    four copies of each split's inputs (masks, the hidden state handed over, Gemma 4's per-layer inputs
+    and the caches its shared layers read on the other device), never freed, below the layers and the
+    logits. Llama 3.2 1B at 32k cells: each device and the host within 1 MiB above llama.cpp (the device
+    with the output head was 48 MiB, 12%, under). Gemma 4 E2B: the device with the head at or above,
+    within 5% (it was 2.4 GiB, 69%, under)."""
+    from app.adapters.llamacpp_probe import dry_run
+    from app.core.model.quant import quantize_layout
+    from app.core.report.run_vs_estimate import estimate_settings
+    from tests.support.proof import architecture_for
+    from tests.support.synthetic_gguf import write_sparse_gguf
+
+    for model_id, slack in (("llama-3.2-1b", MIB), ("gemma-4-e2b", None)):
+        arch = architecture_for(model_id)
+        path = tmp_path / f"{model_id}.gguf"
+        write_sparse_gguf(path, arch, "Q4_K_M", quantize_layout(arch, "Q4_K_M"))
+        model = model_from_gguf(path)
+        with LocalRpcServers(2) as servers:
+            endpoints = servers.endpoints
+            run = RunSettings(gguf_path=str(path), context_tokens=32768, gpu_layers=-1)
+            settings = estimate_settings(run, "x86-avx2")
+            plan = cpu_servers_plan(
+                model.arch, model.tensors, settings, endpoints, _cpu(), 16 * GIB, shared_memory=True
+            )
+            probe = dry_run(
+                path,
+                n_ctx=32768,
+                flash_attn=True,
+                n_gpu_layers=999,
+                rpc_servers=endpoints,
+                tensor_split=plan.tensor_split,
+            )
+        measured = {
+            h.endpoint: next(v for k, v in probe.compute_bytes_by_device.items() if h.endpoint in k) for h in plan.hosts
+        }
+        if slack is not None:
+            for h in plan.hosts:
+                assert 0 <= h.compute_bytes - measured[h.endpoint] <= slack, (model_id, h.endpoint)
+            assert 0 <= plan.client.compute_bytes - probe.compute_bytes_by_device["CPU"] <= slack
+        else:
+            head = plan.hosts[-1]
+            assert 0 <= head.compute_bytes - measured[head.endpoint] <= 0.05 * measured[head.endpoint]

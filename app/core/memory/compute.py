@@ -214,35 +214,6 @@ def _modelled_parts(arch: Architecture, settings: Settings, kv_cells: int, swa_c
     return p_out, max(p_ffn, p_attn)
 
 
-def per_layer_input_gpu_bytes(arch: Architecture, settings: Settings, masks: int, p_layers: int, head: bool) -> int:
-    """A lower bound on the compute buffer of a GPU holding layers of a model with per-layer inputs
-    (Gemma 3n, Gemma 4 E2B/E4B); ``head``: it holds the output head too.
-
-    Their per-layer inputs are looked up in host memory (the table is an input-layer tensor), so the
-    GPU's part of the graph begins with copies of them and of the attention masks, which ggml-backend's
-    scheduler places at the start of the split (ggml_backend_sched_split_graph: "allocated by ggml-alloc
-    at the start of the split"). They stay below everything the layers allocate, and the logits land
-    above the last layer's output: the masks, the per-layer inputs (n_embd_per_layer x n_layer per
-    token), three embedding rows, the small inputs (positions, output ids) and, without flash
-    attention, the last attention's output (a query wide) lie below them. Without flash attention the
-    layers' own peak also sits two embedding rows above the CPU's.
-
-    Measured over an RPC device (GGML_RPC no-alloc dry runs of the vendored llama.cpp, 2k-32k cells,
-    ubatch 128-2048, with and without flash attention): at or above every figure for Gemma 4 E2B and
-    E4B and the Gemma 3n 30- and 35-layer shapes, exact to 64 bytes per token on E4B and E2B at 8k
-    cells with flash attention (two rows on E2B, three on E4B at the other sizes: ggml's holes), where
-    the CPU-measured figures alone were up to 12% under."""
-    n_ub = settings.graph_tokens
-    row = n_ub * arch.n_embd * 4
-    layers = p_layers + (0 if settings.flash_attn else 2 * row)
-    if not head:
-        return layers
-    beside = arch.n_embd_per_layer * arch.n_layer + 16
-    if not settings.flash_attn:
-        beside += arch.max_heads() * arch.head_dim_k_eff
-    return max(layers, settings.graph_outputs * arch.n_vocab * 4 + masks + n_ub * beside * 4 + 3 * row)
-
-
 def _gemma3n_layer_floats(arch: Architecture, ff: int) -> int:
     """Floats per token alive at a Gemma 3n layer's peak (llama_model_gemma3n::graph): the per-layer
     inputs of every layer ([n_embd_per_layer, n_tokens, n_layer], alive through the whole graph), and
@@ -332,17 +303,6 @@ def offload_peak(
     if not best:
         return 0
     return best + n_ub * arch.n_embd * f32 + gpu_masks
-
-
-def host_attention_bytes(arch: Architecture, settings: Settings, n_kv: int) -> int:
-    """With layers left on the CPU, their attention runs there (its matrix products are offloaded,
-    the attention itself has no weight): q and the attention output, or without flash attention
-    the scores over the whole KV window."""
-    n_ub = settings.graph_tokens
-    q_width = arch.max_heads() * arch.head_dim_k_eff
-    if settings.flash_attn:
-        return 2 * n_ub * q_width * 4
-    return n_ub * n_kv * 4 * (arch.max_heads() + 1)
 
 
 def fa_scratch_bytes(arch: Architecture, settings: Settings, caches: Sequence[KVCacheDetail], backend: str) -> int:

@@ -28,12 +28,7 @@ from app.core.common.units import GIB, MIB
 from app.core.memory import backends
 from app.core.memory.backends import Backend
 from app.core.memory.compute import (
-    compute_parts,
     fa_scratch_bytes,
-    host_attention_bytes,
-    host_staging_bytes,
-    offload_peak,
-    per_layer_input_gpu_bytes,
 )
 from app.core.memory.consumers import ollama_batch_tokens, ollama_default_context
 from app.core.memory.graphs import allowance_bytes, allowance_key, measured_tables
@@ -43,7 +38,6 @@ from app.core.memory.kv import (
     mask_bytes,
     memo_per_arch,
     recurrent_state_bytes_per_layer,
-    shared_kv_copy_bytes,
 )
 from app.core.memory.layers import TensorTotals, breakdown_indices, layer_devices, tensor_totals
 from app.core.memory.records import (
@@ -56,6 +50,7 @@ from app.core.memory.records import (
     Target,
 )
 from app.core.memory.speculative import head_output_bytes, mtp_compute_bytes, mtp_kv_bytes, supports_mtp
+from app.core.memory.splits import device_compute_bytes
 from app.core.model.architecture import Architecture
 from app.core.model.coverage import APPROXIMATE_NOTE, ArchCoverage, coverage
 from app.core.model.projector import ProjectorEstimate, ProjectorSpec, estimate_projector
@@ -156,51 +151,14 @@ def estimate(
     details = [d for d, _ in caches]
     swa_cells = next((d.cells for d in details if d.kind == "swa"), None)
     full_cells = next((d.cells for d in details if d.kind == "full"), cells)
-    p_out, p_layers = compute_parts(arch, settings, full_cells if caches else cells, swa_cells)
-    n_ub = settings.graph_tokens
     allowance = allowance_bytes(arch, settings, full_cells if caches else cells)
-    peak = max(p_out, p_layers)
-    compute = [0] * (n_dev + 1)
     gpu_used = sorted(set(layer_dev) - {-1})
-    all_on_gpus = bool(gpus) and ngl >= n_layer + 1
-    for g in gpu_used:
-        # Each GPU reserves its own part of the graph: the logits only where the output head is
-        # (public two-GPU logs: 256 MiB without the head, 363 MiB with it, Qwen2.5-32B at 2k).
-        compute[g] = max(p_layers, p_out if g == out_dev else 0)
     masks = mask_bytes(settings, details)
-    if arch.n_kv_shared_layers:
-        for g, copied in shared_kv_copy_bytes(arch, caches, layer_dev).items():
-            if g != -1:
-                # With flash attention the copies lie below the first shared layer's intermediates;
-                # without it, measured peaks reach up to 22% above those (at 8k-32k cells), below the
-                # copies plus the output head's peak.
-                compute[g] = max(compute[g], copied + (p_layers if settings.flash_attn else peak))
-    if arch.n_embd_per_layer:
-        for g in gpu_used:
-            compute[g] = max(compute[g], per_layer_input_gpu_bytes(arch, settings, masks, p_layers, g == out_dev))
     gpu_build = bool(gpus) and backend != "cpu"
-    if gpu_build:
-        copies = backends.pipeline_copies(backend, len(gpu_used), all_on_gpus, cpu_moe > 0)
-        inputs = n_ub * arch.n_embd * 4 + copies * (n_ub * 16 + masks)
-        if arch.n_embd_per_layer:
-            # Gemma 3n's and 4's per-layer inputs are looked up where their table is, in host memory (an
-            # input-layer tensor), and scaled there beside the scaled token embeddings (F32): measured
-            # over an RPC device, within 1 MiB above llama.cpp's host compute buffer (tests/test_rpc.py).
-            inputs += n_ub * (arch.n_embd_per_layer * arch.n_layer + arch.n_embd) * 4
-        if copies > 1:
-            for g in gpu_used:
-                compute[g] += (copies - 1) * (masks + n_ub * arch.n_embd * 4)
-        if all_on_gpus:
-            compute[-1] = inputs
-        else:
-            compute[-1] = inputs + host_attention_bytes(arch, settings, full_cells if caches else cells)
-        if backends.offloads_ops(backend, n_ub):
-            offload = offload_peak(arch, settings, totals, layer_dev, cpu_moe, masks if gpu_used else 0)
-            compute[0] = max(compute[0], offload)
-    elif ngl < n_layer + 1 or not gpu_used:
-        compute[-1] = peak
-    else:
-        compute[-1] = host_staging_bytes(arch, settings)
+    n_kv = full_cells if caches else cells
+    compute = device_compute_bytes(
+        arch, settings, caches, layer_dev, n_dev, backend, totals, cpu_moe, masks, (n_kv, swa_cells)
+    )
     output = max(1, settings.parallel_sequences) * arch.n_vocab * 4
     scratch = fa_scratch_bytes(arch, settings, details, backend) if gpu_build else 0
 
