@@ -76,7 +76,9 @@ def _model(sw: Sweep, v: Variant) -> ModelSource:
 def _answer(sw: Sweep, v: Variant, choice: HardwareChoice, cpu_moe_hint: int | None = None) -> tuple[Answer, str]:
     """The estimate service's answer for preset ``v`` on ``choice`` (as the window builds it), and
     the llama-server command that runs it. Raises EstimateError."""
-    targets = resolve_targets(choice, NO_MACHINE)
+    targets = sw.targets.get(choice)
+    if targets is None:
+        targets = sw.targets[choice] = resolve_targets(choice, NO_MACHINE)
     found = answer(
         _model(sw, v),
         targets,

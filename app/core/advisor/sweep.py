@@ -48,6 +48,7 @@ class Sweep:
     kv_read_bytes: float  # every user's KV cache read once per decode step, half-way through the context
     out: list[Candidate] = field(default_factory=list)
     estimated: int = 0
+    targets: dict[object, list[Target]] = field(default_factory=dict)  # per hardware choice, resolved once
 
     @classmethod
     def start(cls, workload: Workload, arch: Architecture, label: str, path: str, variants: list[Variant]) -> Sweep:

@@ -103,6 +103,27 @@ def auto_fit(
         )
 
     margin_words = f"{margin_bytes / GIB:.1f} GiB kept free per GPU"
+
+    def experts_moved(n: int) -> FitPlan:
+        return plan(
+            at(n_layer + 1, n),
+            n_layer + 1,
+            n,
+            f"The whole model does not fit with {margin_words}.",
+            f"Experts of the first {n} of {n_layer} layers moved to system memory; everything else on the GPU.",
+        )
+
+    # GPU use shrinks as N grows: where the hint keeps the margin and one fewer does not, no fewer does
+    # (the whole model, N = 0, included), so the search below would answer the hint.
+    hint = cpu_moe_hint if fixed_cpu_moe is None and arch.moe is not None else None
+    hinted = hint is not None and 0 < hint < n_layer
+    if (
+        hinted
+        and hint is not None
+        and _gpus_keep_margin(at(n_layer + 1, hint), margin_bytes)
+        and not _gpus_keep_margin(at(n_layer + 1, hint - 1), margin_bytes)
+    ):
+        return experts_moved(hint)
     cpu_moe = min(fixed_cpu_moe or 0, n_layer) if arch.moe is not None else 0
     full = at(n_layer + 1, cpu_moe)
     if _gpus_keep_margin(full, margin_bytes):
@@ -110,12 +131,13 @@ def auto_fit(
 
     steps: list[str] = [f"The whole model does not fit with {margin_words}."]
     if fixed_cpu_moe is None and arch.moe is not None:
-        all_experts = at(n_layer + 1, n_layer)
-        if _gpus_keep_margin(all_experts, margin_bytes):
-            # The fewest layers whose experts must leave the GPU (GPU use shrinks as N grows).
+        # Where the hint keeps the margin, every expert in system memory does.
+        hint_fits = hinted and _gpus_keep_margin(at(n_layer + 1, cpu_moe_hint or 0), margin_bytes)
+        if hint_fits or _gpus_keep_margin(at(n_layer + 1, n_layer), margin_bytes):
+            # The fewest layers whose experts must leave the GPU.
             lo, hi = 0, n_layer
-            if cpu_moe_hint is not None and 0 < cpu_moe_hint < n_layer:
-                if _gpus_keep_margin(at(n_layer + 1, cpu_moe_hint), margin_bytes):
+            if hinted and cpu_moe_hint is not None:
+                if hint_fits:
                     hi = cpu_moe_hint
                     if not _gpus_keep_margin(at(n_layer + 1, cpu_moe_hint - 1), margin_bytes):
                         lo = cpu_moe_hint - 1
@@ -127,13 +149,7 @@ def auto_fit(
                     hi = mid
                 else:
                     lo = mid
-            return plan(
-                at(n_layer + 1, hi),
-                n_layer + 1,
-                hi,
-                *steps,
-                f"Experts of the first {hi} of {n_layer} layers moved to system memory; everything else on the GPU.",
-            )
+            return experts_moved(hi)
         cpu_moe = n_layer
         steps.append("Even with every expert in system memory the GPU is too small; layers move too.")
 

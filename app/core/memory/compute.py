@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from app.core.memory import backends
 from app.core.memory.graphs import MLA_ARCHS, allowance_bytes, measured_at, mla_parts, msa_layer_bytes, msa_runs
-from app.core.memory.kv import cache_type, context_cells, kv_widths, memo_per_arch
+from app.core.memory.kv import cache_type, context_cells, graph_key, kv_widths, memo_per_arch
 from app.core.memory.layers import TensorTotals
 from app.core.memory.records import KVCacheDetail, Settings
 from app.core.model.architecture import GEMMA3N_ALTUP, Architecture
@@ -39,8 +39,15 @@ def compute_parts(arch: Architecture, settings: Settings, kv_cells: int, swa_cel
     (:data:`app.core.memory.graphs.ALLOWANCE`; a negative one corrects the layers' peak only).
 
     The terms are the tensors alive at the three candidate peaks: the logits (output head), the
-    feed-forward block, and (without flash attention) the attention scores.
+    feed-forward block, and (without flash attention) the attention scores. Remembered per
+    architecture and the settings that shape the graph (not the placement: auto-fit asks it for
+    every probe).
     """
+    key = ("parts", *graph_key(settings), kv_cells, swa_cells)
+    return memo_per_arch(arch, key, lambda: _parts(arch, settings, kv_cells, swa_cells))
+
+
+def _parts(arch: Architecture, settings: Settings, kv_cells: int, swa_cells: int | None) -> tuple[int, int]:
     p_out, p_layers = _modelled_parts(arch, settings, kv_cells, swa_cells)
     extra = allowance_bytes(arch, settings, kv_cells)
     # A negative allowance (the modelled layers' peak measured high, as with llama-server's few
@@ -284,25 +291,41 @@ def offload_peak(
     n_ub = settings.graph_tokens
     n_out = settings.graph_outputs
     f32 = 4
-    n_used = arch.moe.n_expert_used if arch.moe is not None else 1
     n_layer = arch.n_layer
-    best = 0
-    for layer in range(n_layer):
-        on_host = layer_dev[layer] == -1
-        if on_host:
-            size, k, n = totals.largest_matmul[layer]
-            if size:
-                best = max(best, size + n_ub * f32 * (k + n))
-        if (on_host or layer < cpu_moe) and totals.largest_expert:
-            size, k, n = totals.largest_expert[layer]
-            if size:
-                best = max(best, size + n_used * n_ub * f32 * (k + n))
+    # Host-resident layers are the first ones (-ngl offloads the last): a prefix of the layers, as are
+    # the layers whose experts --n-cpu-moe keeps in host memory.
+    host_end = next((i for i in range(n_layer) if layer_dev[i] != -1), n_layer)
+    matmul_best, expert_best = _offload_prefix_peaks(arch, totals, n_ub)
+    best = max(matmul_best[host_end], expert_best[max(host_end, cpu_moe)])
     if layer_dev[n_layer] == -1 and totals.output_head[0]:
         size, k, n = totals.output_head
         best = max(best, size + n_out * f32 * (k + n))
     if not best:
         return 0
     return best + n_ub * arch.n_embd * f32 + gpu_masks
+
+
+_PREFIX_PEAKS: dict[tuple[int, int], tuple[TensorTotals, tuple[list[int], list[int]]]] = {}
+
+
+def _offload_prefix_peaks(arch: Architecture, totals: TensorTotals, n_ub: int) -> tuple[list[int], list[int]]:
+    """For each n, the largest copied weight plus its product's input and output over the first n
+    layers: (non-expert matrices, routed-expert stacks), remembered per tensor totals and ubatch."""
+    key = (id(totals), n_ub)
+    hit = _PREFIX_PEAKS.get(key)
+    if hit is not None and hit[0] is totals:
+        return hit[1]
+    n_used = arch.moe.n_expert_used if arch.moe is not None else 1
+    matmul, expert = [0], [0]
+    for layer in range(arch.n_layer):
+        size, k, n = totals.largest_matmul[layer]
+        matmul.append(max(matmul[-1], size + n_ub * 4 * (k + n) if size else 0))
+        size, k, n = totals.largest_expert[layer] if totals.largest_expert else (0, 0, 0)
+        expert.append(max(expert[-1], size + n_used * n_ub * 4 * (k + n) if size else 0))
+    if len(_PREFIX_PEAKS) >= 256:
+        _PREFIX_PEAKS.pop(next(iter(_PREFIX_PEAKS)))
+    _PREFIX_PEAKS[key] = (totals, (matmul, expert))
+    return matmul, expert
 
 
 def fa_scratch_bytes(arch: Architecture, settings: Settings, caches: Sequence[KVCacheDetail], backend: str) -> int:

@@ -19,7 +19,7 @@ tests/test_proof.py:
 
 from __future__ import annotations
 
-from collections import Counter
+from bisect import bisect_left
 from collections.abc import Sequence
 from functools import lru_cache
 
@@ -39,7 +39,7 @@ from app.core.memory.kv import (
     memo_per_arch,
     recurrent_state_bytes_per_layer,
 )
-from app.core.memory.layers import TensorTotals, breakdown_indices, layer_devices, tensor_totals
+from app.core.memory.layers import TensorTotals, breakdown_indices, device_runs, layer_devices, tensor_totals
 from app.core.memory.records import (
     CPU_RUNTIME_OVERHEAD_BYTES,
     DeviceBreakdown,
@@ -97,7 +97,9 @@ def estimate(
         ngl = 0
     layer_dev = layer_devices(n_layer, ngl, tuple(g.capacity_bytes for g in gpus))
     device_of = layer_dev.__getitem__
-    layer_counts = Counter(layer_dev[:n_layer])
+    layer_counts: dict[int, int] = {}
+    for dev, first, end in device_runs(layer_dev[:n_layer]):
+        layer_counts[dev] = layer_counts.get(dev, 0) + end - first
 
     n_dev = len(gpus)
     totals = tensor_totals(arch, tensors)
@@ -109,16 +111,15 @@ def estimate(
     repack = 0
     repack_by_layer = totals.repack_bytes[settings.repack]
     weights[-1] += totals.input_bytes
-    for layer in range(n_layer + 1):
-        dev = device_of(layer)
-        layer_weights = totals.layer_bytes[layer]
-        if layer < cpu_moe and dev != -1:
-            # --n-cpu-moe: this layer's routed experts stay in host memory.
-            weights[-1] += totals.expert_bytes[layer]
-            layer_weights -= totals.expert_bytes[layer]
-        weights[dev] += layer_weights
+    for dev, first, end in device_runs(layer_dev):
+        weights[dev] += sum(totals.layer_bytes[first:end])
+        if dev != -1 and first < cpu_moe:
+            # --n-cpu-moe: these layers' routed experts stay in host memory.
+            moved = sum(totals.expert_bytes[first : min(end, cpu_moe)])
+            weights[-1] += moved
+            weights[dev] -= moved
         if dev == -1 and repacks:
-            repack += repack_by_layer[layer]
+            repack += sum(repack_by_layer[first:end])
     reclaimable = 0
     if repacks and not settings.mmap:
         # Without mmap a repacked tensor is loaded straight into the repack buffer: no second copy.
@@ -136,11 +137,12 @@ def estimate(
 
     caches = kv_caches(arch, settings)
     kv = [0] * (n_dev + 1)
+    runs = device_runs(layer_dev)
     for detail, group in caches:
-        per_layer_k = detail.k_bytes // max(1, len(group))
-        per_layer_v = detail.v_bytes // max(1, len(group))
-        for i in group:
-            kv[device_of(i)] += per_layer_k + per_layer_v
+        per_layer = detail.k_bytes // max(1, len(group)) + detail.v_bytes // max(1, len(group))
+        for dev, first, end in runs:
+            # A cache's layers are in order: count those in this run of one device's layers.
+            kv[dev] += per_layer * (bisect_left(group, end) - bisect_left(group, first))
     state = [0] * (n_dev + 1)
     per_layer_state = recurrent_state_bytes_per_layer(arch, settings)
     recurrent = memo_per_arch(arch, ("recurrent",), lambda: [i for i in range(n_layer) if arch.is_recurrent_layer(i)])
@@ -164,7 +166,7 @@ def estimate(
 
     breakdown = []
     for g, target in enumerate(gpus):
-        layers_here = layer_counts[g]
+        layers_here = layer_counts.get(g, 0)
         busy = g in gpu_used or compute[g] > 0
         breakdown.append(
             DeviceBreakdown(
@@ -193,7 +195,7 @@ def estimate(
             compute_bytes=compute[-1],
             output_bytes=output,
             overhead_bytes=cpu.runtime_overhead_bytes,
-            layers=layer_counts[-1],
+            layers=layer_counts.get(-1, 0),
             reclaimable_bytes=reclaimable,
         )
     )

@@ -25,7 +25,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.core.memory.kv import cache_type, context_cells, memo_per_arch
+from app.core.memory.kv import cache_type, context_cells, graph_key, memo_per_arch
 from app.core.memory.records import Settings
 from app.core.model.architecture import Architecture
 from app.core.model.catalog import RESOURCES_DIR
@@ -214,7 +214,12 @@ def allowance_per_token(
 
 def allowance_bytes(arch: Architecture, settings: Settings, n_kv: int) -> int:
     """The measured placement allowance for ``arch`` under ``settings`` against ``n_kv`` cells per stream
-    of its full-attention cache (bytes)."""
+    of its full-attention cache (bytes), remembered per architecture and graph settings."""
+    key = ("allowance", *graph_key(settings), n_kv)
+    return memo_per_arch(arch, key, lambda: _allowance_bytes(arch, settings, n_kv))
+
+
+def _allowance_bytes(arch: Architecture, settings: Settings, n_kv: int) -> int:
     n_ub = settings.reserve_ubatch  # the measured ubatch; the graph's tokens (rounded to the sequences) scale it
     n_tokens = settings.graph_tokens
     _, streams = context_cells(settings)

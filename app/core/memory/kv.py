@@ -64,6 +64,22 @@ def kv_widths(arch: Architecture) -> tuple[tuple[int, int], ...]:
     return widths
 
 
+def graph_key(settings: Settings) -> tuple[object, ...]:
+    """The settings that shape llama.cpp's worst-case graph (not where its layers go)."""
+    return (
+        settings.context_tokens,
+        settings.batch_tokens,
+        settings.ubatch_tokens,
+        settings.flash_attn,
+        settings.cache_type_k,
+        settings.cache_type_v,
+        settings.parallel_sequences,
+        settings.kv_unified,
+        settings.swa_full,
+        settings.consumer,
+    )
+
+
 _ARCH_MEMO: dict[tuple[object, ...], tuple[Architecture, object]] = {}
 _Made = TypeVar("_Made")
 

@@ -91,10 +91,23 @@ def _layer_of(t: TensorInfo, n_layer: int) -> int:
 
 
 @lru_cache(maxsize=4096)
+@lru_cache(maxsize=4096)
 def layer_devices(n_layer: int, gpu_layers: int, capacities: tuple[int, ...]) -> tuple[int, ...]:
     """For layers 0..n_layer (n_layer = the output layer): -1 for the CPU, else the GPU index."""
     placement = _split_layers(n_layer, gpu_layers, capacities)
     return tuple(placement.get(i, -1) for i in range(n_layer + 1))
+
+
+@lru_cache(maxsize=4096)
+def device_runs(layer_dev: tuple[int, ...]) -> tuple[tuple[int, int, int], ...]:
+    """``layer_dev`` as runs of one device: (device, first layer, end layer), in layer order."""
+    runs: list[tuple[int, int, int]] = []
+    first = 0
+    for i in range(1, len(layer_dev) + 1):
+        if i == len(layer_dev) or layer_dev[i] != layer_dev[first]:
+            runs.append((layer_dev[first], first, i))
+            first = i
+    return tuple(runs)
 
 
 @lru_cache(maxsize=4096)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from app.core.memory import backends
 from app.core.memory.compute import compute_parts, host_staging_bytes, offload_peak
-from app.core.memory.kv import shared_kv_copy_bytes
+from app.core.memory.kv import graph_key, memo_per_arch, shared_kv_copy_bytes
 from app.core.memory.layers import TensorTotals
 from app.core.memory.records import KVCacheDetail, Settings
 from app.core.model.architecture import Architecture
@@ -170,8 +170,12 @@ def layers_peak(arch: Architecture, settings: Settings, kv_cells: int, swa_cells
     """The repeating layers' peak on a device without the output head: where it was measured without the
     logits above it (the allowance of few output rows, as llama-server reserves) or with them, whichever
     is larger (the layers' part of an allowance measured under the logits is not pinned down)."""
-    few = settings.model_copy(update={"consumer": "llama-server"})
-    return max(compute_parts(arch, s, kv_cells, swa_cells)[1] for s in (settings, few))
+
+    def peak() -> int:
+        few = settings.model_copy(update={"consumer": "llama-server"})
+        return max(compute_parts(arch, s, kv_cells, swa_cells)[1] for s in (settings, few))
+
+    return memo_per_arch(arch, ("layers-peak", *graph_key(settings), kv_cells, swa_cells), peak)
 
 
 def host_layers_bytes(arch: Architecture, settings: Settings, kv_cells: int, swa_cells: int | None) -> int:

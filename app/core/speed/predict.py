@@ -31,11 +31,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 from app.core.hardware.host_memory import DEFAULT_PCIE, pcie_gb_s, pcie_label
 from app.core.memory import backends
 from app.core.memory.kv import memo_per_arch
-from app.core.memory.layers import tensor_totals
+from app.core.memory.layers import device_runs, tensor_totals
 from app.core.memory.records import Estimate, Settings, Target
 from app.core.model.architecture import Architecture
 from app.core.model.tensors import TensorInfo
@@ -466,14 +467,21 @@ def _layer_kinds(arch: Architecture, est: Estimate) -> tuple[list[int], list[int
     layers, whose fixed decode costs exceed a plain layer's (``FamilyConstants``)."""
     moe = [0] * len(est.devices)
     recurrent = [0] * len(est.devices)
+    # Running counts over the layers: kinds[n] is (MoE layers, recurrent layers) among the first n.
     kinds = memo_per_arch(
         arch,
-        ("layer-kinds",),
-        lambda: tuple((arch.is_moe_layer(i), arch.is_recurrent_layer(i)) for i in range(arch.n_layer)),
+        ("layer-kind-counts",),
+        lambda: list(
+            accumulate(
+                ((int(arch.is_moe_layer(i)), int(arch.is_recurrent_layer(i))) for i in range(arch.n_layer)),
+                lambda a, b: (a[0] + b[0], a[1] + b[1]),
+                initial=(0, 0),
+            )
+        ),
     )
-    for device, (is_moe, is_recurrent) in zip(est.layer_devices, kinds, strict=False):
-        moe[device] += is_moe
-        recurrent[device] += is_recurrent
+    for device, first, end in device_runs(est.layer_devices[: arch.n_layer]):
+        moe[device] += kinds[end][0] - kinds[first][0]
+        recurrent[device] += kinds[end][1] - kinds[first][1]
     return moe, recurrent
 
 

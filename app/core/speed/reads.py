@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 from app.core.memory.kv import cache_type
-from app.core.memory.layers import tensor_totals
+from app.core.memory.layers import TensorTotals, device_runs, tensor_totals
 from app.core.memory.records import Estimate
 from app.core.model.architecture import Architecture
 from app.core.model.tensors import BLOCK, TensorInfo
@@ -61,37 +62,85 @@ def placement(
     by_ubatch = [0.0] * n_dev
     host_layers = 0
     copy = 0.0
-    expert_bytes = totals.expert_bytes or (0,) * (arch.n_layer + 1)
-    expert_active = totals.active_expert_bytes or (0.0,) * (arch.n_layer + 1)
-    expert_params = totals.active_expert_params or (0.0,) * (arch.n_layer + 1)
-    layer_params = totals.active_layer_params or (0.0,) * (arch.n_layer + 1)
+    sums = _layer_sums(arch, totals)
     step_share = expert_coverage(rows, moe.n_expert_used, moe.n_expert) if moe and rows > 1 else 0.0
-    for layer, n_bytes in enumerate(totals.active_layer_bytes):
-        device = est.layer_devices[layer]
-        params = layer_params[layer]
-        # The experts one decode step reads: the token's own, or the union of the rows' choices.
-        step_experts = max(expert_active[layer], expert_bytes[layer] * step_share)
-        n_bytes += step_experts - expert_active[layer]
-        dense_bytes = totals.layer_bytes[layer] - expert_bytes[layer]
-        if layer == arch.n_layer and not totals.has_output:
-            dense_bytes += totals.token_embd_bytes  # the tied head reads the token embedding
-        if layer < est.cpu_moe_layers and device != host:
-            # --n-cpu-moe: this layer's routed experts are read (and computed) from host memory.
-            by_bytes[host] += step_experts
-            by_params[host] += expert_params[layer]
-            n_bytes -= step_experts
-            params -= expert_params[layer]
-            host_layers += 1
-            copy += expert_bytes[layer] * coverage
-            by_ubatch[device] += dense_bytes
-        elif device == host and has_gpu:
-            host_layers += 1
-            copy += dense_bytes + expert_bytes[layer] * coverage
-        else:
-            by_ubatch[device] += dense_bytes + expert_bytes[layer] * coverage
-        by_bytes[device] += n_bytes
-        by_params[device] += params
+    expert_active = totals.active_expert_bytes or (0.0,) * (arch.n_layer + 1)
+    expert_bytes = totals.expert_bytes or (0,) * (arch.n_layer + 1)
+
+    def span(name: str, first: int, end: int) -> float:
+        column = sums[name]
+        return column[end] - column[first]
+
+    if step_share:
+        # The experts one decode step reads: the union of the rows' choices, at least the token's own.
+        key = f"step {step_share!r}"
+        if key not in sums:
+            union = (max(expert_active[i], expert_bytes[i] * step_share) for i in range(arch.n_layer + 1))
+            sums[key] = list(accumulate(union, initial=0.0))
+    step_column = f"step {step_share!r}" if step_share else "expert_active"
+
+    def step(first: int, end: int) -> float:
+        return span(step_column, first, end)
+
+    cut = est.cpu_moe_layers
+    for device, first, end in device_runs(est.layer_devices):
+        parts = [(first, end, False)]
+        if device != host and first < cut:
+            # --n-cpu-moe: these layers' routed experts are read (and computed) from host memory.
+            parts = [(first, min(end, cut), True), (min(end, cut), end, False)]
+        for a, b, moved in parts:
+            if a >= b:
+                continue
+            experts = step(a, b)
+            own = span("active", a, b) - span("expert_active", a, b)
+            dense = span("dense", a, b)
+            if moved:
+                by_bytes[host] += experts
+                by_params[host] += span("expert_params", a, b)
+                by_bytes[device] += own
+                by_params[device] += span("params", a, b) - span("expert_params", a, b)
+                host_layers += b - a
+                copy += span("expert_bytes", a, b) * coverage
+                by_ubatch[device] += dense
+                continue
+            by_bytes[device] += own + experts
+            by_params[device] += span("params", a, b)
+            if device == host and has_gpu:
+                host_layers += b - a
+                copy += dense + span("expert_bytes", a, b) * coverage
+            else:
+                by_ubatch[device] += dense + span("expert_bytes", a, b) * coverage
     return Placement(tuple(by_bytes), tuple(by_params), host_layers, copy, tuple(by_ubatch))
+
+
+_SUMS: dict[int, tuple[object, dict[str, list[float]]]] = {}
+
+
+def _layer_sums(arch: Architecture, totals: TensorTotals) -> dict[str, list[float]]:
+    """Prefix sums over the placement layers (0..n_layer) of what ``placement`` adds up per run of one
+    device's layers, remembered per tensor totals: a decode token's bytes and parameters, its routed
+    experts' share of them, the experts' whole bytes, and the dense weights a ubatch reads (the tied
+    head reading the token embedding)."""
+    hit = _SUMS.get(id(totals))
+    if hit is not None and hit[0] is totals:
+        return hit[1]
+    n = arch.n_layer + 1
+    dense = [totals.layer_bytes[i] - (totals.expert_bytes[i] if totals.expert_bytes else 0) for i in range(n)]
+    if not totals.has_output:
+        dense[arch.n_layer] += totals.token_embd_bytes
+    columns = {
+        "active": totals.active_layer_bytes,
+        "expert_active": totals.active_expert_bytes or (0.0,) * n,
+        "expert_bytes": totals.expert_bytes or (0,) * n,
+        "expert_params": totals.active_expert_params or (0.0,) * n,
+        "params": totals.active_layer_params or (0.0,) * n,
+        "dense": dense,
+    }
+    sums = {name: list(accumulate(values, initial=0.0)) for name, values in columns.items()}
+    if len(_SUMS) >= 256:
+        _SUMS.pop(next(iter(_SUMS)))
+    _SUMS[id(totals)] = (totals, sums)
+    return sums
 
 
 def active_bytes_by_device(arch: Architecture, tensors: Sequence[TensorInfo], est: Estimate) -> list[float]:
