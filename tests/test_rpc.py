@@ -301,34 +301,43 @@ def test_per_layer_embeddings_stay_in_host_memory_when_every_layer_is_offloaded(
 
 @pytest.mark.llamacpp
 @needs_rpc
-def test_a_gpu_running_gemma_4_e2b_gets_the_compute_buffer_llama_cpp_reserves(tmp_path):
-    """Gemma 4 E2B's device compute buffer, from no-alloc dry runs over an RPC server (as a GPU would
-    hold the layers). With every layer offloaded, the per-layer inputs and masks copied from host memory
-    lie below the logits: the plan is within one embedding row per token (0.6%) with flash attention (it was
-    25 MiB, 4.5%, under at 8k cells). With 20 of 36 layers offloaded, the shared-KV layers on the device read the
-    caches of layers 13 and 14, left in host memory: the device copies one cache per shared layer (736 MiB
-    at 32k cells), which the plan was 258 MiB (30%) under."""
+def test_a_gpu_running_gemma_4_e_models_gets_the_compute_buffer_llama_cpp_reserves(tmp_path):
+    """Gemma 4 E2B's and E4B's device compute buffers, from no-alloc dry runs over an RPC server (as a GPU
+    would hold the layers). With every layer offloaded, the per-layer inputs and masks copied from host
+    memory lie below the logits: the plan is within one embedding row per token (0.6%) with flash attention
+    (it was 25 MiB, 4.5%, under at 8k cells). With 20 of 36 layers offloaded, E2B's shared-KV layers on the
+    device read the caches of layers 13 and 14, left in host memory: the device copies one cache per
+    shared layer (736 MiB at 32k cells), which the plan was 258 MiB (30%) under. E4B with 10 of 43 layers
+    at ubatch 2048 keeps some of those copies below its 2 GiB of logits (the plan was 36 MiB under)."""
     from app.adapters.llamacpp_probe import dry_run
     from app.core.model.quant import quantize_layout
     from app.core.report.run_vs_estimate import estimate_settings
     from tests.support.proof import architecture_for
     from tests.support.synthetic_gguf import write_sparse_gguf
 
-    arch = architecture_for("gemma-4-e2b")
-    path = tmp_path / "gemma-4-e2b.gguf"
-    write_sparse_gguf(path, arch, "Q4_K_M", quantize_layout(arch, "Q4_K_M"))
-    model = model_from_gguf(path)
-    cases = [  # (context, -ngl, flash attention, the plan's largest excess over the device's buffer)
-        (8192, 999, True, 0.01),
-        (16384, 999, False, 0.02),
-        (32768, 20, True, 0.12),
+    cases = [  # (model, context, -ngl, flash attention, ubatch, the plan's largest excess over the device's)
+        ("gemma-4-e2b", 8192, 999, True, 512, 0.01),
+        ("gemma-4-e2b", 16384, 999, False, 512, 0.02),
+        ("gemma-4-e2b", 32768, 20, True, 512, 0.12),
+        ("gemma-4-e4b", 8192, 10, True, 2048, 0.08),
     ]
     with LocalRpcServers(1) as servers:
         endpoints = servers.endpoints
-        for context, ngl, flash_attn, slack in cases:
-            probe = dry_run(path, n_ctx=context, flash_attn=flash_attn, n_gpu_layers=ngl, rpc_servers=endpoints)
+        for model_id, context, ngl, flash_attn, ubatch, slack in cases:
+            path = tmp_path / f"{model_id}.gguf"
+            if not path.exists():
+                arch = architecture_for(model_id)
+                write_sparse_gguf(path, arch, "Q4_K_M", quantize_layout(arch, "Q4_K_M"))
+            model = model_from_gguf(path)
+            probe = dry_run(
+                path, n_ctx=context, n_ubatch=ubatch, flash_attn=flash_attn, n_gpu_layers=ngl, rpc_servers=endpoints
+            )
             run = RunSettings(
-                gguf_path=str(path), context_tokens=context, gpu_layers=-1 if ngl == 999 else ngl, flash_attn=flash_attn
+                gguf_path=str(path),
+                context_tokens=context,
+                gpu_layers=-1 if ngl == 999 else ngl,
+                flash_attn=flash_attn,
+                ubatch_tokens=ubatch,
             )
             settings = estimate_settings(run, "x86-avx2")
             plan = cpu_servers_plan(
@@ -336,16 +345,11 @@ def test_a_gpu_running_gemma_4_e2b_gets_the_compute_buffer_llama_cpp_reserves(tm
             )
             server = plan.hosts[0]
             device = probe.compute_bytes_by_device[f"RPC0[{server.endpoint}]"]
-            assert 0 <= server.compute_bytes - device <= slack * device, (context, ngl, server.compute_bytes, device)
+            assert 0 <= server.compute_bytes - device <= slack * device, (model_id, context, ngl, server.compute_bytes)
             if ngl != 999:
                 # The layers left in host memory run there whole (the RPC backend takes no op offload).
                 host = probe.compute_bytes_by_device["CPU"]
-                assert 0 <= plan.client.compute_bytes - host <= 0.45 * host, (
-                    context,
-                    ngl,
-                    plan.client.compute_bytes,
-                    host,
-                )
+                assert 0 <= plan.client.compute_bytes - host <= 0.45 * host, (model_id, context, ngl, host)
 
 
 @pytest.mark.llamacpp

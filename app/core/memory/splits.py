@@ -60,7 +60,14 @@ def device_compute_bytes(
             # copies plus the output head's peak.
             need = max(need, copied + (p_layers if settings.flash_attn else peak))
         if arch.n_embd_per_layer:
-            need = max(need, per_layer_input_gpu_bytes(arch, settings, masks, p_layers, head))
+            output_phase = per_layer_input_gpu_bytes(arch, settings, masks, p_layers, head)
+            if head and copied:
+                # The last shared layers' cache copies can stay below the logits (Gemma 4 E4B, 10 of 43
+                # layers at 8k cells and ubatch 2048: 36 MiB above the output phase alone, one full
+                # layer's copy being 32 MiB): two of the largest layer's caches are counted there.
+                largest = max((d.k_bytes + d.v_bytes) // max(1, len(group)) for d, group in caches)
+                output_phase += min(copied, 2 * largest)
+            need = max(need, output_phase)
         if copies > 1:
             piped = pipeline_gpu_bytes(arch, settings, masks, copied, p_layers if head else p_headless, head, copies)
             need = max(need + (copies - 1) * (masks + row), piped)
