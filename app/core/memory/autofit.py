@@ -116,10 +116,10 @@ def auto_fit(
     # GPU use shrinks as N grows: where the hint keeps the margin and one fewer does not, no fewer does
     # (the whole model, N = 0, included), so the search below would answer the hint.
     hint = cpu_moe_hint if fixed_cpu_moe is None and arch.moe is not None else None
-    hinted = hint is not None and 0 < hint < n_layer
+    if hint is not None and not 0 < hint < n_layer:
+        hint = None
     if (
-        hinted
-        and hint is not None
+        hint is not None
         and _gpus_keep_margin(at(n_layer + 1, hint), margin_bytes)
         and not _gpus_keep_margin(at(n_layer + 1, hint - 1), margin_bytes)
     ):
@@ -131,18 +131,14 @@ def auto_fit(
 
     steps: list[str] = [f"The whole model does not fit with {margin_words}."]
     if fixed_cpu_moe is None and arch.moe is not None:
-        # Where the hint keeps the margin, every expert in system memory does.
-        hint_fits = hinted and _gpus_keep_margin(at(n_layer + 1, cpu_moe_hint or 0), margin_bytes)
+        # Where the hint keeps the margin, every expert in system memory does, and so does one fewer
+        # (else it was the answer above).
+        hint_fits = hint is not None and _gpus_keep_margin(at(n_layer + 1, hint), margin_bytes)
         if hint_fits or _gpus_keep_margin(at(n_layer + 1, n_layer), margin_bytes):
             # The fewest layers whose experts must leave the GPU.
             lo, hi = 0, n_layer
-            if hinted and cpu_moe_hint is not None:
-                if hint_fits:
-                    hi = cpu_moe_hint
-                    if not _gpus_keep_margin(at(n_layer + 1, cpu_moe_hint - 1), margin_bytes):
-                        lo = cpu_moe_hint - 1
-                else:
-                    lo = cpu_moe_hint
+            if hint is not None:
+                lo, hi = (0, hint - 1) if hint_fits else (hint, n_layer)
             while hi - lo > 1:
                 mid = (lo + hi) // 2
                 if _gpus_keep_margin(at(n_layer + 1, mid), margin_bytes):

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from app.core.memory import backends
 from app.core.memory.graphs import MLA_ARCHS, allowance_bytes, measured_at, mla_parts, msa_layer_bytes, msa_runs
-from app.core.memory.kv import cache_type, context_cells, graph_key, kv_widths, memo_per_arch
+from app.core.memory.kv import cache_type, context_cells, graph_key, kv_widths, memo_per_arch, memo_per_object
 from app.core.memory.layers import TensorTotals
 from app.core.memory.records import KVCacheDetail, Settings
 from app.core.model.architecture import GEMMA3N_ALTUP, Architecture
@@ -305,27 +305,21 @@ def offload_peak(
     return best + n_ub * arch.n_embd * f32 + gpu_masks
 
 
-_PREFIX_PEAKS: dict[tuple[int, int], tuple[TensorTotals, tuple[list[int], list[int]]]] = {}
-
-
 def _offload_prefix_peaks(arch: Architecture, totals: TensorTotals, n_ub: int) -> tuple[list[int], list[int]]:
     """For each n, the largest copied weight plus its product's input and output over the first n
     layers: (non-expert matrices, routed-expert stacks), remembered per tensor totals and ubatch."""
-    key = (id(totals), n_ub)
-    hit = _PREFIX_PEAKS.get(key)
-    if hit is not None and hit[0] is totals:
-        return hit[1]
-    n_used = arch.moe.n_expert_used if arch.moe is not None else 1
-    matmul, expert = [0], [0]
-    for layer in range(arch.n_layer):
-        size, k, n = totals.largest_matmul[layer]
-        matmul.append(max(matmul[-1], size + n_ub * 4 * (k + n) if size else 0))
-        size, k, n = totals.largest_expert[layer] if totals.largest_expert else (0, 0, 0)
-        expert.append(max(expert[-1], size + n_used * n_ub * 4 * (k + n) if size else 0))
-    if len(_PREFIX_PEAKS) >= 256:
-        _PREFIX_PEAKS.pop(next(iter(_PREFIX_PEAKS)))
-    _PREFIX_PEAKS[key] = (totals, (matmul, expert))
-    return matmul, expert
+
+    def make() -> tuple[list[int], list[int]]:
+        n_used = arch.moe.n_expert_used if arch.moe is not None else 1
+        matmul, expert = [0], [0]
+        for layer in range(arch.n_layer):
+            size, k, n = totals.largest_matmul[layer]
+            matmul.append(max(matmul[-1], size + n_ub * 4 * (k + n) if size else 0))
+            size, k, n = totals.largest_expert[layer] if totals.largest_expert else (0, 0, 0)
+            expert.append(max(expert[-1], size + n_used * n_ub * 4 * (k + n) if size else 0))
+        return matmul, expert
+
+    return memo_per_object(totals, ("offload-prefix", n_ub), make)
 
 
 def fa_scratch_bytes(arch: Architecture, settings: Settings, caches: Sequence[KVCacheDetail], backend: str) -> int:

@@ -35,6 +35,7 @@ from app.core.memory.graphs import allowance_bytes, allowance_key, measured_tabl
 from app.core.memory.kv import (
     context_cells,
     kv_caches,
+    layer_cache_bytes,
     mask_bytes,
     memo_per_arch,
     recurrent_state_bytes_per_layer,
@@ -139,7 +140,7 @@ def estimate(
     kv = [0] * (n_dev + 1)
     runs = device_runs(layer_dev)
     for detail, group in caches:
-        per_layer = detail.k_bytes // max(1, len(group)) + detail.v_bytes // max(1, len(group))
+        per_layer = layer_cache_bytes(detail, group)
         for dev, first, end in runs:
             # A cache's layers are in order: count those in this run of one device's layers.
             kv[dev] += per_layer * (bisect_left(group, end) - bisect_left(group, first))

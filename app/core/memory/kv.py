@@ -80,22 +80,27 @@ def graph_key(settings: Settings) -> tuple[object, ...]:
     )
 
 
-_ARCH_MEMO: dict[tuple[object, ...], tuple[Architecture, object]] = {}
+_MEMO: dict[tuple[object, ...], tuple[object, object]] = {}
 _Made = TypeVar("_Made")
+
+
+def memo_per_object(owner: object, key: tuple[object, ...], make: Callable[[], _Made]) -> _Made:
+    """``make()`` remembered per ``owner`` object (by identity: records are frozen) and ``key``."""
+    full_key = (id(owner), *key)
+    hit = _MEMO.get(full_key)
+    if hit is not None and hit[0] is owner:
+        return cast(_Made, hit[1])
+    value = make()
+    if len(_MEMO) >= 64 * TOTALS_CACHE_SIZE:
+        _MEMO.pop(next(iter(_MEMO)))
+    _MEMO[full_key] = (owner, value)
+    return value
 
 
 def memo_per_arch(arch: Architecture, key: tuple[object, ...], make: Callable[[], _Made]) -> _Made:
     """``make()`` remembered per architecture object and ``key``: the sweeps behind one chart ask
     the same per-layer questions thousands of times."""
-    full_key = (id(arch), *key)
-    hit = _ARCH_MEMO.get(full_key)
-    if hit is not None and hit[0] is arch:
-        return cast(_Made, hit[1])
-    value = make()
-    if len(_ARCH_MEMO) >= 64 * TOTALS_CACHE_SIZE:
-        _ARCH_MEMO.pop(next(iter(_ARCH_MEMO)))
-    _ARCH_MEMO[full_key] = (arch, value)
-    return value
+    return memo_per_object(arch, key, make)
 
 
 def kv_caches(arch: Architecture, settings: Settings) -> list[tuple[KVCacheDetail, list[int]]]:
@@ -230,13 +235,15 @@ def shared_kv_copy_bytes(
     layers are alive together below the first layer's own intermediates: one source layer's whole
     cache per shared layer."""
     start = arch.n_layer - arch.n_kv_shared_layers
-    per_layer: dict[int, int] = {}
-    for detail, group in caches:
-        for i in group:
-            per_layer[i] = (detail.k_bytes + detail.v_bytes) // max(1, len(group))
+    per_layer = {i: layer_cache_bytes(detail, group) for detail, group in caches for i in group}
     copies: dict[int, int] = {}
     for i in range(start, arch.n_layer):
         src = start - (2 if arch.is_swa_layer(i) else 1)
         if layer_dev[i] != layer_dev[src]:
             copies[layer_dev[i]] = copies.get(layer_dev[i], 0) + per_layer.get(src, 0)
     return copies
+
+
+def layer_cache_bytes(detail: KVCacheDetail, group: Sequence[int]) -> int:
+    """One layer's K and V bytes in a cache holding ``group``'s layers (each of the same width)."""
+    return detail.k_bytes // max(1, len(group)) + detail.v_bytes // max(1, len(group))

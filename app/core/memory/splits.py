@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from app.core.memory import backends
 from app.core.memory.compute import compute_parts, host_staging_bytes, offload_peak
-from app.core.memory.kv import graph_key, memo_per_arch, shared_kv_copy_bytes
+from app.core.memory.kv import graph_key, layer_cache_bytes, memo_per_arch, shared_kv_copy_bytes
 from app.core.memory.layers import TensorTotals
 from app.core.memory.records import KVCacheDetail, Settings
 from app.core.model.architecture import Architecture
@@ -65,7 +65,7 @@ def device_compute_bytes(
                 # The last shared layers' cache copies can stay below the logits (Gemma 4 E4B, 10 of 43
                 # layers at 8k cells and ubatch 2048: 36 MiB above the output phase alone, one full
                 # layer's copy being 32 MiB): two of the largest layer's caches are counted there.
-                largest = max((d.k_bytes + d.v_bytes) // max(1, len(group)) for d, group in caches)
+                largest = max(layer_cache_bytes(d, group) for d, group in caches)
                 output_phase += min(copied, 2 * largest)
             need = max(need, output_phase)
         if copies > 1:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
-from app.core.memory.kv import cache_type
+from app.core.memory.kv import cache_type, memo_per_object
 from app.core.memory.layers import TensorTotals, device_runs, tensor_totals
 from app.core.memory.records import Estimate
 from app.core.model.architecture import Architecture
@@ -71,16 +71,22 @@ def placement(
         column = sums[name]
         return column[end] - column[first]
 
+    # The experts one decode step reads: the token's own, or the union of the rows' choices.
+    steps = sums["expert_active"]
     if step_share:
-        # The experts one decode step reads: the union of the rows' choices, at least the token's own.
-        key = f"step {step_share!r}"
-        if key not in sums:
-            union = (max(expert_active[i], expert_bytes[i] * step_share) for i in range(arch.n_layer + 1))
-            sums[key] = list(accumulate(union, initial=0.0))
-    step_column = f"step {step_share!r}" if step_share else "expert_active"
+        steps = memo_per_object(
+            totals,
+            ("step-sums", step_share),
+            lambda: list(
+                accumulate(
+                    (max(expert_active[i], expert_bytes[i] * step_share) for i in range(arch.n_layer + 1)),
+                    initial=0.0,
+                )
+            ),
+        )
 
     def step(first: int, end: int) -> float:
-        return span(step_column, first, end)
+        return steps[end] - steps[first]
 
     cut = est.cpu_moe_layers
     for device, first, end in device_runs(est.layer_devices):
@@ -113,34 +119,28 @@ def placement(
     return Placement(tuple(by_bytes), tuple(by_params), host_layers, copy, tuple(by_ubatch))
 
 
-_SUMS: dict[int, tuple[object, dict[str, list[float]]]] = {}
-
-
 def _layer_sums(arch: Architecture, totals: TensorTotals) -> dict[str, list[float]]:
     """Prefix sums over the placement layers (0..n_layer) of what ``placement`` adds up per run of one
     device's layers, remembered per tensor totals: a decode token's bytes and parameters, its routed
     experts' share of them, the experts' whole bytes, and the dense weights a ubatch reads (the tied
     head reading the token embedding)."""
-    hit = _SUMS.get(id(totals))
-    if hit is not None and hit[0] is totals:
-        return hit[1]
-    n = arch.n_layer + 1
-    dense = [totals.layer_bytes[i] - (totals.expert_bytes[i] if totals.expert_bytes else 0) for i in range(n)]
-    if not totals.has_output:
-        dense[arch.n_layer] += totals.token_embd_bytes
-    columns = {
-        "active": totals.active_layer_bytes,
-        "expert_active": totals.active_expert_bytes or (0.0,) * n,
-        "expert_bytes": totals.expert_bytes or (0,) * n,
-        "expert_params": totals.active_expert_params or (0.0,) * n,
-        "params": totals.active_layer_params or (0.0,) * n,
-        "dense": dense,
-    }
-    sums = {name: list(accumulate(values, initial=0.0)) for name, values in columns.items()}
-    if len(_SUMS) >= 256:
-        _SUMS.pop(next(iter(_SUMS)))
-    _SUMS[id(totals)] = (totals, sums)
-    return sums
+
+    def make() -> dict[str, list[float]]:
+        n = arch.n_layer + 1
+        dense = [totals.layer_bytes[i] - (totals.expert_bytes[i] if totals.expert_bytes else 0) for i in range(n)]
+        if not totals.has_output:
+            dense[arch.n_layer] += totals.token_embd_bytes
+        columns = {
+            "active": totals.active_layer_bytes,
+            "expert_active": totals.active_expert_bytes or (0.0,) * n,
+            "expert_bytes": totals.expert_bytes or (0,) * n,
+            "expert_params": totals.active_expert_params or (0.0,) * n,
+            "params": totals.active_layer_params or (0.0,) * n,
+            "dense": dense,
+        }
+        return {name: list(accumulate(values, initial=0.0)) for name, values in columns.items()}
+
+    return memo_per_object(totals, ("layer-sums",), make)
 
 
 def active_bytes_by_device(arch: Architecture, tensors: Sequence[TensorInfo], est: Estimate) -> list[float]:
