@@ -31,6 +31,28 @@ def _cpu(capacity: int = 16 * GIB):
     return host_ram_target(capacity).model_copy(update={"efficiency_class": "cpu"})
 
 
+def _sparse_file(tmp_path, model_id: str):
+    """A sparse Q4_K_M GGUF of ``model_id``'s shape (a header with real tensor shapes; no weights)."""
+    from app.core.model.quant import quantize_layout
+    from tests.support.proof import architecture_for
+    from tests.support.synthetic_gguf import write_sparse_gguf
+
+    path = tmp_path / f"{model_id}.gguf"
+    if not path.exists():
+        arch = architecture_for(model_id)
+        write_sparse_gguf(path, arch, "Q4_K_M", quantize_layout(arch, "Q4_K_M"))
+    return path
+
+
+def _servers_plan(path, endpoints, **run):
+    """The plan for ``path`` over ``endpoints`` with RunSettings fields ``run``, as FitScope's RPC run builds it."""
+    from app.core.report.run_vs_estimate import estimate_settings
+
+    model = model_from_gguf(path)
+    settings = estimate_settings(RunSettings(gguf_path=str(path), **run), "x86-avx2")
+    return cpu_servers_plan(model.arch, model.tensors, settings, endpoints, _cpu(), 16 * GIB, shared_memory=True)
+
+
 def test_endpoints_are_parsed_as_llama_cpp_takes_them():
     assert parse_endpoints("127.0.0.1:50052, 10.0.0.3:50053") == ("127.0.0.1:50052", "10.0.0.3:50053")
     for bad in ("", "127.0.0.1", "host:port", "a:1,a:1", "h:70000"):
@@ -310,10 +332,6 @@ def test_a_gpu_running_gemma_4_e_models_gets_the_compute_buffer_llama_cpp_reserv
     shared layer (736 MiB at 32k cells), which the plan was 258 MiB (30%) under. E4B with 10 of 43 layers
     at ubatch 2048 keeps some of those copies below its 2 GiB of logits (the plan was 36 MiB under)."""
     from app.adapters.llamacpp_probe import dry_run
-    from app.core.model.quant import quantize_layout
-    from app.core.report.run_vs_estimate import estimate_settings
-    from tests.support.proof import architecture_for
-    from tests.support.synthetic_gguf import write_sparse_gguf
 
     cases = [  # (model, context, -ngl, flash attention, ubatch, the plan's largest excess over the device's)
         ("gemma-4-e2b", 8192, 999, True, 512, 0.01),
@@ -324,24 +342,17 @@ def test_a_gpu_running_gemma_4_e_models_gets_the_compute_buffer_llama_cpp_reserv
     with LocalRpcServers(1) as servers:
         endpoints = servers.endpoints
         for model_id, context, ngl, flash_attn, ubatch, slack in cases:
-            path = tmp_path / f"{model_id}.gguf"
-            if not path.exists():
-                arch = architecture_for(model_id)
-                write_sparse_gguf(path, arch, "Q4_K_M", quantize_layout(arch, "Q4_K_M"))
-            model = model_from_gguf(path)
+            path = _sparse_file(tmp_path, model_id)
             probe = dry_run(
                 path, n_ctx=context, n_ubatch=ubatch, flash_attn=flash_attn, n_gpu_layers=ngl, rpc_servers=endpoints
             )
-            run = RunSettings(
-                gguf_path=str(path),
+            plan = _servers_plan(
+                path,
+                endpoints,
                 context_tokens=context,
                 gpu_layers=-1 if ngl == 999 else ngl,
                 flash_attn=flash_attn,
                 ubatch_tokens=ubatch,
-            )
-            settings = estimate_settings(run, "x86-avx2")
-            plan = cpu_servers_plan(
-                model.arch, model.tensors, settings, endpoints, _cpu(), 16 * GIB, shared_memory=True
             )
             server = plan.hosts[0]
             device = probe.compute_bytes_by_device[f"RPC0[{server.endpoint}]"]
@@ -360,24 +371,13 @@ def test_layers_left_on_the_client_run_there_whole_without_op_offload(tmp_path):
     and masks, 96 MiB at 32k cells where the inputs and attention alone came to 44.5. The plan is within
     1 MiB of llama.cpp's at ubatch 512 and 2048."""
     from app.adapters.llamacpp_probe import dry_run
-    from app.core.model.quant import quantize_layout
-    from app.core.report.run_vs_estimate import estimate_settings
-    from tests.support.proof import architecture_for
-    from tests.support.synthetic_gguf import write_sparse_gguf
 
-    arch = architecture_for("llama-3.2-1b")
-    path = tmp_path / "llama-3.2-1b.gguf"
-    write_sparse_gguf(path, arch, "Q4_K_M", quantize_layout(arch, "Q4_K_M"))
-    model = model_from_gguf(path)
+    path = _sparse_file(tmp_path, "llama-3.2-1b")
     with LocalRpcServers(1) as servers:
         endpoints = servers.endpoints
         for ubatch in (512, 2048):
             probe = dry_run(path, n_ctx=32768, n_ubatch=ubatch, flash_attn=True, n_gpu_layers=8, rpc_servers=endpoints)
-            run = RunSettings(gguf_path=str(path), context_tokens=32768, gpu_layers=8, ubatch_tokens=ubatch)
-            settings = estimate_settings(run, "x86-avx2")
-            plan = cpu_servers_plan(
-                model.arch, model.tensors, settings, endpoints, _cpu(), 16 * GIB, shared_memory=True
-            )
+            plan = _servers_plan(path, endpoints, context_tokens=32768, gpu_layers=8, ubatch_tokens=ubatch)
             host = probe.compute_bytes_by_device["CPU"]
             assert host > 90 * MIB * ubatch // 512
             assert 0 <= plan.client.compute_bytes - host <= MIB
@@ -393,23 +393,12 @@ def test_two_devices_in_a_pipeline_keep_four_copies_of_their_inputs(tmp_path):
     with the output head was 48 MiB, 12%, under). Gemma 4 E2B: the device with the head at or above,
     within 5% (it was 2.4 GiB, 69%, under)."""
     from app.adapters.llamacpp_probe import dry_run
-    from app.core.model.quant import quantize_layout
-    from app.core.report.run_vs_estimate import estimate_settings
-    from tests.support.proof import architecture_for
-    from tests.support.synthetic_gguf import write_sparse_gguf
 
     for model_id, slack in (("llama-3.2-1b", MIB), ("gemma-4-e2b", None)):
-        arch = architecture_for(model_id)
-        path = tmp_path / f"{model_id}.gguf"
-        write_sparse_gguf(path, arch, "Q4_K_M", quantize_layout(arch, "Q4_K_M"))
-        model = model_from_gguf(path)
+        path = _sparse_file(tmp_path, model_id)
         with LocalRpcServers(2) as servers:
             endpoints = servers.endpoints
-            run = RunSettings(gguf_path=str(path), context_tokens=32768, gpu_layers=-1)
-            settings = estimate_settings(run, "x86-avx2")
-            plan = cpu_servers_plan(
-                model.arch, model.tensors, settings, endpoints, _cpu(), 16 * GIB, shared_memory=True
-            )
+            plan = _servers_plan(path, endpoints, context_tokens=32768, gpu_layers=-1)
             probe = dry_run(
                 path,
                 n_ctx=32768,
