@@ -5,7 +5,9 @@ test (pp/tg, tokens, depth) and the published tokens/s. Used by scripts/fit_spee
 Device figures come from the catalog (resources/catalog/devices.json) where the device is in it,
 else from the devices files collected with the rows; Apple GPU variants scale their generation's
 catalog figure by GPU cores; CPUs' FP32 rate is threads (at most the cores) x 3 GHz x SIMD lanes x
-2 (FMA) x 2 (units), the estimator's own rule (app.core.memory.targets.cores_flops_tflops).
+2 (FMA) x 2 (units), the estimator's own rule (app.core.memory.targets.cores_flops_tflops), a prompt's at
+the clock the CPU's busy cores hold instead where its clocks are known (``CPU_CLOCKS``,
+``targets.prompt_clock_ghz``).
 
 Rows with weights in system memory beside a GPU (group "hybrid", tests/data/llama_bench_budget.json)
 are split as llama.cpp places them: the routed experts of the first ``--n-cpu-moe`` layers (or of
@@ -36,7 +38,7 @@ import numpy as np
 
 from app.core.hardware.devices import default_pcie
 from app.core.hardware.host_memory import DEFAULT_HOST_MEMORY, HOST_CPU, HOST_MEMORY, parse_pcie, pcie_gb_s
-from app.core.memory.targets import cores_flops_tflops, kernel_tflops, prompt_tflops
+from app.core.memory.targets import NOMINAL_GHZ, cores_flops_tflops, kernel_tflops, prompt_clock_ghz, prompt_tflops
 from app.core.model.catalog import load_devices
 from app.core.speed.model import (
     DEFAULT_HYBRID,
@@ -74,6 +76,32 @@ CPU_SPECS: dict[str, tuple[float, int, int]] = {  # name fragment -> (GB/s, core
     "i5-9500": (42.7, 6, 8),
     "i7-7820HQ": (38.4, 4, 8),
     "i7-8550U": (38.4, 4, 8),  # ark.intel.com: DDR4-2400, 2 channels
+}
+# CPUs' (base, boost) clocks in GHz, for their prompt rate (``targets.prompt_clock_ghz``): the makers' spec
+# pages (ark.intel.com, amd.com), for the Intel N100 (whose page states no base clock) notebookcheck.net's
+# review, for the Google-only EPYC 9B14 Google Cloud's C3D machine page, for the Xeon 8480 engineering sample
+# the Xeon Platinum 8480+'s. A hybrid Intel CPU's are its performance cores'.
+CPU_CLOCKS: dict[str, tuple[float, float]] = {  # name fragment -> (base, boost)
+    "N100": (1.0, 3.4),
+    "5995WX": (2.7, 4.5),
+    "5975WX": (3.6, 4.5),
+    "8550U": (1.8, 4.0),
+    "4278U": (2.6, 3.1),
+    "HX 370": (2.0, 5.1),
+    "Xeon Platinum 8480": (2.0, 3.8),
+    "Ryzen 9 7950X": (4.5, 5.7),
+    "3970X": (3.7, 4.5),
+    "EPYC 9B14": (2.6, 3.7),
+    "i3-1315U": (1.2, 4.5),
+    "i7-7820HQ": (2.9, 3.9),
+    "i5-9500": (3.0, 4.4),
+    "8840U": (3.3, 5.1),
+    "i5-1135G7": (2.4, 4.2),
+    "i3-14100": (3.5, 4.7),
+    "EPYC 9554": (3.1, 3.75),
+    "i9-14900HX": (2.2, 5.8),
+    "i9-13900H": (2.6, 5.4),
+    "EPYC 9374F": (3.85, 4.3),
 }
 UNIFIED_SPECS: dict[str, tuple[float, float]] = {  # name fragment -> (GB/s, FP16 dense TFLOPS)
     "DGX Spark": (273.0, 62.5),  # GB10: 1 PFLOP FP4 sparse -> FP16 dense 1/16
@@ -915,6 +943,10 @@ def _single_device_rows() -> list[BenchRow]:
             # A prompt of quantized weights at the width of llama.cpp's kernels for it (PROMPT_LANES).
             narrow = kind_test == "pp" and not _float(label)
             flops = prompt_tflops(n, lanes) if narrow else cores_flops_tflops(n, lanes)
+            if kind_test == "pp":
+                # At the clock its busy cores hold (``prompt_clock_ghz``; the nominal one where not known).
+                clocks = next((v for k, v in CPU_CLOCKS.items() if k in device), None)
+                flops *= prompt_clock_ghz(n, cores, clocks) / NOMINAL_GHZ
         if not bw or not flops:
             continue
         layers, kv, share = _shape(label)

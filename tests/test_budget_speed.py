@@ -263,10 +263,12 @@ def test_a_mixture_of_experts_prefills_faster_with_a_larger_ubatch_on_one_gpu():
 
 
 def test_each_quantized_format_prefills_at_its_own_fitted_rate():
-    """llama.cpp's prompt kernels differ by weight format (repacked Q4_0 GEMMs on a CPU, K-quants'
-    super-block scales): the same model prefills at the rate its format was fitted at on published rows
-    (``SpeedModel.prefill_format``), on a CPU build and on a GPU alike, and those rows show Q4_0 faster
-    than Q4_K_M on both."""
+    """llama.cpp's prompt kernels differ by weight format (K-quants' super-block scales, MXFP4's tiles):
+    the same model prefills at the rate its format was fitted at on published rows
+    (``SpeedModel.prefill_format``), on a CPU build and on a GPU alike. The GPU rows show Q4_0 faster than
+    Q4_K_M. On x86 builds both are repacked for the same GEMMs, and once each CPU's prompt runs at its own
+    clock (``prompt_clock_ghz``) the CPU rows show them within a few per cent (they showed Q4_0 20% faster
+    when every CPU counted 3 GHz: the faster desktop chips had run Q4_0)."""
     shipped = load_speed_model()
 
     def prefill(quant: str, targets: list[Target]) -> float:
@@ -279,7 +281,7 @@ def test_each_quantized_format_prefills_at_its_own_fitted_rate():
         ("gpu", [target_from_device(find_device("rtx-4090")), host_ram_target(64 * GIB)]),
     ):
         fitted = shipped.format_factor(kind, "simple") / shipped.format_factor(kind, "kquant")
-        assert fitted > 1.05, kind
+        assert fitted > 1.05 if kind == "gpu" else 0.95 < fitted < 1.1, kind
         # The weights' reads per ubatch (Q4_0's file is smaller) move it a few per cent at most.
         assert prefill("Q4_0", targets) / prefill("Q4_K_M", targets) == pytest.approx(fitted, rel=0.06), kind
 
@@ -345,6 +347,48 @@ def test_avx512_does_not_double_a_cpus_quantized_prompt_rate():
     # A catalog CPU carries its lanes: the Ryzen 9 9950X's quantized prompt rate is its AVX2 rate.
     ryzen = target_from_device(find_device("ryzen-9-9950x"))
     assert ryzen.prompt_tflops == pytest.approx(ryzen.fp16_tflops / 2)
+
+
+def test_a_cpus_prompt_runs_at_the_clock_its_busy_cores_hold():
+    """A prompt's matrix products keep every core busy, so a CPU runs them at its base clock (the one its
+    maker rates at its sustained power) and nearer its boost clock on fewer threads (``prompt_clock_ghz``).
+    Two CPUs alike but for their clocks, a 15 W laptop chip (1.8 / 4.0 GHz, the i7-8550U's) and a desktop
+    one (4.5 / 5.7 GHz, the Ryzen 9 7950X's), decode alike and prefill 2.5x apart; a CPU whose clocks are not
+    known is counted at the nominal 3 GHz; the estimate names the clock. On the collected x86 rows this took
+    prefill from 27.6% to 14.5% median error each source held out, and the test set's from 44.6% to 22.2%
+    (README, "How fast")."""
+
+    def host(clocks: tuple[float, float] | None) -> HostSnapshot:
+        return HostSnapshot(
+            cpu_model="x86 CPU",
+            physical_cores=8,
+            logical_cores=16,
+            ram_total_bytes=64 * GIB,
+            ram_available_bytes=48 * GIB,
+            cpu_flags=("avx2", "fma"),
+            cpu_clocks_ghz=clocks,
+            measured_read_bandwidth_gb_s=60.0,
+            timestamp=0.0,
+        )
+
+    def speed(target: Target, threads: int | None = None):
+        model = model_from_catalog("llama-3.1-8b", "Q4_K_M")
+        settings = Settings(context_tokens=4096, threads=threads)
+        est = estimate(model.arch, model.tensors, settings, [target])
+        return estimate_speed(model.arch, model.tensors, est, [target], prompt_tokens=512)
+
+    laptop, desktop, unknown = (speed(cpu_target(host(c))) for c in ((1.8, 4.0), (4.5, 5.7), None))
+    assert desktop.prefill_typical / laptop.prefill_typical == pytest.approx(4.5 / 1.8, rel=0.01)
+    assert unknown.prefill_typical / laptop.prefill_typical == pytest.approx(3.0 / 1.8, rel=0.01)
+    assert desktop.decode_typical == pytest.approx(laptop.decode_typical, rel=1e-6)
+    assert "at 1.8 GHz" in "\n".join(laptop.assumptions) and "GHz" not in "\n".join(unknown.assumptions)
+    # On 2 of its 8 cores the laptop chip holds 3.45 GHz: each thread does almost twice the work.
+    two = speed(cpu_target(host((1.8, 4.0))), threads=2)
+    assert two.prefill_typical / laptop.prefill_typical == pytest.approx(2 / 8 * 3.45 / 1.8, rel=0.01)
+    # A catalog CPU carries its maker's clocks: the Xeon 6980P's 2.0 GHz base, the Ryzen 9 9950X's 4.3.
+    xeon, ryzen = (target_from_device(find_device(i)) for i in ("xeon-6980p", "ryzen-9-9950x"))
+    assert xeon.cpu_clocks_ghz == (2.0, 3.9) and ryzen.cpu_clocks_ghz == (4.3, 5.7)
+    assert "at 2.0 GHz" in "\n".join(speed(xeon).assumptions)
 
 
 def test_an_rdna4_cards_quantized_kernels_run_at_its_packed_fp16_rate():

@@ -299,7 +299,8 @@ def test_fitscope_hw_prints_what_the_window_shows(tmp_path, capsys, monkeypatch)
 
     strix_halo_z13(tmp_path)
     status = detected(AmdProbe(tmp_path, amdgpu_ids=NO_IDS, system_memory=lambda: (124 * GIB, 110 * GIB)))
-    here = host("AMD RYZEN AI MAX+ 395", 124 * GIB, 110 * GIB)
+    # The clocks Linux reports for it (ACPI CPPC's nominal, cpufreq's maximum).
+    here = host("AMD RYZEN AI MAX+ 395", 124 * GIB, 110 * GIB).model_copy(update={"cpu_clocks_ghz": (3.0, 5.1)})
     monkeypatch.setattr(gpus, "detect_gpus", lambda: status)
     monkeypatch.setattr(host_module, "detect_host", lambda measure_bandwidth: here)
     assert cli.main(["hw"]) == 0
@@ -308,7 +309,7 @@ def test_fitscope_hw_prints_what_the_window_shows(tmp_path, capsys, monkeypatch)
     assert out == machine_lines(status, here)
     assert out[:3] == [gpu_label(gpu), f"  memory: {gpu_bar(gpu)[1]}", f"  {gpu.memory_note}"]
     assert out[-2:] == [
-        "CPU: AMD RYZEN AI MAX+ 395, 16 cores / 16 threads",
+        "CPU: AMD RYZEN AI MAX+ 395, 16 cores / 16 threads, 3.0–5.1 GHz",
         "RAM: 110.0 GiB free of 124.0 GiB; memory read 100 GB/s (measured)",
     ]
     assert cli.main(["hw", "--json"]) == 0

@@ -105,6 +105,27 @@ def test_missing_proc_cpuinfo_falls_back_to_unknown_cpu(monkeypatch, tmp_path):
     assert snap.logical_cores > 0
 
 
+def test_cpu_clocks_come_from_what_the_os_reports(monkeypatch, tmp_path):
+    """(base, boost) GHz: Linux's cpufreq base_frequency and cpuinfo_max_freq (kHz), else ACPI CPPC's
+    nominal_freq (MHz), else the base an Intel model name states; none where nothing tells the base."""
+    assert host.parse_cpu_clocks("Intel(R) Core(TM) i7-8550U CPU @ 1.80GHz", None, 4000.0) == (1.8, 4.0)
+    assert host.parse_cpu_clocks("AMD Ryzen 9 7950X 16-Core Processor", 4500.0, 5881.0) == (4.5, 5.881)
+    assert host.parse_cpu_clocks("AMD Ryzen 9 7950X 16-Core Processor", None, 5881.0) is None
+    # Boost off (or a maximum below the base): the base twice; a figure no CPU runs at: none.
+    assert host.parse_cpu_clocks("Intel(R) Xeon(R) Gold 6148 CPU @ 2.40GHz", None, None) == (2.4, 2.4)
+    assert host.parse_cpu_clocks("x", 40_000.0, None) is None
+    monkeypatch.setattr(host.sys, "platform", "linux")
+    cpu0 = tmp_path / "cpu0"
+    (cpu0 / "cpufreq").mkdir(parents=True)
+    (cpu0 / "cpufreq" / "cpuinfo_max_freq").write_text("5100000\n")
+    (cpu0 / "acpi_cppc").mkdir()
+    (cpu0 / "acpi_cppc" / "nominal_freq").write_text("2000\n")
+    assert host._cpu_clocks("AMD Ryzen AI 9 HX 370", cpu0) == (2.0, 5.1)
+    (cpu0 / "cpufreq" / "base_frequency").write_text("2200000\n")
+    assert host._cpu_clocks("Intel(R) Core(TM) i9-14900HX", cpu0) == (2.2, 5.1)
+    assert host._cpu_clocks("AMD EPYC", tmp_path / "missing") is None
+
+
 def test_real_cpu_is_named_on_linux():
     if not host.sys.platform.startswith("linux") or not host._CPUINFO_PATH.exists():
         pytest.skip("needs Linux /proc/cpuinfo")

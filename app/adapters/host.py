@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import re
 import sys
 import time
 from pathlib import Path
@@ -163,6 +164,55 @@ def _windows_cpu() -> tuple[str | None, tuple[str, ...]]:
     return model or platform.processor() or None, _normalise_flags(tokens)
 
 
+_CPU0_PATH = Path("/sys/devices/system/cpu/cpu0")
+
+
+def _read_number(path: Path) -> float | None:
+    with contextlib.suppress(OSError, ValueError):
+        value = float(path.read_text(encoding="ascii", errors="replace").strip())
+        return value if value > 0 else None
+    return None
+
+
+def parse_cpu_clocks(
+    model: str, base_mhz: float | None = None, max_mhz: float | None = None
+) -> tuple[float, float] | None:
+    """(base, boost) GHz of a CPU from what the OS reports: its base clock (``base_mhz``), else the one an
+    Intel model name states ("... CPU @ 2.40GHz"); its highest clock (``max_mhz``, the boost where boost is
+    on) where it is above the base, else the base again. None without a base clock (nor a plausible one:
+    0.4-7 GHz)."""
+    base = base_mhz / 1000 if base_mhz else None
+    if base is None:
+        m = re.search(r"@\s*(\d+(?:\.\d+)?)\s*GHz", model, re.IGNORECASE)
+        base = float(m.group(1)) if m else None
+    if base is None or not 0.4 <= base <= 7.0:
+        return None
+    top = max_mhz / 1000 if max_mhz else 0.0
+    return base, round(top, 3) if base < top <= 7.0 else base
+
+
+def _cpu_clocks(model: str, root: Path = _CPU0_PATH) -> tuple[float, float] | None:
+    """This CPU's (base, boost) GHz (``parse_cpu_clocks``) from Linux's cpufreq (``base_frequency`` of
+    intel_pstate and amd-pstate, kHz; ``cpuinfo_max_freq``, kHz) or ACPI CPPC (``nominal_freq``, MHz), from
+    macOS's sysctl on Intel Macs, from psutil elsewhere (its maximum); None where none is reported."""
+    base = max_mhz = None
+    with contextlib.suppress(Exception):
+        if sys.platform.startswith("linux"):
+            khz = _read_number(root / "cpufreq" / "base_frequency")
+            base = khz / 1000 if khz else _read_number(root / "acpi_cppc" / "nominal_freq")
+            top = _read_number(root / "cpufreq" / "cpuinfo_max_freq")
+            max_mhz = top / 1000 if top else None
+        elif sys.platform == "darwin":
+            hz, top_hz = _sysctl("hw.cpufrequency"), _sysctl("hw.cpufrequency_max")
+            base = float(hz) / 1e6 if hz else None
+            max_mhz = float(top_hz) / 1e6 if top_hz else None
+        if max_mhz is None:
+            freq = psutil.cpu_freq()
+            max_mhz = float(freq.max) if freq and freq.max else None
+            base = base or (None if sys.platform.startswith("linux") else max_mhz)
+    return parse_cpu_clocks(model, base, max_mhz)
+
+
 def _cpu_model_and_flags() -> tuple[str, tuple[str, ...]]:
     model: str | None = None
     flags: tuple[str, ...] = ()
@@ -280,6 +330,7 @@ def detect_host(measure_bandwidth: bool = True) -> HostSnapshot:
         ram_total_bytes=memory.total,
         ram_available_bytes=memory.available,
         cpu_flags=flags,
+        cpu_clocks_ghz=_cpu_clocks(model),
         measured_read_bandwidth_gb_s=bandwidth,
         timestamp=time.time(),
     )

@@ -105,9 +105,11 @@ def diagnostics(machine: Machine, context: dict[str, str], last_error: str, log_
             if (host.measured_read_bandwidth_gb_s)
             else ""
         )
+        clocks = host.cpu_clocks_ghz
         lines.append(
             f"CPU: {host.cpu_model}, {host.physical_cores or '?'} cores / {host.logical_cores} threads, "
-            f"flags {' '.join(host.cpu_flags) or 'none'}"
+            + (f"base {clocks[0]:.2f} GHz, boost {clocks[1]:.2f} GHz, " if clocks else "")
+            + f"flags {' '.join(host.cpu_flags) or 'none'}"
         )
         lines.append(
             f"RAM: {host.ram_total_bytes / 2**30:.1f} GiB total, {host.ram_available_bytes / 2**30:.1f} free{bw}"
@@ -179,8 +181,7 @@ GLOSSARY: dict[str, str] = {
     "memory can be read.",
     "Time to first token (TTFT)": "How long before the first word of the answer appears.",
     "p50 / p95": "Waiting times: half of the requests wait less than p50, 95 in 100 wait less than p95.",
-    "Batching": "Answering several requests in one pass: more answers per second in total, each a little "
-    "slower.",
+    "Batching": "Answering several requests in one pass: more answers per second in total, each a little slower.",
     "Flash attention": "A faster way to compute attention that also needs less working memory; llama.cpp "
     "uses it by default where it can.",
     "Mixture of experts (MoE)": "Models with many expert blocks of which only a few work on each token: "

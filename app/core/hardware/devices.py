@@ -41,6 +41,9 @@ class DeviceSpec(BaseModel):
         default=None, gt=0, le=10000, description="a GPU's FP32 peak on its shader ALUs (no tensor or matrix units)"
     )
     simd_lanes: int | None = Field(default=None, ge=4, le=16)  # a CPU's FP32 lanes: 16 with AVX-512, 8 with AVX2
+    clocks_ghz: tuple[float, float] | None = Field(
+        default=None, description="a CPU's (base, boost) clocks in GHz, from its maker's spec page"
+    )
     price_usd: float | None = Field(default=None, gt=0)
     release_year: int | None = Field(default=None, ge=2010, le=2030)
     compute_capability: str | None = None

@@ -181,6 +181,7 @@ class HostSnapshot(BaseModel):
     ram_total_bytes: int = Field(ge=0)
     ram_available_bytes: int = Field(ge=0)
     cpu_flags: tuple[str, ...] = ()
+    cpu_clocks_ghz: tuple[float, float] | None = None  # (base, boost), as the OS reports them
     measured_read_bandwidth_gb_s: float | None = Field(default=None, gt=0)
     timestamp: float = Field(ge=0)
 

@@ -210,6 +210,11 @@ class Target(Frozen):
         "(``prompt_lanes``); an RDNA 4 GPU's prompt and decode kernels at its packed-FP16 rate, half its "
         "matrix peak; fp16_tflops where None",
     )
+    cpu_clocks_ghz: tuple[float, float] | None = Field(
+        default=None,
+        description="a CPU's (base, boost) clocks in GHz, where known: a prompt's matrix products run at the clock "
+        "its busy cores hold (``targets.prompt_clock_ghz``); None: the nominal clock the speed model counts",
+    )
 
     @property
     def runtime_overhead_bytes(self) -> int:

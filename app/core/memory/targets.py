@@ -34,6 +34,7 @@ def target_from_device(device: DeviceSpec, pcie: tuple[int, int] | None = None) 
         pcie_gen=link[0] if link else None,
         pcie_lanes=link[1] if link else None,
         pcie_stated=pcie is not None,
+        cpu_clocks_ghz=None if device.is_gpu else device.clocks_ghz,
     )
 
 
@@ -84,10 +85,32 @@ def simd_fp32_lanes(avx512: bool, avx2: bool = True) -> int:
     return 16 if avx512 else 8 if avx2 else 4
 
 
+# The clock ``cores_flops_tflops`` counts every core at: the speed model's CPU constants are rates against it.
+NOMINAL_GHZ = 3.0
+
+
+def prompt_clock_ghz(threads: int | None, cores: int | None, clocks: tuple[float, float] | None) -> float:
+    """The clock a CPU holds through a prompt's matrix products on ``threads`` of its ``cores`` (all of
+    them where either is None), from its (base, boost) ``clocks`` in GHz: the base clock with every core
+    busy (the clock its maker rates at its sustained power, which an all-core AVX load is held to),
+    rising linearly to the boost clock as fewer cores share that power. NOMINAL_GHZ where the clocks are
+    not known. Published llama-bench prompt rates of x86 CPUs follow it (mobile chips at their low base
+    clock, desktop ones near boost; tests/data, ``CPU_CLOCKS``), where 3 GHz for all left them 0.3x-1.8x
+    apart."""
+    if not clocks:
+        return NOMINAL_GHZ
+    base, boost = clocks
+    if not cores or not threads:
+        return base
+    idle = 1.0 - min(threads, cores) / cores
+    return base + (max(boost, base) - base) * idle
+
+
 def cores_flops_tflops(cores: int, lanes: int) -> float:
-    """Peak FP32 FMA throughput of ``cores``: cores x 3 GHz x lanes x 2 (FMA) x 2 (units), in TFLOPS
-    (an order of magnitude; the speed model's CPU constants are fitted against this same rule)."""
-    return cores * 3.0e9 * lanes * 2 * 2 / 1e12
+    """Peak FP32 FMA throughput of ``cores``: cores x NOMINAL_GHZ x lanes x 2 (FMA) x 2 (units), in TFLOPS
+    (an order of magnitude; the speed model's CPU constants are fitted against this same rule, a prompt's
+    with the CPU's own clock on top: ``prompt_clock_ghz``)."""
+    return cores * NOMINAL_GHZ * 1e9 * lanes * 2 * 2 / 1e12
 
 
 # llama.cpp's x86 prompt kernels for quantized weights work at AVX2's width: the dot products of the
@@ -158,6 +181,7 @@ def cpu_target(host: HostSnapshot | None) -> Target:
         prompt_tflops=prompt_tflops(host.physical_cores or host.logical_cores, host_lanes(host)),
         efficiency_class="cpu",
         cpu_cores=host.physical_cores or host.logical_cores,
+        cpu_clocks_ghz=host.cpu_clocks_ghz,
     )
 
 
@@ -187,6 +211,7 @@ def host_ram_target(
             prompt_tflops=prompt_tflops(n_cores, simd_fp32_lanes(avx512, avx2)),
             efficiency_class="cpu",
             cpu_cores=n_cores,
+            cpu_clocks_ghz=host.cpu_clocks_ghz if host is not None else None,
         )
     memory = parse_host_memory(host_memory)
     avx512 = memory.avx512

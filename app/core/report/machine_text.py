@@ -97,6 +97,9 @@ def host_label(host: HostSnapshot | None, measuring: bool = False) -> str:
         if host.physical_cores
         else f"{host.logical_cores} threads"
     )
+    if host.cpu_clocks_ghz:
+        base, boost = host.cpu_clocks_ghz
+        cores += f", {base:.1f}–{boost:.1f} GHz" if boost > base else f", {base:.1f} GHz"
     if host.measured_read_bandwidth_gb_s:
         bandwidth = f"memory read {host.measured_read_bandwidth_gb_s:.0f} GB/s (measured)"
     else:

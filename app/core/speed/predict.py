@@ -38,6 +38,7 @@ from app.core.memory import backends
 from app.core.memory.kv import memo_per_arch
 from app.core.memory.layers import device_runs, tensor_totals
 from app.core.memory.records import Estimate, Settings, Target
+from app.core.memory.targets import NOMINAL_GHZ, prompt_clock_ghz
 from app.core.model.architecture import Architecture
 from app.core.model.tensors import TensorInfo
 from app.core.speed.model import (
@@ -169,6 +170,7 @@ def estimate_speed(
     prefill_s_per_flop = 0.0  # seconds per FLOP of a prompt token, summed over the devices' shares
     narrow_prompt = ""  # a CPU whose AVX-512 the quantized prompt kernels do not use
     packed_prompt = ""  # a GPU whose quantized kernels run below its matrix peak (RDNA 4)
+    clocked: tuple[str, float] | None = None  # a CPU whose clocks are known, and its prompt's clock
     unchecked_users = ""  # a GPU on a build whose slowdown with several users no published run checks
     rows_gpu: Target | None = None  # the first GPU computing users' rows
     row_flop = model.row_flop_per_param(est.backend)  # FLOP per parameter of each further user's row
@@ -320,6 +322,12 @@ def estimate_speed(
         if host_share and offloaded and gpu0 is not None:
             rate_target, rate_c = gpu0, model.constants(target_family(gpu0, est.backend))
         rate_tflops = rate_target.fp16_tflops * (threads if rate_target is target else 1.0)
+        if rate_target.kind == "cpu":
+            # A CPU's prompt runs at the clock its busy cores hold (``prompt_clock_ghz``).
+            clock = prompt_clock_ghz(n_threads or None, rate_target.cpu_cores, rate_target.cpu_clocks_ghz)
+            rate_tflops *= clock / NOMINAL_GHZ
+            if rate_target.cpu_clocks_ghz:
+                clocked = (rate_target.name, clock)
         build = est.backend if rate_target.kind == "gpu" else "cpu"
         # The quantized weights at their format's rate (``SpeedModel.prefill_format``), the float ones at the
         # family's float factor.
@@ -391,6 +399,11 @@ def estimate_speed(
         f"prefill of {prompt_tokens} tokens at {flops_per_token / 1e9:.1f} GFLOP per token; ubatch "
         f"{settings.effective_ubatch}."
     )
+    if clocked:
+        assumptions.append(
+            f"{clocked[0]}: its prompt's matrix products at {clocked[1]:.1f} GHz, the clock its busy cores hold "
+            "(its base clock with every core working, nearer its boost clock on fewer threads)."
+        )
     if narrow_prompt:
         assumptions.append(
             f"{narrow_prompt}: llama.cpp's prompt kernels for quantized weights work at AVX2's width "
