@@ -385,6 +385,15 @@ def test_a_cpus_prompt_runs_at_the_clock_its_busy_cores_hold():
     # On 2 of its 8 cores the laptop chip holds 3.45 GHz: each thread does almost twice the work.
     two = speed(cpu_target(host((1.8, 4.0))), threads=2)
     assert two.prefill_typical / laptop.prefill_typical == pytest.approx(2 / 8 * 3.45 / 1.8, rel=0.01)
+    # A hybrid Intel CPU (an i9-14900HX: 8 performance and 16 efficient cores): llama.cpp runs on its 8
+    # performance cores unless -t says otherwise (``HostSnapshot.llama_threads``), at the clock 8 busy cores
+    # of 24 hold (4.6 GHz); on all 24, at its 2.2 GHz base.
+    hx = host((2.2, 5.8)).model_copy(update={"physical_cores": 24, "logical_cores": 32, "llama_threads": 8})
+    default, eight, every = (speed(cpu_target(hx), threads=t) for t in (None, 8, 24))
+    assert default.prefill_typical == pytest.approx(eight.prefill_typical, rel=1e-9)
+    assert default.decode_typical == pytest.approx(eight.decode_typical, rel=1e-9)
+    assert eight.prefill_typical / every.prefill_typical == pytest.approx(8 * 4.6 / (24 * 2.2), rel=0.01)
+    assert "cpu-x86 constants, 8 thread(s)" in "\n".join(default.assumptions)
     # A catalog CPU carries its maker's clocks: the Xeon 6980P's 2.0 GHz base, the Ryzen 9 9950X's 4.3.
     xeon, ryzen = (target_from_device(find_device(i)) for i in ("xeon-6980p", "ryzen-9-9950x"))
     assert xeon.cpu_clocks_ghz == (2.0, 3.9) and ryzen.cpu_clocks_ghz == (4.3, 5.7)

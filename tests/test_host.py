@@ -126,6 +126,13 @@ def test_cpu_clocks_come_from_what_the_os_reports(monkeypatch, tmp_path):
     assert host._cpu_clocks("AMD EPYC", tmp_path / "missing") is None
 
 
+def test_the_snapshot_names_the_threads_llama_cpp_uses_here(monkeypatch):
+    """llama.cpp's default thread count (a hybrid CPU's performance cores: ``cpu_topology``) travels with
+    the snapshot, so that estimates for this machine assume what a run here does."""
+    monkeypatch.setattr(host, "llama_math_threads", lambda: 8)
+    assert detect_host(measure_bandwidth=False).llama_threads == 8
+
+
 def test_real_cpu_is_named_on_linux():
     if not host.sys.platform.startswith("linux") or not host._CPUINFO_PATH.exists():
         pytest.skip("needs Linux /proc/cpuinfo")

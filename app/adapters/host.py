@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import psutil
 
+from app.adapters.cpu_topology import llama_math_threads
 from app.core.hardware.snapshots import HostSnapshot
 
 if TYPE_CHECKING:
@@ -331,6 +332,7 @@ def detect_host(measure_bandwidth: bool = True) -> HostSnapshot:
         ram_available_bytes=memory.available,
         cpu_flags=flags,
         cpu_clocks_ghz=_cpu_clocks(model),
+        llama_threads=llama_math_threads(),
         measured_read_bandwidth_gb_s=bandwidth,
         timestamp=time.time(),
     )

@@ -182,6 +182,9 @@ class HostSnapshot(BaseModel):
     ram_available_bytes: int = Field(ge=0)
     cpu_flags: tuple[str, ...] = ()
     cpu_clocks_ghz: tuple[float, float] | None = None  # (base, boost), as the OS reports them
+    # The threads llama.cpp's tools use here by default: the physical cores, only the performance cores
+    # of a hybrid CPU (``app.adapters.cpu_topology``); None: not known (the physical cores are assumed).
+    llama_threads: int | None = Field(default=None, ge=1)
     measured_read_bandwidth_gb_s: float | None = Field(default=None, gt=0)
     timestamp: float = Field(ge=0)
 

@@ -101,7 +101,10 @@ class Settings(Frozen):
     mmap: bool = True
     n_cpu_moe: int = Field(default=0, ge=0, description="--n-cpu-moe: expert tensors of the first N layers in RAM")
     threads: int | None = Field(
-        default=None, ge=1, le=4096, description="-t: CPU threads; None: llama.cpp's default (the physical cores)"
+        default=None,
+        ge=1,
+        le=4096,
+        description="-t: CPU threads; None: llama.cpp's default (the physical cores, a hybrid CPU's performance cores)",
     )
     mmproj: ProjectorSpec | None = Field(default=None, description="--mmproj: a vision projector beside the model")
     mmproj_offload: bool = Field(default=True, description="False: --no-mmproj-offload (the projector in host memory)")
@@ -209,6 +212,12 @@ class Target(Frozen):
         "(``targets.kernel_tflops``): a CPU's prompt kernels at AVX2's width even where it has AVX-512 "
         "(``prompt_lanes``); an RDNA 4 GPU's prompt and decode kernels at its packed-FP16 rate, half its "
         "matrix peak; fp16_tflops where None",
+    )
+    cpu_default_threads: int | None = Field(
+        default=None,
+        ge=1,
+        description="a CPU's threads when -t is not given: llama.cpp's default here (a hybrid CPU's performance "
+        "cores); None: all of cpu_cores",
     )
     cpu_clocks_ghz: tuple[float, float] | None = Field(
         default=None,

@@ -182,6 +182,7 @@ def cpu_target(host: HostSnapshot | None) -> Target:
         efficiency_class="cpu",
         cpu_cores=host.physical_cores or host.logical_cores,
         cpu_clocks_ghz=host.cpu_clocks_ghz,
+        cpu_default_threads=host.llama_threads,
     )
 
 
@@ -212,6 +213,7 @@ def host_ram_target(
             efficiency_class="cpu",
             cpu_cores=n_cores,
             cpu_clocks_ghz=host.cpu_clocks_ghz if host is not None else None,
+            cpu_default_threads=host.llama_threads if host is not None and not cores else None,
         )
     memory = parse_host_memory(host_memory)
     avx512 = memory.avx512

@@ -124,11 +124,12 @@ def decode_tflops(target: Target) -> float:
 
 def thread_share(target: Target, settings: Settings) -> tuple[float, int]:
     """(share of the CPU's FLOP/s the threads reach, threads): ``-t`` of the physical cores (llama.cpp's
-    default is all of them; threads beyond the cores add nothing)."""
+    default is all of them, a hybrid CPU's performance cores: ``Target.cpu_default_threads``; threads
+    beyond the cores add nothing)."""
     cores = target.cpu_cores
     if not cores:
         return 1.0, settings.threads or 0
-    threads = settings.threads or cores
+    threads = settings.threads or target.cpu_default_threads or cores
     return min(threads, cores) / cores, threads
 
 
