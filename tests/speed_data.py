@@ -5,9 +5,9 @@ test (pp/tg, tokens, depth) and the published tokens/s. Used by scripts/fit_spee
 Device figures come from the catalog (resources/catalog/devices.json) where the device is in it,
 else from the devices files collected with the rows; Apple GPU variants scale their generation's
 catalog figure by GPU cores; CPUs' FP32 rate is threads (at most the cores) x 3 GHz x SIMD lanes x
-2 (FMA) x 2 (units), the estimator's own rule (app.core.memory.targets.cores_flops_tflops), a prompt's at
-the clock the CPU's busy cores hold instead where its clocks are known (``CPU_CLOCKS``,
-``targets.prompt_clock_ghz``).
+2 (FMA) x 2 (units), the estimator's own rule (app.core.memory.targets.cores_flops_tflops), at the clock
+the CPU's busy cores hold instead where its clocks are known (``CPU_CLOCKS``, ``targets.busy_clock_ghz``;
+a GPU's host keeps 3 GHz).
 
 Rows with weights in system memory beside a GPU (group "hybrid", tests/data/llama_bench_budget.json)
 are split as llama.cpp places them: the routed experts of the first ``--n-cpu-moe`` layers (or of
@@ -38,7 +38,7 @@ import numpy as np
 
 from app.core.hardware.devices import default_pcie
 from app.core.hardware.host_memory import DEFAULT_HOST_MEMORY, HOST_CPU, HOST_MEMORY, parse_pcie, pcie_gb_s
-from app.core.memory.targets import NOMINAL_GHZ, cores_flops_tflops, kernel_tflops, prompt_clock_ghz, prompt_tflops
+from app.core.memory.targets import NOMINAL_GHZ, busy_clock_ghz, cores_flops_tflops, kernel_tflops, prompt_tflops
 from app.core.model.catalog import load_devices
 from app.core.speed.model import (
     DEFAULT_HYBRID,
@@ -77,10 +77,11 @@ CPU_SPECS: dict[str, tuple[float, int, int]] = {  # name fragment -> (GB/s, core
     "i7-7820HQ": (38.4, 4, 8),
     "i7-8550U": (38.4, 4, 8),  # ark.intel.com: DDR4-2400, 2 channels
 }
-# CPUs' (base, boost) clocks in GHz, for their prompt rate (``targets.prompt_clock_ghz``): the makers' spec
+# CPUs' (base, boost) clocks in GHz, for their arithmetic (``targets.busy_clock_ghz``): the makers' spec
 # pages (ark.intel.com, amd.com), for the Intel N100 (whose page states no base clock) notebookcheck.net's
 # review, for the Google-only EPYC 9B14 Google Cloud's C3D machine page, for the Xeon 8480 engineering sample
-# the Xeon Platinum 8480+'s. A hybrid Intel CPU's are its performance cores'.
+# the Xeon Platinum 8480+'s. A hybrid Intel CPU's are its performance cores'. ARM server and board CPUs run at
+# one clock.
 CPU_CLOCKS: dict[str, tuple[float, float]] = {  # name fragment -> (base, boost)
     "N100": (1.0, 3.4),
     "5995WX": (2.7, 4.5),
@@ -102,7 +103,30 @@ CPU_CLOCKS: dict[str, tuple[float, float]] = {  # name fragment -> (base, boost)
     "i9-14900HX": (2.2, 5.8),
     "i9-13900H": (2.6, 5.4),
     "EPYC 9374F": (3.85, 4.3),
+    "Ryzen AI MAX+ 395": (3.0, 5.1),
+    "Ryzen 9 7900 ": (3.7, 5.4),
+    "i7-1360P": (2.2, 5.0),
+    "Ryzen 9 9950X": (4.3, 5.7),
+    "EPYC 9655": (2.6, 4.5),
+    "Ryzen Z1": (3.2, 4.9),
+    "Ryzen 5 3500": (3.6, 4.1),
+    "i5-12600K": (3.7, 4.9),
+    "i9-10900X": (3.7, 4.5),
+    "Ryzen 7 7700X": (4.5, 5.4),
+    "Ryzen 7 5700X": (3.4, 4.6),
+    "Ultra 7 265K": (3.9, 5.5),
+    "BCM2712": (2.4, 2.4),  # Raspberry Pi 5 and CM5: Raspberry Pi's product briefs
+    "Raspberry Pi 5": (2.4, 2.4),
+    "Ampere Altra": (3.0, 3.0),  # Oracle Cloud's A1 shapes: Altra Q80-30
+    "Graviton4": (2.8, 2.8),  # AWS's Graviton4 page
 }
+
+
+def cpu_clocks(name: str) -> tuple[float, float] | None:
+    """A collected CPU's (base, boost) GHz (``CPU_CLOCKS``), None where its name is not there."""
+    return next((v for k, v in CPU_CLOCKS.items() if k.lower() in name.lower()), None)
+
+
 UNIFIED_SPECS: dict[str, tuple[float, float]] = {  # name fragment -> (GB/s, FP16 dense TFLOPS)
     "DGX Spark": (273.0, 62.5),  # GB10: 1 PFLOP FP4 sparse -> FP16 dense 1/16
     "Ryzen AI Max": (256.0, 59.4),  # 40 RDNA 3.5 CUs x 2.9 GHz x 512 FP16 FLOP/clock
@@ -943,10 +967,8 @@ def _single_device_rows() -> list[BenchRow]:
             # A prompt of quantized weights at the width of llama.cpp's kernels for it (PROMPT_LANES).
             narrow = kind_test == "pp" and not _float(label)
             flops = prompt_tflops(n, lanes) if narrow else cores_flops_tflops(n, lanes)
-            if kind_test == "pp":
-                # At the clock its busy cores hold (``prompt_clock_ghz``; the nominal one where not known).
-                clocks = next((v for k, v in CPU_CLOCKS.items() if k in device), None)
-                flops *= prompt_clock_ghz(n, cores, clocks) / NOMINAL_GHZ
+            # At the clock its busy cores hold (``busy_clock_ghz``; the nominal one where not known).
+            flops *= busy_clock_ghz(n, cores, cpu_clocks(device)) / NOMINAL_GHZ
         if not bw or not flops:
             continue
         layers, kv, share = _shape(label)
@@ -1169,6 +1191,8 @@ def _budget_rows() -> list[BenchRow]:
                 host_bytes=host_bytes,
                 host_bandwidth_gb_s=host_bw,
                 host_params=host_params,
+                # At the nominal clock (``busy_clock_ghz`` is for a CPU running a model alone): counted at the
+                # hosts' own clocks, these rows' decode came out further from their results (19.4% -> 21.2%).
                 host_tflops=cores_flops_tflops(min(threads, cores), lanes),
                 host_layers=host_layers,
                 copy_dense_bytes=copy_dense,

@@ -118,14 +118,15 @@ def test_held_out_sources_stay_at_what_the_readme_reports(rows):
     """Each source left out in turn (a repository, thread or page: one build, one methodology): what a
     new buyer's machine gets. The issue's targets (decode <= 10% with >= 80% inside, prefill <= 20%,
     rows with weights in RAM <= 20%, x86 CPUs <= 15%) are not all met; these bounds hold the figures the
-    README reports so that they cannot silently get worse: decode 9.0%/90% and prefill 17.0%/90% on the
+    README reports so that they cannot silently get worse: decode 9.0%/87% and prefill 16.7%/90% on the
     other vendors' rows, whose figures the Intel rows (fitted on top of the shared constants) leave as they
-    were, and 10.1%/87% and 18.6%/88% with Intel's; Intel's own are 23-50% (one card, two sources). Prefill
+    were, and 10.1%/84% and 18.3%/88% with Intel's; Intel's own are 23-50% (one card, two sources). Prefill
     met its 20% once RDNA 4 cards' quantized kernels were modelled at their packed-FP16 rate (20.2% before).
-    x86 CPUs' prefill met its 15% (14.5%, from 27.6%) once each CPU's prompt ran at its own clock."""
+    x86 CPUs' prefill met its 15% (14.5%, from 27.6%) once each CPU computed at its own clock, which took
+    decode's share inside the ranges from 87% to 84% (the CPU rows' from 85% to 80%)."""
     held = cross_validate(rows, by="source")
     for test, median_limit, inside_floor, all_limit, all_floor in (
-        ("tg", 0.095, 0.88, 0.105, 0.86),
+        ("tg", 0.095, 0.86, 0.105, 0.83),
         ("pp", 0.175, 0.88, 0.19, 0.86),
     ):
         h = [x for x in held if x.row.test == test]
@@ -158,16 +159,17 @@ def test_sources_kept_out_of_the_fit_are_predicted_as_the_readme_reports(rows):
     embeddings were read as the lookup they are (10.9% with RDNA 4's packed-FP16 rule); prefill within 29.7%
     with 79% inside, far worse than the 19.2% the fit's own sources say (a laptop RTX 4070 prefilling twice
     as fast as predicted, and one Radeon AI PRO R9700 host's experts in RAM), 28.3% once each CPU's prompt
-    ran at its own clock (its four x86 CPUs from 44.6% to 22.2%). These bounds hold the figures the README
-    reports."""
+    computed at its own clock (its four x86 CPUs from 44.6% to 22.2%; their decode from 10.9% to 2.3%).
+    These bounds hold the figures the README reports."""
     held = fresh_held(rows)
     assert len(held) >= 1600 and len({source_key(x.row.source) for x in held}) >= 19
     for test, limit, floor in (("tg", 0.125, 0.88), ("pp", 0.29, 0.77)):
         h = [x for x in held if x.row.test == test]
         assert statistics.median(abs(x.error) for x in h) <= limit, test
         assert sum(x.inside for x in h) / len(h) >= floor, test
-    x86 = [x for x in held if x.row.family == "cpu-x86" and x.row.test == "pp"]
-    assert len(x86) >= 20 and statistics.median(abs(x.error) for x in x86) <= 0.25
+    for test, limit in (("pp", 0.25), ("tg", 0.05)):
+        x86 = [x for x in held if x.row.family == "cpu-x86" and x.row.test == test]
+        assert len(x86) >= 20 and statistics.median(abs(x.error) for x in x86) <= limit, test
     hybrid = [x for x in held if x.row.kind == "hybrid" and x.row.test == "tg"]
     assert len(hybrid) >= 300 and statistics.median(abs(x.error) for x in hybrid) <= 0.18
 

@@ -221,8 +221,8 @@ class Target(Frozen):
     )
     cpu_clocks_ghz: tuple[float, float] | None = Field(
         default=None,
-        description="a CPU's (base, boost) clocks in GHz, where known: a prompt's matrix products run at the clock "
-        "its busy cores hold (``targets.prompt_clock_ghz``); None: the nominal clock the speed model counts",
+        description="a CPU's (base, boost) clocks in GHz, where known: its arithmetic runs at the clock its busy "
+        "cores hold (``targets.busy_clock_ghz``); None: the nominal clock the speed model counts",
     )
 
     @property

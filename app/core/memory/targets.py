@@ -89,14 +89,14 @@ def simd_fp32_lanes(avx512: bool, avx2: bool = True) -> int:
 NOMINAL_GHZ = 3.0
 
 
-def prompt_clock_ghz(threads: int | None, cores: int | None, clocks: tuple[float, float] | None) -> float:
-    """The clock a CPU holds through a prompt's matrix products on ``threads`` of its ``cores`` (all of
-    them where either is None), from its (base, boost) ``clocks`` in GHz: the base clock with every core
-    busy (the clock its maker rates at its sustained power, which an all-core AVX load is held to),
-    rising linearly to the boost clock as fewer cores share that power. NOMINAL_GHZ where the clocks are
-    not known. Published llama-bench prompt rates of x86 CPUs follow it (mobile chips at their low base
-    clock, desktop ones near boost; tests/data, ``CPU_CLOCKS``), where 3 GHz for all left them 0.3x-1.8x
-    apart."""
+def busy_clock_ghz(threads: int | None, cores: int | None, clocks: tuple[float, float] | None) -> float:
+    """The clock a CPU holds with ``threads`` of its ``cores`` computing (all of them where either is None),
+    from its (base, boost) ``clocks`` in GHz: the base clock with every core busy (the clock its maker rates
+    at its sustained power, which an all-core AVX load is held to), rising linearly to the boost clock as
+    fewer cores share that power. NOMINAL_GHZ where the clocks are not known. The speed model counts a CPU's
+    arithmetic (a prompt's matrix products, a decoded token's dequantizing and dot products) at it: published
+    llama-bench rates of x86 CPUs follow it (mobile chips at their low base clock, desktop ones near boost;
+    tests/data, ``CPU_CLOCKS``), where 3 GHz for all left their prompt rates 0.3x-1.8x apart."""
     if not clocks:
         return NOMINAL_GHZ
     base, boost = clocks
@@ -108,8 +108,8 @@ def prompt_clock_ghz(threads: int | None, cores: int | None, clocks: tuple[float
 
 def cores_flops_tflops(cores: int, lanes: int) -> float:
     """Peak FP32 FMA throughput of ``cores``: cores x NOMINAL_GHZ x lanes x 2 (FMA) x 2 (units), in TFLOPS
-    (an order of magnitude; the speed model's CPU constants are fitted against this same rule, a prompt's
-    with the CPU's own clock on top: ``prompt_clock_ghz``)."""
+    (an order of magnitude; the speed model's CPU constants are fitted against this same rule, with the
+    CPU's own clock in place of the nominal one where it is known: ``busy_clock_ghz``)."""
     return cores * NOMINAL_GHZ * 1e9 * lanes * 2 * 2 / 1e12
 
 

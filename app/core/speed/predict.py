@@ -38,7 +38,7 @@ from app.core.memory import backends
 from app.core.memory.kv import memo_per_arch
 from app.core.memory.layers import device_runs, tensor_totals
 from app.core.memory.records import Estimate, Settings, Target
-from app.core.memory.targets import NOMINAL_GHZ, prompt_clock_ghz
+from app.core.memory.targets import NOMINAL_GHZ, busy_clock_ghz
 from app.core.model.architecture import Architecture
 from app.core.model.tensors import TensorInfo
 from app.core.speed.model import (
@@ -171,7 +171,7 @@ def estimate_speed(
     prefill_s_per_flop = 0.0  # seconds per FLOP of a prompt token, summed over the devices' shares
     narrow_prompt = ""  # a CPU whose AVX-512 the quantized prompt kernels do not use
     packed_prompt = ""  # a GPU whose quantized kernels run below its matrix peak (RDNA 4)
-    clocked: tuple[str, float] | None = None  # a CPU whose clocks are known, and its prompt's clock
+    clocked: tuple[str, float] | None = None  # a CPU whose clocks are known, and the clock it computes at
     unchecked_users = ""  # a GPU on a build whose slowdown with several users no published run checks
     rows_gpu: Target | None = None  # the first GPU computing users' rows
     row_flop = model.row_flop_per_param(est.backend)  # FLOP per parameter of each further user's row
@@ -211,8 +211,17 @@ def estimate_speed(
         threads, n_threads = thread_share(target, settings) if d.kind == "cpu" else (1.0, 0)
         # The weights' formats read at their own rates on a GPU (``SpeedModel.decode_format``).
         read_factor = model.read_factor(memory_kind(target), float_share, quant_format)
-        tflops = decode_tflops(target) * threads
         host_share = i == host and where.hybrid
+        # A CPU running the model alone computes at the clock its busy cores hold (``busy_clock_ghz``; nominal
+        # where not known). A GPU's host keeps the nominal clock its constants were fitted at: counted at the
+        # hosts' own clocks, the published runs with weights in RAM decoded further from their predictions.
+        clock = 0.0
+        if d.kind == "cpu":
+            known = target.cpu_clocks_ghz if not host_share else None
+            clock = busy_clock_ghz(n_threads or None, target.cpu_cores, known)
+            if known:
+                clocked = (target.name, clock)
+        tflops = decode_tflops(target) * threads * (clock / NOMINAL_GHZ if clock else 1.0)
         # A GPU computes the first row at its family's constants and each further row (another user) at
         # the work published runs of 1-8 rows per step show, on its shader ALUs (``decode_row_flop_per_param``);
         # a CPU computes every user's row at its family's constants.
@@ -322,13 +331,9 @@ def estimate_speed(
         rate_target, rate_c = target, c
         if host_share and offloaded and gpu0 is not None:
             rate_target, rate_c = gpu0, model.constants(target_family(gpu0, est.backend))
-        rate_tflops = rate_target.fp16_tflops * (threads if rate_target is target else 1.0)
-        if rate_target.kind == "cpu":
-            # A CPU's prompt runs at the clock its busy cores hold (``prompt_clock_ghz``).
-            clock = prompt_clock_ghz(n_threads or None, rate_target.cpu_cores, rate_target.cpu_clocks_ghz)
-            rate_tflops *= clock / NOMINAL_GHZ
-            if rate_target.cpu_clocks_ghz:
-                clocked = (rate_target.name, clock)
+        rate_tflops = rate_target.fp16_tflops * (
+            threads * clock / NOMINAL_GHZ if rate_target is target and clock else 1.0
+        )
         build = est.backend if rate_target.kind == "gpu" else "cpu"
         # The quantized weights at their format's rate (``SpeedModel.prefill_format``), the float ones at the
         # family's float factor.
@@ -402,8 +407,8 @@ def estimate_speed(
     )
     if clocked:
         assumptions.append(
-            f"{clocked[0]}: its prompt's matrix products at {clocked[1]:.1f} GHz, the clock its busy cores hold "
-            "(its base clock with every core working, nearer its boost clock on fewer threads)."
+            f"{clocked[0]}: computes at {clocked[1]:.1f} GHz, the clock its busy cores hold (its base clock with "
+            "every core working, nearer its boost clock on fewer threads)."
         )
     if narrow_prompt:
         assumptions.append(
