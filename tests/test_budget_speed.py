@@ -313,37 +313,55 @@ def test_each_format_decodes_at_its_own_fitted_read_rate_on_a_gpu():
     assert c4_0.decode_typical / c4_k.decode_typical < by_bytes * 1.02
 
 
+def _x86_host(**fields) -> HostSnapshot:
+    """An x86 host: 8 cores with AVX2, 64 GiB of RAM (48 free), 60 GB/s read as measured; ``fields`` replace
+    any of it."""
+    values = {
+        "cpu_model": "x86 CPU",
+        "physical_cores": 8,
+        "logical_cores": 16,
+        "ram_total_bytes": 64 * GIB,
+        "ram_available_bytes": 48 * GIB,
+        "cpu_flags": ("avx2", "fma"),
+        "measured_read_bandwidth_gb_s": 60.0,
+        "timestamp": 0.0,
+    }
+    return HostSnapshot(**(values | fields))
+
+
+def _speed_8b(target: Target, quant: str = "Q4_K_M", threads: int | None = None):
+    """Llama 3.1 8B at ``quant`` on ``target`` alone: 4,096 tokens of context, a 512-token prompt."""
+    model = model_from_catalog("llama-3.1-8b", quant)
+    settings = Settings(context_tokens=4096, threads=threads)
+    est = estimate(model.arch, model.tensors, settings, [target])
+    return estimate_speed(model.arch, model.tensors, est, [target], prompt_tokens=512)
+
+
 def test_avx512_does_not_double_a_cpus_quantized_prompt_rate():
     """llama.cpp's x86 prompt kernels for quantized weights work at AVX2's width: two CPUs alike but for
     AVX-512 prefill a Q4_K_M model at the same rate (where counting 16 lanes made it twice), while float
     weights' kernels use the wider registers; the estimate says so. On the collected x86 rows this took
     prefill from 33% to 25% median error, each source held out (README, "How fast")."""
 
-    def host(flags: tuple[str, ...]) -> HostSnapshot:
-        return HostSnapshot(
-            cpu_model="AMD Ryzen 9 7950X",
-            physical_cores=16,
-            logical_cores=32,
-            ram_total_bytes=64 * GIB,
-            ram_available_bytes=48 * GIB,
-            cpu_flags=flags,
-            measured_read_bandwidth_gb_s=62.0,
-            timestamp=0.0,
+    avx512, avx2 = [
+        cpu_target(
+            _x86_host(
+                cpu_model="AMD Ryzen 9 7950X",
+                physical_cores=16,
+                logical_cores=32,
+                cpu_flags=f,
+                measured_read_bandwidth_gb_s=62.0,
+            )
         )
-
-    avx512, avx2 = [cpu_target(host(f)) for f in (("avx2", "avx512f", "fma"), ("avx2", "fma"))]
+        for f in (("avx2", "avx512f", "fma"), ("avx2", "fma"))
+    ]
     assert avx512.fp16_tflops == pytest.approx(2 * avx2.fp16_tflops)
     assert avx512.prompt_tflops == pytest.approx(avx2.prompt_tflops) == pytest.approx(avx2.fp16_tflops)
 
-    def speed(quant: str, target: Target):
-        model = model_from_catalog("llama-3.1-8b", quant)
-        est = estimate(model.arch, model.tensors, Settings(context_tokens=4096), [target])
-        return estimate_speed(model.arch, model.tensors, est, [target], prompt_tokens=512)
-
-    q512, q2 = speed("Q4_K_M", avx512), speed("Q4_K_M", avx2)
+    q512, q2 = _speed_8b(avx512), _speed_8b(avx2)
     assert q512.prefill_typical == pytest.approx(q2.prefill_typical, rel=0.01)
     assert "AVX2's width" in "\n".join(q512.assumptions) and "AVX2's width" not in "\n".join(q2.assumptions)
-    assert speed("F16", avx512).prefill_typical > 1.5 * speed("F16", avx2).prefill_typical
+    assert _speed_8b(avx512, "F16").prefill_typical > 1.5 * _speed_8b(avx2, "F16").prefill_typical
     # A catalog CPU carries its lanes: the Ryzen 9 9950X's quantized prompt rate is its AVX2 rate.
     ryzen = target_from_device(find_device("ryzen-9-9950x"))
     assert ryzen.prompt_tflops == pytest.approx(ryzen.fp16_tflops / 2)
@@ -359,39 +377,22 @@ def test_a_cpu_computes_at_the_clock_its_busy_cores_hold(gpt_oss):
     median error each source held out, and on the test set's CPUs prefill from 44.6% to 22.2% and decode
     from 10.9% to 2.3% (README, "How fast")."""
 
-    def host(clocks: tuple[float, float] | None) -> HostSnapshot:
-        return HostSnapshot(
-            cpu_model="x86 CPU",
-            physical_cores=8,
-            logical_cores=16,
-            ram_total_bytes=64 * GIB,
-            ram_available_bytes=48 * GIB,
-            cpu_flags=("avx2", "fma"),
-            cpu_clocks_ghz=clocks,
-            measured_read_bandwidth_gb_s=60.0,
-            timestamp=0.0,
-        )
-
-    def speed(target: Target, threads: int | None = None):
-        model = model_from_catalog("llama-3.1-8b", "Q4_K_M")
-        settings = Settings(context_tokens=4096, threads=threads)
-        est = estimate(model.arch, model.tensors, settings, [target])
-        return estimate_speed(model.arch, model.tensors, est, [target], prompt_tokens=512)
-
-    laptop, desktop, unknown = (speed(cpu_target(host(c))) for c in ((1.8, 4.0), (4.5, 5.7), None))
+    laptop, desktop, unknown = (
+        _speed_8b(cpu_target(_x86_host(cpu_clocks_ghz=c))) for c in ((1.8, 4.0), (4.5, 5.7), None)
+    )
     assert desktop.prefill_typical / laptop.prefill_typical == pytest.approx(4.5 / 1.8, rel=0.01)
     assert unknown.prefill_typical / laptop.prefill_typical == pytest.approx(3.0 / 1.8, rel=0.01)
     assert 1.1 < desktop.decode_typical / laptop.decode_typical < 0.8 * 4.5 / 1.8
     assert unknown.decode_typical / laptop.decode_typical > 1.05
     assert "at 1.8 GHz" in "\n".join(laptop.assumptions) and "GHz" not in "\n".join(unknown.assumptions)
     # On 2 of its 8 cores the laptop chip holds 3.45 GHz: each thread does almost twice the work.
-    two = speed(cpu_target(host((1.8, 4.0))), threads=2)
+    two = _speed_8b(cpu_target(_x86_host(cpu_clocks_ghz=(1.8, 4.0))), threads=2)
     assert two.prefill_typical / laptop.prefill_typical == pytest.approx(2 / 8 * 3.45 / 1.8, rel=0.01)
     # A hybrid Intel CPU (an i9-14900HX: 8 performance and 16 efficient cores): llama.cpp runs on its 8
     # performance cores unless -t says otherwise (``HostSnapshot.llama_threads``), at the clock 8 busy cores
     # of 24 hold (4.6 GHz); on all 24, at its 2.2 GHz base.
-    hx = host((2.2, 5.8)).model_copy(update={"physical_cores": 24, "logical_cores": 32, "llama_threads": 8})
-    default, eight, every = (speed(cpu_target(hx), threads=t) for t in (None, 8, 24))
+    hx = _x86_host(cpu_clocks_ghz=(2.2, 5.8), physical_cores=24, logical_cores=32, llama_threads=8)
+    default, eight, every = (_speed_8b(cpu_target(hx), threads=t) for t in (None, 8, 24))
     assert default.prefill_typical == pytest.approx(eight.prefill_typical, rel=1e-9)
     assert default.decode_typical == pytest.approx(eight.decode_typical, rel=1e-9)
     assert eight.prefill_typical / every.prefill_typical == pytest.approx(8 * 4.6 / (24 * 2.2), rel=0.01)
@@ -401,7 +402,7 @@ def test_a_cpu_computes_at_the_clock_its_busy_cores_hold(gpt_oss):
     settings = Settings(context_tokens=4096, n_cpu_moe=31)
     beside = []
     for clocks in ((1.8, 4.0), (4.5, 5.7)):
-        targets = [gpu, host_ram_target(64 * GIB, 60.0, host=host(clocks))]
+        targets = [gpu, host_ram_target(64 * GIB, 60.0, host=_x86_host(cpu_clocks_ghz=clocks))]
         est = estimate(gpt_oss.arch, gpt_oss.tensors, settings, targets)
         beside.append(estimate_speed(gpt_oss.arch, gpt_oss.tensors, est, targets, prompt_tokens=512))
     assert beside[0].decode_typical == pytest.approx(beside[1].decode_typical, rel=1e-9)
@@ -409,7 +410,7 @@ def test_a_cpu_computes_at_the_clock_its_busy_cores_hold(gpt_oss):
     # A catalog CPU carries its maker's clocks: the Xeon 6980P's 2.0 GHz base, the Ryzen 9 9950X's 4.3.
     xeon, ryzen = (target_from_device(find_device(i)) for i in ("xeon-6980p", "ryzen-9-9950x"))
     assert xeon.cpu_clocks_ghz == (2.0, 3.9) and ryzen.cpu_clocks_ghz == (4.3, 5.7)
-    assert "at 2.0 GHz" in "\n".join(speed(xeon).assumptions)
+    assert "at 2.0 GHz" in "\n".join(_speed_8b(xeon).assumptions)
 
 
 def test_an_rdna4_cards_quantized_kernels_run_at_its_packed_fp16_rate():
