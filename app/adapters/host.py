@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import psutil
 
 from app.adapters.cpu_topology import llama_math_threads
+from app.adapters.drm_sysfs import read_int
 from app.core.hardware.snapshots import HostSnapshot
 
 if TYPE_CHECKING:
@@ -168,13 +169,6 @@ def _windows_cpu() -> tuple[str | None, tuple[str, ...]]:
 _CPU0_PATH = Path("/sys/devices/system/cpu/cpu0")
 
 
-def _read_number(path: Path) -> float | None:
-    with contextlib.suppress(OSError, ValueError):
-        value = float(path.read_text(encoding="ascii", errors="replace").strip())
-        return value if value > 0 else None
-    return None
-
-
 def parse_cpu_clocks(
     model: str, base_mhz: float | None = None, max_mhz: float | None = None
 ) -> tuple[float, float] | None:
@@ -199,9 +193,9 @@ def _cpu_clocks(model: str, root: Path = _CPU0_PATH) -> tuple[float, float] | No
     base = max_mhz = None
     with contextlib.suppress(Exception):
         if sys.platform.startswith("linux"):
-            khz = _read_number(root / "cpufreq" / "base_frequency")
-            base = khz / 1000 if khz else _read_number(root / "acpi_cppc" / "nominal_freq")
-            top = _read_number(root / "cpufreq" / "cpuinfo_max_freq")
+            khz = read_int(root / "cpufreq" / "base_frequency")
+            base = khz / 1000 if khz else read_int(root / "acpi_cppc" / "nominal_freq") or None
+            top = read_int(root / "cpufreq" / "cpuinfo_max_freq")
             max_mhz = top / 1000 if top else None
         elif sys.platform == "darwin":
             hz, top_hz = _sysctl("hw.cpufrequency"), _sysctl("hw.cpufrequency_max")
