@@ -139,6 +139,7 @@ EXTRA_GPUS: dict[str, tuple[float, float]] = {
     "rtx 3050": (168.0, 13.5),  # 6 GB: 18 SMs at 1.47 GHz, 96-bit GDDR6 at 14 Gbps
     "gtx 1650 super": (192.0, 8.8),  # 1280 cores at 1.725 GHz, 128-bit GDDR6 at 12 Gbps
     "arc pro b70": (608.0, 183.5),  # 256 XMX engines x 256 FP16 FLOP/clock at 2.8 GHz; 256-bit GDDR6, 19 Gbps
+    "arc a770": (560.0, 137.6),  # 16 GB: 512 XMX engines x 128 FP16 FLOP/clock at 2.1 GHz; 256-bit GDDR6, 17.5 Gbps
     "a100-sxm4-40gb": (1555.0, 312.0),  # NVIDIA's A100 datasheet: HBM2 at 1,555 GB/s, 312 dense FP16 tensor TFLOPS
     "gb10": (273.0, 62.5),  # the DGX Spark's chip as CUDA prints it: the catalog's DGX Spark figures
     # 188 SMs as the full card's 503.8, at the 300 W edition's 2,280 MHz boost instead of 2,617
@@ -879,12 +880,15 @@ FRESH_SOURCES: frozenset[str] = frozenset(
         "chrisdesrochers/MoEArc",
         "daimonionnn/AMD-RDNA-LLM-Tuning-Toolkit",
         "gaperton/cicero-home-ai",
+        "ggml-org/llama.cpp#13885",
+        "ggml-org/llama.cpp#14001",
         "ggml-org/llama.cpp#16095",
         "ggml-org/llama.cpp#17576",
         "ggml-org/llama.cpp#17879",
         "ggml-org/llama.cpp#17917",
         "ggml-org/llama.cpp#18537",
         "ggml-org/llama.cpp#18666",
+        "ggml-org/llama.cpp#22078",
         "ggml-org/llama.cpp#22880",
         "ggml-org/llama.cpp#26705",
         "ghost91-/llama-bench",
