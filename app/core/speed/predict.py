@@ -71,6 +71,15 @@ DECODE_EFFICIENCY: dict[str, tuple[float, float]] = {"cpu": (0.70, 0.90)}
 # step check little or not at all (tests/data/microbatch_runs.json, scripts/fit_rows.py): CUDA and
 # ROCm builds are checked by eleven sources; Metal's own constant rests on one source's two chips, and
 # no run is published for Vulkan or SYCL builds.
+# Intel's GPU families rest on two published sources that both ran one card (the Arc Pro B70). Sources
+# kept out of the fit (tests/data/llama_bench_fresh.md, second batch) say how far that travels.
+THIN_FAMILIES = ("intel-sycl", "intel-vulkan")
+THIN_FAMILY_EVIDENCE = (
+    "its constants are fitted on two published sources that both ran one card, the Arc Pro B70; on sources "
+    "kept out of the fit an Arc B580 and a third B70 host prefilled 2.6-3.3 times as fast as predicted (SYCL), "
+    "an Arc A770 at a quarter of it (Vulkan), and a 1.5B model decoded at 0.6 times the prediction on the B580, "
+    "while 7B-31B models decoded within 3%"
+)
 USERS_UNCHECKED = frozenset({"metal", "vulkan", "sycl"})
 UNCHECKED_USERS_EVIDENCE = (
     "published runs of several rows per step check it on CUDA and ROCm builds (each user's share of a step "
@@ -173,6 +182,7 @@ def estimate_speed(
     packed_prompt = ""  # a GPU whose quantized kernels run below its matrix peak (RDNA 4)
     clocked: tuple[str, float] | None = None  # a CPU whose clocks are known, and the clock it computes at
     unchecked_users = ""  # a GPU on a build whose slowdown with several users no published run checks
+    thin = ""  # a GPU whose family's constants rest on one card's runs (THIN_FAMILIES)
     rows_gpu: Target | None = None  # the first GPU computing users' rows
     row_flop = model.row_flop_per_param(est.backend)  # FLOP per parameter of each further user's row
     float_share, quant_format = weight_mix(tensors)
@@ -198,6 +208,8 @@ def estimate_speed(
             continue
         family = target_family(target, est.backend)
         c = model.constants(family)
+        if d.kind == "gpu" and family in THIN_FAMILIES:
+            thin = thin or target.name
         if users > 1 and d.kind == "gpu" and est.backend in USERS_UNCHECKED:
             unchecked_users = unchecked_users or f"{target.name} ({est.backend})"
         (d_lo, d_hi), band_pp = model.intervals(family, group)
@@ -420,6 +432,8 @@ def estimate_speed(
             f"{packed_prompt}: llama.cpp's kernels for quantized weights are modelled at its shaders' packed-FP16 "
             "rate, half its matrix peak: published RDNA 4 runs measure there (float weights run at the peak)."
         )
+    if thin:
+        assumptions.append(f"{thin}: read these speeds as rough: {THIN_FAMILY_EVIDENCE}.")
     if arch.moe:
         assumptions.append(
             f"Mixture of experts: {arch.moe.n_expert_used} of {arch.moe.n_expert} experts read per token."
