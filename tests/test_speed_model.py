@@ -31,6 +31,12 @@ def rows():
     return load_rows()
 
 
+@pytest.fixture(scope="module")
+def fresh(rows):
+    """The test set's rows predicted from the fit on ``rows`` (``fresh_held``: one fit, shared)."""
+    return fresh_held(rows)
+
+
 def test_families_from_names_as_printed_and_in_the_catalog():
     assert speed_family("NVIDIA GeForce RTX 4090") == "nvidia-geforce"
     assert speed_family("RTX 3090") == "nvidia-geforce"
@@ -150,7 +156,7 @@ def test_held_out_sources_stay_at_what_the_readme_reports(rows):
     assert inside >= 0.85, inside
 
 
-def test_sources_kept_out_of_the_fit_are_predicted_as_the_readme_reports(rows):
+def test_sources_kept_out_of_the_fit_are_predicted_as_the_readme_reports(fresh):
     """The 32 sources gathered after the constants were fitted (FRESH_SOURCES) stay out of the fit, a test
     set: 1,853 of their rows, from 23 of them, are rows the loader can read (device and model known), and
     the 1,631 of those that are decode, or prefill at depth 0, are judged (a second batch of 17 Intel Arc
@@ -162,7 +168,7 @@ def test_sources_kept_out_of_the_fit_are_predicted_as_the_readme_reports(rows):
     as fast as predicted, and one Radeon AI PRO R9700 host's experts in RAM), 28.3% once each CPU's prompt
     computed at its own clock (its four x86 CPUs from 44.6% to 22.2%; their decode from 10.9% to 2.3%).
     These bounds hold the figures the README reports."""
-    held = fresh_held(rows)
+    held = fresh
     assert len(held) >= 1600 and len({source_key(x.row.source) for x in held}) >= 19
     for test, limit, floor in (("tg", 0.125, 0.88), ("pp", 0.29, 0.77)):
         h = [x for x in held if x.row.test == test]
@@ -175,7 +181,7 @@ def test_sources_kept_out_of_the_fit_are_predicted_as_the_readme_reports(rows):
     assert len(hybrid) >= 300 and statistics.median(abs(x.error) for x in hybrid) <= 0.18
 
 
-def test_other_arc_cards_are_judged_with_their_own_published_figures():
+def test_other_arc_cards_are_judged_with_their_own_published_figures(fresh):
     """The test set's second batch puts the Intel constants, fitted on one card (the Arc Pro B70), to an
     Arc B580 and an Arc A770: each is read at its own memory bandwidth and XMX rate (the catalog's B580,
     the A770's published 560 GB/s and 137.6 TFLOPS), each build on the family of its backend, and a B70
@@ -185,7 +191,7 @@ def test_other_arc_cards_are_judged_with_their_own_published_figures():
     assert figures[("Intel Arc B580", "intel-sycl")] == (456.0, 109.4)
     assert figures[("Intel Arc A770", "intel-vulkan")] == (560.0, 137.6)
     assert ("Intel Arc Pro B70", "intel-sycl") in figures
-    b70 = [h for h in fresh_held(load_rows()) if h.row.device == "Intel Arc Pro B70" and h.row.test == "tg"]
+    b70 = [h for h in fresh if h.row.device == "Intel Arc Pro B70" and h.row.test == "tg"]
     assert b70 and all(abs(h.error) < 0.1 for h in b70)
 
 

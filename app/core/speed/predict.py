@@ -71,6 +71,14 @@ DECODE_EFFICIENCY: dict[str, tuple[float, float]] = {"cpu": (0.70, 0.90)}
 # step check little or not at all (tests/data/microbatch_runs.json, scripts/fit_rows.py): CUDA and
 # ROCm builds are checked by eleven sources; Metal's own constant rests on one source's two chips, and
 # no run is published for Vulkan or SYCL builds.
+USERS_UNCHECKED = frozenset({"metal", "vulkan", "sycl"})
+UNCHECKED_USERS_EVIDENCE = (
+    "published runs of several rows per step check it on CUDA and ROCm builds (each user's share of a step "
+    "within 10% of them, median, held out from the fit); Metal's own cost is fitted on one source's runs (an "
+    "M1 Pro and an M2 Ultra, late 2024), each chip's within 23% of the estimate fitted on the other's (median) "
+    "and up to 1.6 times as slow; none is published for Vulkan or SYCL builds"
+)
+
 # Intel's GPU families rest on two published sources that both ran one card (the Arc Pro B70). Sources
 # kept out of the fit (tests/data/llama_bench_fresh.md, second batch) say how far that travels.
 THIN_FAMILIES = ("intel-sycl", "intel-vulkan")
@@ -79,13 +87,6 @@ THIN_FAMILY_EVIDENCE = (
     "kept out of the fit an Arc B580 and a third B70 host prefilled 2.6-3.3 times as fast as predicted (SYCL), "
     "an Arc A770 at a quarter of it (Vulkan), and a 1.5B model decoded at 0.6 times the prediction on the B580, "
     "while 7B-31B models decoded within 3%"
-)
-USERS_UNCHECKED = frozenset({"metal", "vulkan", "sycl"})
-UNCHECKED_USERS_EVIDENCE = (
-    "published runs of several rows per step check it on CUDA and ROCm builds (each user's share of a step "
-    "within 10% of them, median, held out from the fit); Metal's own cost is fitted on one source's runs (an "
-    "M1 Pro and an M2 Ultra, late 2024), each chip's within 23% of the estimate fitted on the other's (median) "
-    "and up to 1.6 times as slow; none is published for Vulkan or SYCL builds"
 )
 
 
